@@ -1,0 +1,677 @@
+package wire
+
+import (
+	"context"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+// Stream is one bidirectional, ordered, flow-controlled channel in a
+// Session. It carries raw bytes (Read, Write) and role messages
+// (ReadMessage, WriteMessage) in one sequence per direction: the receiver
+// sees them in the order they were written.
+//
+// Each direction ends independently: CloseWrite ends this side's direction,
+// and Read returns io.EOF once the peer ended its own. Reset aborts both.
+// Every stream ends in exactly one terminal, which Done and Terminal report:
+// nil once both directions ended cleanly, a *StreamError after a reset, or
+// the session's *CloseError.
+//
+// A Stream is safe for concurrent use; concurrent writers are serialized so
+// that a message is never interleaved with other data.
+type Stream struct {
+	sess  *Session
+	id    uint64
+	local bool
+
+	// mu guards the receive side and the terminal.
+	mu         sync.Mutex
+	rb         recvBuf
+	recvAvail  int64 // receive credit not yet used by the peer
+	recvFin    bool
+	rxInMsg    bool // reader: inside a fragmented message
+	rxMsgLen   int  // reader: bytes of the message being received
+	finSent    bool // our FIN was flushed
+	term       bool
+	termErr    error
+	readDL     time.Time
+	writeDL    time.Time
+	readWake   chan struct{}
+	writeWake  chan struct{}
+	done       chan struct{}
+	unacked    atomic.Uint32 // consumed credit not yet returned to the peer
+	wlock      sync.Mutex    // serializes writers
+	assembling []byte        // ReadMessage: fragments read so far
+
+	// Guarded by Session.wmu.
+	sendWindow  int64
+	sendQ       []*outFrame
+	queued      int
+	inReady     bool
+	finQueued   bool
+	sendAborted bool
+	wuQueued    bool
+}
+
+func newStream(s *Session, id uint64, local bool) *Stream {
+	return &Stream{
+		sess:       s,
+		id:         id,
+		local:      local,
+		recvAvail:  int64(s.cfg.streamWindow),
+		sendWindow: int64(s.peerWindow),
+		readWake:   make(chan struct{}, 1),
+		writeWake:  make(chan struct{}, 1),
+		done:       make(chan struct{}),
+	}
+}
+
+// ID returns the stream id: odd when the dialer opened it, even when the
+// acceptor did.
+func (st *Stream) ID() uint64 { return st.id }
+
+// Session returns the session the stream belongs to.
+func (st *Stream) Session() *Session { return st.sess }
+
+// Done is closed when the stream reaches its terminal.
+func (st *Stream) Done() <-chan struct{} { return st.done }
+
+// Terminal returns the stream's terminal once Done is closed: nil for a
+// clean end of both directions, a *StreamError for a reset, a *CloseError
+// when the session ended first. Before Done it returns nil.
+func (st *Stream) Terminal() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.termErr
+}
+
+func (st *Stream) isTerminated() bool {
+	select {
+	case <-st.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (st *Stream) wakeReader() { signal(st.readWake) }
+func (st *Stream) wakeWriter() { signal(st.writeWake) }
+
+// terminate records the stream's one terminal. It reports whether this call
+// was the one that did.
+func (st *Stream) terminate(err error) bool {
+	st.mu.Lock()
+	if st.term {
+		st.mu.Unlock()
+		return false
+	}
+	st.term = true
+	st.termErr = err
+	abort := err != nil
+	if abort {
+		st.rb.reset()
+		st.assembling = nil
+	}
+	close(st.done)
+	st.mu.Unlock()
+	st.sess.stats.streamsEnded.Add(1)
+	st.sess.forget(st, abort)
+	st.wakeReader()
+	st.wakeWriter()
+	return true
+}
+
+// Reset aborts the stream in both directions: queued outgoing frames are
+// dropped, unread incoming data is discarded, and the peer is sent code.
+// It is a no-op once the stream has its terminal.
+func (st *Stream) Reset(code ResetCode) error {
+	return st.reset(code, "")
+}
+
+func (st *Stream) reset(code ResetCode, detail string) error {
+	if st.terminate(&StreamError{Code: code, Detail: detail}) {
+		st.sess.queueControl(ctrlItem{typ: frameControl, stream: st.id, ctl: ctlReset(code, detail)})
+	}
+	return nil
+}
+
+// Close ends the stream from this side's point of view: it ends the write
+// direction if still open, and resets with ResetCancel if the peer's
+// direction has not ended (the rest of its data is not wanted). After a
+// clean exchange (CloseWrite, then Read to io.EOF) it changes nothing.
+func (st *Stream) Close() error {
+	st.mu.Lock()
+	recvDone := st.recvFin
+	st.mu.Unlock()
+	if !recvDone {
+		return st.Reset(ResetCancel)
+	}
+	st.CloseWrite() // an error means the stream already has its terminal
+	return nil
+}
+
+// SetDeadline sets the read and write deadlines.
+func (st *Stream) SetDeadline(t time.Time) error {
+	st.SetReadDeadline(t)
+	return st.SetWriteDeadline(t)
+}
+
+// SetReadDeadline makes Read and ReadMessage fail with ErrDeadlineExceeded
+// after t. A zero t means no deadline.
+func (st *Stream) SetReadDeadline(t time.Time) error {
+	st.mu.Lock()
+	st.readDL = t
+	st.mu.Unlock()
+	st.wakeReader()
+	return nil
+}
+
+// SetWriteDeadline makes Write, WriteMessage and CloseWrite fail with
+// ErrDeadlineExceeded when they would still wait for credit after t.
+func (st *Stream) SetWriteDeadline(t time.Time) error {
+	st.mu.Lock()
+	st.writeDL = t
+	st.mu.Unlock()
+	st.wakeWriter()
+	return nil
+}
+
+// wait blocks until wake fires, the stream ends, ctx ends or the deadline
+// passes. It is called without st.mu held.
+func (st *Stream) wait(ctx context.Context, wake chan struct{}, dl time.Time) error {
+	var timeout <-chan time.Time
+	if !dl.IsZero() {
+		d := time.Until(dl)
+		if d <= 0 {
+			return ErrDeadlineExceeded
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var cancel <-chan struct{}
+	if ctx != nil {
+		cancel = ctx.Done()
+	}
+	select {
+	case <-wake:
+	case <-st.done:
+	case <-timeout:
+		return ErrDeadlineExceeded
+	case <-cancel:
+		return ctx.Err()
+	}
+	return nil
+}
+
+// --- receive side -------------------------------------------------------
+
+// receive queues a DATA or MESSAGE payload: p is copied, or b is linked
+// (one of them is set). It runs on the session reader and never blocks.
+func (st *Stream) receive(h header, p []byte, b *[]byte) error {
+	done, tooLarge, err := st.receiveLocked(h, p, b)
+	if err != nil || tooLarge {
+		putBuf(b)
+	}
+	switch {
+	case err != nil:
+		return err
+	case tooLarge:
+		st.reset(ResetMessageTooLarge, "message exceeds the receiver's limit")
+	case done:
+		st.terminate(nil)
+	}
+	return nil
+}
+
+func (st *Stream) receiveLocked(h header, p []byte, b *[]byte) (done, tooLarge bool, err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.term {
+		putBuf(b)
+		return false, false, nil
+	}
+	if st.recvFin {
+		return false, false, protoErr(ReasonProtocolError, "%s after FIN on stream %d", h.typ, st.id)
+	}
+	charge := int64(h.charge())
+	if charge > st.recvAvail {
+		return false, false, protoErr(ReasonFlowControlError, "stream %d: %d bytes beyond a window of %d", st.id, charge, st.recvAvail)
+	}
+	switch h.typ {
+	case frameData:
+		if st.rxInMsg {
+			return false, false, protoErr(ReasonProtocolError, "DATA inside a fragmented message on stream %d", st.id)
+		}
+	case frameMessage:
+		if !st.rxInMsg {
+			st.rxMsgLen = 0
+		}
+		st.rxMsgLen += int(h.length)
+		st.rxInMsg = h.flags&flagMore != 0
+		if st.rxMsgLen > st.sess.cfg.maxMessageSize {
+			return false, true, nil
+		}
+	}
+	st.recvAvail -= charge
+	if b != nil {
+		st.rb.pushBlock(h.typ, h.flags&flagMore, b)
+	} else {
+		st.rb.pushCopy(h.typ, h.flags&flagMore, p)
+	}
+	if h.flags&flagFin != 0 {
+		st.recvFin = true
+	}
+	st.wakeReader()
+	return st.recvFin && st.finSent, false, nil
+}
+
+// receiveFin handles an empty DATA frame with FIN.
+func (st *Stream) receiveFin() error {
+	st.mu.Lock()
+	if st.term {
+		st.mu.Unlock()
+		return nil
+	}
+	if st.recvFin {
+		st.mu.Unlock()
+		return protoErr(ReasonProtocolError, "second FIN on stream %d", st.id)
+	}
+	if st.rxInMsg {
+		st.mu.Unlock()
+		return protoErr(ReasonProtocolError, "FIN inside a fragmented message on stream %d", st.id)
+	}
+	st.recvFin = true
+	both := st.finSent
+	st.mu.Unlock()
+	st.wakeReader()
+	if both {
+		st.terminate(nil)
+	}
+	return nil
+}
+
+// finWritten is called by the writer after our FIN was flushed.
+func (st *Stream) finWritten() {
+	st.mu.Lock()
+	st.finSent = true
+	both := st.recvFin
+	st.mu.Unlock()
+	if both {
+		st.terminate(nil)
+	}
+}
+
+// returnCredit makes consumed bytes available to the peer again and reports
+// whether a window update should be queued. Called with st.mu held.
+func (st *Stream) returnCredit(n int) bool {
+	st.recvAvail += int64(n)
+	if n == 0 || st.recvFin {
+		// The peer has finished sending; it needs no more credit.
+		return false
+	}
+	v := st.unacked.Add(uint32(n))
+	return v >= st.sess.cfg.streamWindow/4
+}
+
+// takeCredit returns and clears the credit to send in a window update.
+func (st *Stream) takeCredit() uint32 {
+	if st.isTerminated() {
+		return 0
+	}
+	return st.unacked.Swap(0)
+}
+
+func (st *Stream) queueWindowUpdate() {
+	s := st.sess
+	s.wmu.Lock()
+	if st.wuQueued || s.writerClosing {
+		s.wmu.Unlock()
+		return
+	}
+	st.wuQueued = true
+	s.ctrlQ = append(s.ctrlQ, ctrlItem{typ: frameWindow, st: st})
+	s.wmu.Unlock()
+	s.kickWriter()
+}
+
+// Read reads stream data. It returns io.EOF after the peer ended its
+// direction, ErrMessageNext when the next item is a role message (call
+// ReadMessage, then keep reading), and the terminal error after a reset or
+// session close (unread data is then discarded).
+func (st *Stream) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	st.mu.Lock()
+	for {
+		if !st.rb.empty() {
+			r := st.rb.head()
+			if r.typ != frameData {
+				st.mu.Unlock()
+				return 0, ErrMessageNext
+			}
+			credit := 0
+			if r.hdr {
+				r.hdr = false
+				credit += headerSize
+			}
+			n := st.rb.read(p)
+			credit += n
+			if r.n == 0 {
+				st.rb.popRec()
+			}
+			wu := st.returnCredit(credit)
+			st.mu.Unlock()
+			if wu {
+				st.queueWindowUpdate()
+			}
+			return n, nil
+		}
+		if st.term && st.termErr != nil {
+			err := st.termErr
+			st.mu.Unlock()
+			return 0, err
+		}
+		if st.recvFin {
+			st.mu.Unlock()
+			return 0, io.EOF
+		}
+		dl := st.readDL
+		st.mu.Unlock()
+		if err := st.wait(nil, st.readWake, dl); err != nil {
+			return 0, err
+		}
+		st.mu.Lock()
+	}
+}
+
+// ReadMessage reads the next role message, waiting until one arrives, ctx
+// ends or the read deadline passes. It returns io.EOF after the peer ended
+// its direction, ErrDataNext when DATA comes first, and
+// ErrUnsupportedMessage (after resetting the stream with ResetUnsupported)
+// for an envelope whose body this side does not know. A malformed envelope
+// closes the session with ReasonProtocolError.
+func (st *Stream) ReadMessage(ctx context.Context) (*iopv1.Envelope, error) {
+	st.mu.Lock()
+	for {
+		if !st.rb.empty() {
+			r := st.rb.head()
+			if r.typ != frameMessage {
+				st.mu.Unlock()
+				return nil, ErrDataNext
+			}
+			credit := r.n
+			if r.hdr {
+				r.hdr = false
+				credit += headerSize
+			}
+			more := r.flags&flagMore != 0
+			var whole []byte
+			if !more && st.assembling == nil {
+				whole = make([]byte, r.n)
+				st.rb.read(whole)
+			} else {
+				start := len(st.assembling)
+				st.assembling = append(st.assembling, make([]byte, r.n)...)
+				st.rb.read(st.assembling[start:])
+				if !more {
+					whole, st.assembling = st.assembling, nil
+				}
+			}
+			st.rb.popRec()
+			wu := st.returnCredit(credit)
+			st.mu.Unlock()
+			if wu {
+				st.queueWindowUpdate()
+			}
+			if more {
+				st.mu.Lock()
+				continue
+			}
+			return st.decode(whole)
+		}
+		if st.term && st.termErr != nil {
+			err := st.termErr
+			st.mu.Unlock()
+			return nil, err
+		}
+		if st.recvFin {
+			st.mu.Unlock()
+			return nil, io.EOF
+		}
+		dl := st.readDL
+		st.mu.Unlock()
+		if err := st.wait(ctx, st.readWake, dl); err != nil {
+			return nil, err
+		}
+		st.mu.Lock()
+	}
+}
+
+func (st *Stream) decode(b []byte) (*iopv1.Envelope, error) {
+	env := new(iopv1.Envelope)
+	if err := proto.Unmarshal(b, env); err != nil {
+		ce := &CloseError{Reason: ReasonProtocolError, Detail: "malformed role message"}
+		st.sess.closeWith(ce)
+		return nil, st.sess.Err()
+	}
+	if env.Body == nil {
+		st.reset(ResetUnsupported, "unknown role message")
+		return nil, ErrUnsupportedMessage
+	}
+	return env, nil
+}
+
+// --- send side ----------------------------------------------------------
+
+// reserve waits for send credit and takes it for a frame of up to want
+// payload bytes (at least one, unless want is 0). It returns the payload
+// size granted.
+func (st *Stream) reserve(want int) (int, error) {
+	s := st.sess
+	for {
+		s.wmu.Lock()
+		switch {
+		case st.sendAborted:
+			s.wmu.Unlock()
+			return 0, st.sendErr()
+		case st.finQueued:
+			s.wmu.Unlock()
+			return 0, ErrWriteClosed
+		}
+		if avail := st.sendWindow - headerSize; avail > 0 || (want == 0 && avail == 0) {
+			n := int(min(int64(want), int64(maxChunk), avail))
+			st.sendWindow -= int64(headerSize + n)
+			s.wmu.Unlock()
+			return n, nil
+		}
+		s.wmu.Unlock()
+		if st.isTerminated() {
+			return 0, st.sendErr()
+		}
+		st.mu.Lock()
+		dl := st.writeDL
+		st.mu.Unlock()
+		if err := st.wait(nil, st.writeWake, dl); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (st *Stream) sendErr() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.termErr != nil {
+		return st.termErr
+	}
+	return ErrWriteClosed
+}
+
+// enqueue hands one frame to the writer. A small DATA payload joins the
+// stream's last queued DATA frame when there is room, so that a writer that
+// is behind sends few, full frames (and the credit of the saved header is
+// returned).
+func (st *Stream) enqueue(typ frameType, flags uint8, p []byte) error {
+	s := st.sess
+	if typ == frameData {
+		s.wmu.Lock()
+		if n := len(st.sendQ); n > 0 && !st.sendAborted {
+			if t := st.sendQ[n-1]; t.typ == frameData && t.flags == 0 && t.buf != nil &&
+				cap(*t.buf)-len(*t.buf) >= len(p) && len(*t.buf)+len(p) <= maxChunk {
+				*t.buf = append(*t.buf, p...)
+				st.sendWindow += headerSize
+				st.queued += len(p)
+				s.wmu.Unlock()
+				return nil
+			}
+		}
+		s.wmu.Unlock()
+	}
+	f := &outFrame{typ: typ, flags: flags, st: st}
+	if len(p) > 0 || typ == frameMessage {
+		f.buf = getBuf(len(p))
+		copy(*f.buf, p)
+	}
+	s.wmu.Lock()
+	if st.sendAborted {
+		s.wmu.Unlock()
+		putBuf(f.buf)
+		return st.sendErr()
+	}
+	st.sendQ = append(st.sendQ, f)
+	st.queued += f.len()
+	s.markReadyLocked(st)
+	s.wmu.Unlock()
+	s.kickWriter()
+	return nil
+}
+
+// Write writes p as stream data, waiting for credit as needed. It returns
+// the bytes queued before an error (ErrWriteClosed after CloseWrite, the
+// terminal after a reset or session close, ErrDeadlineExceeded).
+func (st *Stream) Write(p []byte) (int, error) {
+	st.wlock.Lock()
+	defer st.wlock.Unlock()
+	total := 0
+	for len(p) > 0 {
+		n, err := st.reserve(len(p))
+		if err != nil {
+			return total, err
+		}
+		if err := st.enqueue(frameData, 0, p[:n]); err != nil {
+			return total, err
+		}
+		p = p[n:]
+		total += n
+	}
+	return total, nil
+}
+
+// WriteMessage sends a role message, split into fragments when it is larger
+// than one frame. It fails with ErrMessageTooLarge (sending nothing) when
+// the encoded message exceeds Config.MaxMessageSize.
+func (st *Stream) WriteMessage(m *iopv1.Envelope) error {
+	size := proto.Size(m)
+	if size > st.sess.cfg.maxMessageSize {
+		return ErrMessageTooLarge
+	}
+	var b []byte
+	var pooled *[]byte
+	if size <= MaxFramePayload {
+		pooled = getBuf(size)
+		b = (*pooled)[:0]
+	}
+	b, err := proto.MarshalOptions{}.MarshalAppend(b, m)
+	if err != nil {
+		putBuf(pooled)
+		return err
+	}
+	defer putBuf(pooled)
+	st.wlock.Lock()
+	defer st.wlock.Unlock()
+	for first := true; first || len(b) > 0; first = false {
+		n, err := st.reserve(len(b))
+		if err != nil {
+			// Fragments already queued would leave the peer inside a
+			// message forever: abort the stream instead.
+			if !first {
+				st.reset(ResetInternal, "message write interrupted")
+			}
+			return err
+		}
+		var flags uint8
+		if n < len(b) {
+			flags = flagMore
+		}
+		if err := st.enqueue(frameMessage, flags, b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// CloseWrite ends this side's direction: the peer reads io.EOF after the
+// data already written. It does not wait for the peer and is idempotent.
+func (st *Stream) CloseWrite() error {
+	st.wlock.Lock()
+	defer st.wlock.Unlock()
+	s := st.sess
+	s.wmu.Lock()
+	if st.finQueued {
+		s.wmu.Unlock()
+		return nil
+	}
+	if st.sendAborted {
+		s.wmu.Unlock()
+		return st.sendErr()
+	}
+	st.finQueued = true
+	if n := len(st.sendQ); n > 0 && st.sendQ[n-1].flags&flagMore == 0 {
+		st.sendQ[n-1].flags |= flagFin
+	} else {
+		st.sendQ = append(st.sendQ, &outFrame{typ: frameData, flags: flagFin, st: st})
+	}
+	s.markReadyLocked(st)
+	s.wmu.Unlock()
+	s.kickWriter()
+	return nil
+}
+
+// StreamStats is a snapshot of one stream's flow-control state.
+type StreamStats struct {
+	// Buffered is received payload (in charged bytes) not yet read; it
+	// never exceeds the stream window.
+	Buffered int
+	// RecvCredit is how much more the peer may send before it must wait.
+	RecvCredit int
+	// SendCredit is how much this side may still send.
+	SendCredit int
+	// QueuedSend is payload queued for the writer.
+	QueuedSend int
+}
+
+// Stats returns the stream's flow-control state.
+func (st *Stream) Stats() StreamStats {
+	st.mu.Lock()
+	buffered := int(st.sess.cfg.streamWindow) - int(st.recvAvail)
+	recv := int(st.recvAvail)
+	st.mu.Unlock()
+	st.sess.wmu.Lock()
+	defer st.sess.wmu.Unlock()
+	return StreamStats{Buffered: buffered, RecvCredit: recv, SendCredit: int(st.sendWindow), QueuedSend: st.queued}
+}

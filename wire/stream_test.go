@@ -1,0 +1,374 @@
+package wire
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/testing/protocmp"
+)
+
+// echo accepts one stream and sends back every message and byte it reads,
+// then ends its direction.
+func echo(t *testing.T, s *Session) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		st, err := s.AcceptStream(ctx(t))
+		if err != nil {
+			done <- err
+			return
+		}
+		buf := make([]byte, 4096)
+		for {
+			n, err := st.Read(buf)
+			if n > 0 {
+				if _, werr := st.Write(buf[:n]); werr != nil {
+					done <- werr
+					return
+				}
+			}
+			switch {
+			case errors.Is(err, ErrMessageNext):
+				m, err := st.ReadMessage(ctx(t))
+				if err != nil {
+					done <- err
+					return
+				}
+				if err := st.WriteMessage(m); err != nil {
+					done <- err
+					return
+				}
+			case err == io.EOF:
+				done <- st.CloseWrite()
+				return
+			case err != nil:
+				done <- err
+				return
+			}
+		}
+	}()
+	return done
+}
+
+func TestOpenDataMessageEndBothDirections(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	for _, dir := range []struct {
+		name         string
+		opener, peer *Session
+	}{{"client-opens", client, server}, {"server-opens", server, client}} {
+		t.Run(dir.name, func(t *testing.T) {
+			done := echo(t, dir.peer)
+			st, err := dir.opener.OpenStream(ctx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := st.ID()%2 == 1; got != dir.opener.IsClient() {
+				t.Errorf("stream id %d has the wrong parity for its opener", st.ID())
+			}
+			if _, err := st.Write([]byte("hello ")); err != nil {
+				t.Fatal(err)
+			}
+			want := errEnv("message in the middle")
+			if err := st.WriteMessage(want); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Write([]byte("world")); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			buf := make([]byte, 3)
+			var gotMsg bool
+			for {
+				n, err := st.Read(buf)
+				got.Write(buf[:n])
+				if errors.Is(err, ErrMessageNext) {
+					m, err := st.ReadMessage(ctx(t))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d := cmp.Diff(want, m, protocmp.Transform()); d != "" {
+						t.Errorf("message (-want +got):\n%s", d)
+					}
+					gotMsg = true
+					continue
+				}
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got.String() != "hello world" || !gotMsg {
+				t.Errorf("echo = %q (message %v), want %q and the message", got.String(), gotMsg, "hello world")
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("echo side: %v", err)
+			}
+			<-st.Done()
+			if err := st.Terminal(); err != nil {
+				t.Errorf("Terminal() = %v, want nil", err)
+			}
+		})
+	}
+	waitOpen(t, client, 0)
+	waitOpen(t, server, 0)
+}
+
+func waitOpen(t *testing.T, s *Session, want int) {
+	t.Helper()
+	eventually(t, func() bool { return s.Stats().StreamsOpen == want }, "streams open = %d, want %d", func() []any { return []any{s.Stats().StreamsOpen, want} })
+}
+
+func TestHalfClose(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	st, err := client.OpenStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Write([]byte("request"))
+	st.CloseWrite()
+	if _, err := st.Write([]byte("more")); !errors.Is(err, ErrWriteClosed) {
+		t.Errorf("Write after CloseWrite = %v, want ErrWriteClosed", err)
+	}
+	ss, err := server.AcceptStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := io.ReadAll(ss)
+	if err != nil || string(req) != "request" {
+		t.Fatalf("server read %q, %v", req, err)
+	}
+	// The server's direction is still open after the client's ended.
+	for i := range 3 {
+		if _, err := ss.Write([]byte{byte('a' + i)}); err != nil {
+			t.Fatalf("server write after client half-close: %v", err)
+		}
+	}
+	select {
+	case <-ss.Done():
+		t.Fatal("stream ended while the server's direction was open")
+	default:
+	}
+	ss.CloseWrite()
+	resp, err := io.ReadAll(st)
+	if err != nil || string(resp) != "abc" {
+		t.Fatalf("client read %q, %v", resp, err)
+	}
+	<-st.Done()
+	<-ss.Done()
+	if st.Terminal() != nil || ss.Terminal() != nil {
+		t.Errorf("terminals %v / %v, want nil", st.Terminal(), ss.Terminal())
+	}
+}
+
+func TestResetFromEitherSide(t *testing.T) {
+	for _, resetter := range []string{"opener", "acceptor"} {
+		t.Run(resetter, func(t *testing.T) {
+			client, server := pair(t, nil, nil)
+			st, _ := client.OpenStream(ctx(t))
+			st.Write([]byte("x"))
+			ss, err := server.AcceptStream(ctx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, b := st, ss
+			if resetter == "acceptor" {
+				a, b = ss, st
+			}
+			a.Reset(ResetCancel)
+			a.Reset(ResetInternal) // idempotent: the first reset is the terminal
+			<-b.Done()
+			var se *StreamError
+			if !errors.As(b.Terminal(), &se) || se.Code != ResetCancel || !se.Remote {
+				t.Fatalf("peer terminal = %v, want remote cancel", b.Terminal())
+			}
+			if !errors.As(a.Terminal(), &se) || se.Code != ResetCancel || se.Remote {
+				t.Fatalf("resetter terminal = %v, want local cancel", a.Terminal())
+			}
+			if _, err := b.Read(make([]byte, 1)); !errors.As(err, &se) {
+				t.Errorf("Read after reset = %v, want *StreamError", err)
+			}
+			if _, err := b.Write([]byte("y")); !errors.Is(err, ErrStreamReset) {
+				t.Errorf("Write after reset = %v, want ErrStreamReset", err)
+			}
+			waitOpen(t, client, 0)
+			waitOpen(t, server, 0)
+		})
+	}
+}
+
+func TestCloseBeforeEOFCancelsPeer(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	st, _ := client.OpenStream(ctx(t))
+	st.Write([]byte("q"))
+	ss, _ := server.AcceptStream(ctx(t))
+	ss.Write(bytes.Repeat([]byte("z"), 1000)) // response the client no longer wants
+	st.Close()
+	<-ss.Done()
+	var se *StreamError
+	if !errors.As(ss.Terminal(), &se) || se.Code != ResetCancel || !se.Remote {
+		t.Fatalf("server terminal = %v, want remote cancel", ss.Terminal())
+	}
+}
+
+func TestUnknownRoleMessageResetsStreamOnly(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	st, _ := client.OpenStream(ctx(t))
+	// An envelope from a newer peer: field 9999 is no body this side knows.
+	raw := protowire.AppendTag(nil, 9999, protowire.BytesType)
+	raw = protowire.AppendBytes(raw, []byte("future"))
+	if _, err := st.reserve(len(raw)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.enqueue(frameMessage, 0, raw); err != nil {
+		t.Fatal(err)
+	}
+	ss, _ := server.AcceptStream(ctx(t))
+	if _, err := ss.ReadMessage(ctx(t)); !errors.Is(err, ErrUnsupportedMessage) {
+		t.Fatalf("ReadMessage = %v, want ErrUnsupportedMessage", err)
+	}
+	<-st.Done()
+	var se *StreamError
+	if !errors.As(st.Terminal(), &se) || se.Code != ResetUnsupported || !se.Remote {
+		t.Fatalf("sender terminal = %v, want remote unsupported", st.Terminal())
+	}
+	// The session is still up.
+	done := echo(t, server)
+	st2, err := client.OpenStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2.Write([]byte("ok"))
+	st2.CloseWrite()
+	if b, err := io.ReadAll(st2); err != nil || string(b) != "ok" {
+		t.Fatalf("after unsupported message: %q %v", b, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if client.Err() != nil || server.Err() != nil {
+		t.Fatalf("session closed: %v / %v", client.Err(), server.Err())
+	}
+}
+
+func TestLargeMessageFragmentsAndLimits(t *testing.T) {
+	client, server := pair(t, nil, &Config{MaxMessageSize: 1 << 20})
+	done := echo(t, server)
+	st, _ := client.OpenStream(ctx(t))
+	big := errEnv(strings.Repeat("0123456789abcdef", (900<<10)/16)) // ~900 KiB: many frames, more than the window
+	if err := st.WriteMessage(big); err != nil {
+		t.Fatal(err)
+	}
+	st.CloseWrite()
+	got, err := st.ReadMessage(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(big, got, protocmp.Transform()); d != "" {
+		t.Fatalf("large message changed (-want +got):\n%.500s", d)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// Over the receiver's limit: the stream is reset, the session stays.
+	st2, _ := client.OpenStream(ctx(t))
+	huge := errEnv(strings.Repeat("x", 2<<20))
+	werr := make(chan error, 1)
+	go func() { werr <- st2.WriteMessage(huge) }()
+	ss2, err := server.AcceptStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ss2.ReadMessage(ctx(t)); err == nil {
+		t.Fatal("ReadMessage of an oversized message succeeded")
+	}
+	<-st2.Done()
+	var se *StreamError
+	if !errors.As(st2.Terminal(), &se) || se.Code != ResetMessageTooLarge || !se.Remote {
+		t.Fatalf("sender terminal = %v, want remote message_too_large", st2.Terminal())
+	}
+	if err := <-werr; !errors.Is(err, ErrStreamReset) {
+		t.Errorf("WriteMessage of an oversized message = %v, want a reset", err)
+	}
+	if server.Err() != nil {
+		t.Fatalf("session closed: %v", server.Err())
+	}
+
+	// Over the sender's own limit: nothing is sent.
+	small, _ := pair(t, &Config{MaxMessageSize: 1024}, nil)
+	st3, _ := small.OpenStream(ctx(t))
+	if err := st3.WriteMessage(errEnv(strings.Repeat("y", 2048))); !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("WriteMessage over own limit = %v, want ErrMessageTooLarge", err)
+	}
+}
+
+// TestResetRaces resets streams from both sides at once, together with
+// data, half-closes and closes, and checks that each side saw exactly one
+// terminal per stream.
+func TestResetRaces(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	const n = 200
+	var wg sync.WaitGroup
+	acceptCtx, stopAccept := context.WithCancel(ctx(t))
+	var acceptor, handlers sync.WaitGroup
+	acceptor.Go(func() {
+		for {
+			// Streams the client reset before they were accepted never
+			// surface here; they still count as terminals.
+			ss, err := server.AcceptStream(acceptCtx)
+			if err != nil {
+				return
+			}
+			handlers.Go(func() {
+				var inner sync.WaitGroup
+				inner.Go(func() { ss.Write([]byte("data")) })
+				inner.Go(func() { ss.Reset(ResetCancel) })
+				inner.Go(func() { ss.CloseWrite() })
+				inner.Wait()
+			})
+		}
+	})
+	for i := range n {
+		st, err := client.OpenStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Write([]byte("go"))
+		wg.Go(func() {
+			var inner sync.WaitGroup
+			inner.Go(func() { st.Reset(ResetCode(1 + i%2)) })
+			inner.Go(func() { st.Reset(ResetCancel) })
+			inner.Go(func() { st.Close() })
+			inner.Go(func() { io.Copy(io.Discard, st) })
+			inner.Wait()
+		})
+	}
+	wg.Wait()
+	for _, s := range []*Session{client, server} {
+		eventually(t, func() bool { return s.Stats().StreamsEnded >= n }, "%d terminals, want %d",
+			func() []any { return []any{s.Stats().StreamsEnded, n} })
+	}
+	stopAccept()
+	acceptor.Wait()
+	handlers.Wait()
+	for _, s := range []*Session{client, server} {
+		// Exactly one terminal per stream: no more than n, and none open.
+		if got := s.Stats(); got.StreamsEnded != n || got.StreamsOpen != 0 {
+			t.Errorf("client=%v: %d terminals and %d open, want %d and 0", s.IsClient(), got.StreamsEnded, got.StreamsOpen, n)
+		}
+	}
+	if client.Err() != nil || server.Err() != nil {
+		t.Fatalf("session closed: %v / %v", client.Err(), server.Err())
+	}
+}

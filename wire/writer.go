@@ -1,0 +1,328 @@
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+// ctrlItem is a queued session frame: OPEN, WINDOW or CONTROL.
+type ctrlItem struct {
+	typ    frameType
+	stream uint64
+	ctl    *iopv1.Control
+	st     *Stream // WINDOW: the stream whose consumed credit to return
+	// peerInduced marks frames the peer made this side queue (heartbeat
+	// responses, refusals); they count against MaxQueuedControl.
+	peerInduced bool
+	// heartbeat marks heartbeat requests and responses, whose delay behind
+	// data is recorded in the stats.
+	heartbeat bool
+	// dataAtQueue is the count of stream frame bytes flushed when it was
+	// queued.
+	dataAtQueue uint64
+}
+
+// outFrame is a queued stream frame: DATA or MESSAGE.
+type outFrame struct {
+	typ   frameType
+	flags uint8
+	buf   *[]byte // nil for an empty DATA frame with FIN
+	st    *Stream
+}
+
+func (f *outFrame) len() int {
+	if f.buf == nil {
+		return 0
+	}
+	return len(*f.buf)
+}
+
+// batchBudget bounds the stream frames written per flush: two full chunks.
+// Control frames queued during a flush therefore wait behind at most two
+// chunks' worth of bytes, whatever the number of busy streams.
+const batchBudget = 2 * (headerSize + maxChunk)
+
+var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, batchBudget+8<<10) }}
+
+// queueControl queues a session frame for the writer. Frames the peer
+// induced are bounded; exceeding the bound closes the session.
+func (s *Session) queueControl(it ctrlItem) {
+	s.wmu.Lock()
+	if s.writerClosing {
+		s.wmu.Unlock()
+		return
+	}
+	if it.peerInduced {
+		if s.peerInduced >= s.cfg.maxQueuedControl {
+			s.wmu.Unlock()
+			s.closeWith(&CloseError{Reason: ReasonControlFlood, Detail: "too many queued control frames"})
+			return
+		}
+		s.peerInduced++
+	}
+	if it.heartbeat {
+		it.dataAtQueue = s.stats.dataBytesFlushed.Load()
+	}
+	s.ctrlQ = append(s.ctrlQ, it)
+	s.wmu.Unlock()
+	s.kickWriter()
+}
+
+func (s *Session) kickWriter() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// markReadyLocked puts st in the round-robin ring if it is not there.
+func (s *Session) markReadyLocked(st *Stream) {
+	if !st.inReady {
+		st.inReady = true
+		s.ready = append(s.ready, st)
+	}
+}
+
+// purge drops a reset stream's queued frames.
+func (s *Session) purge(st *Stream) {
+	s.wmu.Lock()
+	st.sendAborted = true
+	for i, f := range st.sendQ {
+		putBuf(f.buf)
+		st.sendQ[i] = nil
+	}
+	st.sendQ = nil
+	s.wmu.Unlock()
+	st.wakeWriter()
+}
+
+// writeLoop owns the connection's write side and the heartbeat timer.
+func (s *Session) writeLoop() {
+	hb := heartbeat{next: time.Now().Add(s.cfg.heartbeat.Interval)}
+	timer := time.NewTimer(s.cfg.heartbeat.Interval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-s.kick:
+		case <-timer.C:
+			s.heartbeatTick(&hb, timer)
+			continue
+		case <-s.closing:
+			s.finish()
+			return
+		}
+		for {
+			more, err := s.writeBatch()
+			if err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					s.closeWith(&CloseError{Reason: ReasonWriteTimeout, Cause: err})
+				} else {
+					s.closeWith(&CloseError{Reason: ReasonTransportError, Cause: err})
+				}
+				break
+			}
+			if !more {
+				break
+			}
+			select {
+			case <-s.closing:
+			default:
+				continue
+			}
+			break
+		}
+	}
+}
+
+// heartbeat is the writer's heartbeat state: one request outstanding at a
+// time, the wait measured from when it was queued.
+type heartbeat struct {
+	waiting  bool
+	id       uint64
+	queuedAt time.Time
+	next     time.Time
+}
+
+func (s *Session) heartbeatTick(hb *heartbeat, timer *time.Timer) {
+	now := time.Now()
+	prof := s.cfg.heartbeat
+	if hb.waiting {
+		if s.hbAcked.Load() == hb.id {
+			hb.waiting = false
+			s.stats.heartbeatsAcked.Add(1)
+		} else if wait := hb.queuedAt.Add(prof.Timeout).Sub(now); wait > 0 {
+			timer.Reset(wait)
+			return
+		} else {
+			s.closeWith(&CloseError{Reason: ReasonHeartbeatTimeout, Detail: "no heartbeat response within " + prof.Timeout.String()})
+			return
+		}
+	}
+	if wait := hb.next.Sub(now); wait > 0 {
+		timer.Reset(wait)
+		return
+	}
+	hb.id = s.pingSeq.Add(1)
+	hb.queuedAt = now
+	hb.waiting = true
+	hb.next = now.Add(prof.Interval)
+	s.stats.heartbeatsSent.Add(1)
+	s.queueControl(ctrlItem{typ: frameControl, ctl: ctlPing(hb.id), heartbeat: true})
+	timer.Reset(min(prof.Interval, prof.Timeout))
+}
+
+// writeBatch takes every queued control frame and one round-robin turn of
+// stream frames (up to batchBudget bytes), writes them through one buffer
+// and flushes once under the write deadline. It reports whether more work
+// is queued.
+func (s *Session) writeBatch() (more bool, err error) {
+	s.wmu.Lock()
+	if s.writerClosing {
+		s.wmu.Unlock()
+		return false, nil
+	}
+	ctrl := s.ctrlQ
+	s.ctrlQ = nil
+	induced := 0
+	for i := range ctrl {
+		if ctrl[i].peerInduced {
+			induced++
+		}
+		if ctrl[i].typ == frameWindow {
+			ctrl[i].st.wuQueued = false
+		}
+	}
+	s.peerInduced -= induced
+	var frames []*outFrame
+	taken := 0
+	for s.readyHead < len(s.ready) && taken < batchBudget {
+		st := s.ready[s.readyHead]
+		s.ready[s.readyHead] = nil
+		s.readyHead++
+		if len(st.sendQ) == 0 {
+			st.inReady = false
+			continue
+		}
+		f := st.sendQ[0]
+		if taken > 0 && taken+headerSize+f.len() > batchBudget {
+			// Next batch; st keeps its place at the head of the ring.
+			s.readyHead--
+			s.ready[s.readyHead] = st
+			break
+		}
+		st.sendQ[0] = nil
+		st.sendQ = st.sendQ[1:]
+		st.queued -= f.len()
+		frames = append(frames, f)
+		taken += headerSize + f.len()
+		if len(st.sendQ) > 0 {
+			s.ready = append(s.ready, st)
+		} else {
+			st.inReady = false
+			st.sendQ = nil
+		}
+	}
+	if s.readyHead == len(s.ready) {
+		s.ready = s.ready[:0]
+		s.readyHead = 0
+	} else if s.readyHead >= 64 && s.readyHead*2 >= len(s.ready) {
+		n := copy(s.ready, s.ready[s.readyHead:])
+		clear(s.ready[n:])
+		s.ready = s.ready[:n]
+		s.readyHead = 0
+	}
+	more = len(s.ready) > 0 || len(s.ctrlQ) > 0
+	if len(ctrl) == 0 && len(frames) == 0 {
+		s.wmu.Unlock()
+		return more, nil
+	}
+	s.conn.SetWriteDeadline(time.Now().Add(s.cfg.writeTimeout))
+	s.wmu.Unlock()
+
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(s.conn)
+	defer func() {
+		bw.Reset(nil)
+		writerPool.Put(bw)
+	}()
+	var hb [headerSize]byte
+	var scratch [maxControlPayload + headerSize]byte
+	dataBefore := s.stats.dataBytesFlushed.Load()
+	for i := range ctrl {
+		it := &ctrl[i]
+		var b []byte
+		switch it.typ {
+		case frameOpen:
+			header{typ: frameOpen, stream: it.stream}.encode(hb[:])
+			b = hb[:]
+		case frameWindow:
+			inc := it.st.takeCredit()
+			if inc == 0 {
+				continue
+			}
+			header{length: 4, typ: frameWindow, stream: it.st.id}.encode(scratch[:])
+			binary.BigEndian.PutUint32(scratch[headerSize:], inc)
+			b = scratch[:headerSize+4]
+		case frameControl:
+			b = encodeControl(scratch[:0], it.stream, it.ctl)
+			if it.heartbeat {
+				s.stats.noteHeartbeatAhead(dataBefore - it.dataAtQueue)
+			}
+			if it.ctl.GetStreamReset() != nil {
+				s.stats.resetsSent.Add(1)
+			}
+		}
+		bw.Write(b)
+		s.stats.framesSent.Add(1)
+		s.stats.bytesSent.Add(uint64(len(b)))
+	}
+	for _, f := range frames {
+		header{length: uint32(f.len()), typ: f.typ, flags: f.flags, stream: f.st.id}.encode(hb[:])
+		bw.Write(hb[:])
+		if f.buf != nil {
+			bw.Write(*f.buf)
+		}
+		s.stats.framesSent.Add(1)
+		s.stats.bytesSent.Add(uint64(headerSize + f.len()))
+	}
+	err = bw.Flush()
+	s.stats.flushes.Add(1)
+	s.stats.dataBytesFlushed.Add(uint64(taken))
+	for _, f := range frames {
+		putBuf(f.buf)
+		f.buf = nil
+		if err == nil && f.flags&flagFin != 0 {
+			f.st.finWritten()
+		}
+	}
+	return more, err
+}
+
+// finish is the writer's last act: for a local close it sends the reason,
+// half-closes, and waits (bounded by CloseLinger) for the peer to close its
+// side; then it closes the connection.
+func (s *Session) finish() {
+	e := s.closeErr // set before closing was closed
+	if !e.Remote && e.Reason != ReasonTransportError && e.Reason != ReasonWriteTimeout {
+		var scratch [maxControlPayload + headerSize]byte
+		if _, err := s.conn.Write(encodeControl(scratch[:0], 0, ctlClose(e.Reason, e.Detail))); err == nil {
+			if cw, ok := s.conn.(interface{ CloseWrite() error }); ok {
+				cw.CloseWrite()
+			}
+			s.conn.SetReadDeadline(time.Now().Add(s.cfg.closeLinger))
+			t := time.NewTimer(s.cfg.closeLinger)
+			select {
+			case <-s.readerDone:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+	s.conn.Close()
+}
