@@ -21,9 +21,8 @@ const (
 
 // Defaults applied when a Config field is zero.
 const (
-	DefaultStreamWindow     = 256 << 10
+	DefaultStreamWindow     = 512 << 10
 	DefaultMaxStreams       = 1024
-	DefaultAcceptBacklog    = 256
 	DefaultMaxMessageSize   = 16 << 20
 	DefaultWriteTimeout     = 15 * time.Second
 	DefaultHandshakeTimeout = 10 * time.Second
@@ -58,7 +57,8 @@ type Config struct {
 	// reset with ResetRefused. Zero means DefaultMaxStreams.
 	MaxStreams int
 	// AcceptBacklog is how many opened streams may wait for AcceptStream;
-	// more are reset with ResetRefused. Zero means DefaultAcceptBacklog.
+	// more are reset with ResetRefused. Zero means MaxStreams: every stream
+	// the peer may open may also wait to be accepted.
 	AcceptBacklog int
 	// MaxMessageSize bounds one received role message after reassembly.
 	// Zero means DefaultMaxMessageSize.
@@ -148,7 +148,7 @@ func (c *Config) settings() settings {
 	s := settings{
 		streamWindow:     uint32(orDefault(c.StreamWindow, DefaultStreamWindow)),
 		maxStreams:       orDefault(c.MaxStreams, DefaultMaxStreams),
-		acceptBacklog:    orDefault(c.AcceptBacklog, DefaultAcceptBacklog),
+		acceptBacklog:    c.AcceptBacklog,
 		maxMessageSize:   orDefault(c.MaxMessageSize, DefaultMaxMessageSize),
 		writeTimeout:     orDefault(c.WriteTimeout, DefaultWriteTimeout),
 		handshakeTimeout: orDefault(c.HandshakeTimeout, DefaultHandshakeTimeout),
@@ -158,6 +158,9 @@ func (c *Config) settings() settings {
 		closeLinger:      orDefault(c.CloseLinger, DefaultCloseLinger),
 		heartbeat:        HeartbeatProfile{Interval: DefaultHeartbeatInterval, Timeout: DefaultHeartbeatTimeout},
 		logger:           c.Logger,
+	}
+	if s.acceptBacklog == 0 {
+		s.acceptBacklog = s.maxStreams
 	}
 	if c.TestHeartbeat != nil {
 		s.heartbeat = *c.TestHeartbeat

@@ -26,7 +26,9 @@ const (
 	MaxFramePayload = 64 << 10
 
 	// maxChunk is the largest DATA or MESSAGE fragment a sender produces; the
-	// writer sends one chunk per stream per round-robin turn.
+	// writer sends one chunk per stream per round-robin turn. It matches the
+	// 32 KiB writes of io.Copy, so that a copied stream is one frame per
+	// write.
 	maxChunk = 32 << 10
 
 	// maxControlPayload bounds a CONTROL frame; control messages are small

@@ -30,6 +30,7 @@ type Session struct {
 	br     *bufio.Reader
 	cfg    settings
 	client bool
+	writev bool // conn takes net.Buffers as one writev
 	log    hclog.Logger
 
 	peerWindow     uint32
@@ -48,7 +49,8 @@ type Session struct {
 	drained     chan struct{}
 	closeErr    *CloseError
 
-	acceptCh chan *Stream
+	acceptQ    []*Stream // guarded by mu; at most acceptBacklog
+	acceptWake chan struct{}
 	openSem  chan struct{}
 
 	// wmu guards the writer's queues and every stream's send state.
@@ -107,7 +109,7 @@ func newSession(ctx context.Context, conn net.Conn, cfg *Config, client bool) (*
 		client:     client,
 		log:        set.logger,
 		streams:    make(map[uint64]*Stream),
-		acceptCh:   make(chan *Stream, set.acceptBacklog),
+		acceptWake: make(chan struct{}, 1),
 		kick:       make(chan struct{}, 1),
 		pings:      make(map[uint64]chan struct{}),
 		closing:    make(chan struct{}),
@@ -117,6 +119,7 @@ func newSession(ctx context.Context, conn net.Conn, cfg *Config, client bool) (*
 		resetLast:  time.Now(),
 	}
 	s.resetTokens = set.resetBurst
+	_, s.writev = conn.(*net.TCPConn)
 	if client {
 		s.nextLocal = 1
 	} else {
@@ -329,14 +332,27 @@ func (s *Session) OpenStream(ctx context.Context) (*Stream, error) {
 // ends or the session closes.
 func (s *Session) AcceptStream(ctx context.Context) (*Stream, error) {
 	for {
-		select {
-		case st := <-s.acceptCh:
+		s.mu.Lock()
+		for len(s.acceptQ) > 0 {
+			st := s.acceptQ[0]
+			s.acceptQ[0] = nil
+			s.acceptQ = s.acceptQ[1:]
+			if len(s.acceptQ) == 0 {
+				s.acceptQ = nil
+			} else {
+				signal(s.acceptWake) // another waiter may take the next one
+			}
 			if st.isTerminated() {
 				// Reset by the peer before anyone saw it: it never ran.
 				continue
 			}
+			s.mu.Unlock()
 			s.stats.streamsAccepted.Add(1)
 			return st, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.acceptWake:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-s.closing:
@@ -635,15 +651,14 @@ func (s *Session) handleOpen(id uint64) error {
 		refuse = "going away"
 	case s.peerActive >= s.cfg.maxStreams:
 		refuse = "stream limit"
+	case len(s.acceptQ) >= s.cfg.acceptBacklog:
+		refuse = "accept backlog full"
 	default:
 		st := newStream(s, id, false)
-		select {
-		case s.acceptCh <- st:
-			s.streams[id] = st
-			s.peerActive++
-		default:
-			refuse = "accept backlog full"
-		}
+		s.acceptQ = append(s.acceptQ, st)
+		s.streams[id] = st
+		s.peerActive++
+		signal(s.acceptWake)
 	}
 	s.mu.Unlock()
 	if refuse != "" {
@@ -701,10 +716,13 @@ func (s *Session) handleControl(stream uint64, payload []byte) error {
 		s.closeWith(&CloseError{Reason: CloseReason(b.SessionClose.GetReason()), Remote: true, Detail: b.SessionClose.GetDetail()})
 		return errClosing
 	case *iopv1.Control_StreamReset:
-		if !s.takeResetToken() {
+		s.stats.resetsRecv.Add(1)
+		// Rapid reset is the peer opening streams for this side to serve
+		// and resetting them at once; a peer refusing or cancelling this
+		// side's own streams costs nothing here and is not limited.
+		if !s.isLocalID(stream) && !s.takeResetToken() {
 			return protoErr(ReasonResetFlood, "more than %.0f stream resets per second", s.cfg.resetRate)
 		}
-		s.stats.resetsRecv.Add(1)
 		st, err := s.lookup(stream)
 		if err != nil || st == nil {
 			return err

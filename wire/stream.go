@@ -531,7 +531,7 @@ func (st *Stream) enqueue(typ frameType, flags uint8, p []byte) error {
 		s.wmu.Lock()
 		if n := len(st.sendQ); n > 0 && !st.sendAborted {
 			if t := st.sendQ[n-1]; t.typ == frameData && t.flags == 0 && t.buf != nil &&
-				cap(*t.buf)-len(*t.buf) >= len(p) && len(*t.buf)+len(p) <= maxChunk {
+				cap(*t.buf)-len(*t.buf) >= len(p) && t.len()+len(p) <= maxChunk {
 				*t.buf = append(*t.buf, p...)
 				st.sendWindow += headerSize
 				st.queued += len(p)
@@ -543,8 +543,8 @@ func (st *Stream) enqueue(typ frameType, flags uint8, p []byte) error {
 	}
 	f := &outFrame{typ: typ, flags: flags, st: st}
 	if len(p) > 0 || typ == frameMessage {
-		f.buf = getBuf(len(p))
-		copy(*f.buf, p)
+		f.buf = getBuf(headerSize + len(p))
+		copy((*f.buf)[headerSize:], p)
 	}
 	s.wmu.Lock()
 	if st.sendAborted {

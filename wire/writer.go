@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -28,7 +29,9 @@ type ctrlItem struct {
 	dataAtQueue uint64
 }
 
-// outFrame is a queued stream frame: DATA or MESSAGE.
+// outFrame is a queued stream frame: DATA or MESSAGE. Its buffer holds the
+// whole frame, headerSize bytes of room for the header (filled in by the
+// writer) and then the payload, so that a large frame leaves in one piece.
 type outFrame struct {
 	typ   frameType
 	flags uint8
@@ -36,11 +39,12 @@ type outFrame struct {
 	st    *Stream
 }
 
+// len returns the payload length.
 func (f *outFrame) len() int {
 	if f.buf == nil {
 		return 0
 	}
-	return len(*f.buf)
+	return len(*f.buf) - headerSize
 }
 
 // batchBudget bounds the stream frames written per flush: two full chunks.
@@ -48,7 +52,102 @@ func (f *outFrame) len() int {
 // chunks' worth of bytes, whatever the number of busy streams.
 const batchBudget = 2 * (headerSize + maxChunk)
 
+// sink assembles one batch. Small pieces (headers, control frames, small
+// payloads) are copied into one scratch buffer; large payloads are
+// referenced where they are. On a TCP connection the batch leaves in one
+// writev with no further copy; on other connections (TLS, pipes) it is
+// copied into one buffer and written once, never one Write per frame.
+type sink struct {
+	scratch  *[]byte
+	buf      []byte
+	segStart int
+	vec      net.Buffers
+	size     int
+	writev   bool
+}
+
+// largePayload is the smallest payload worth a separate iovec.
+const largePayload = 4 << 10
+
+var scratchPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, 16<<10)
+	return &b
+}}
+
+func (s *Session) newSink() *sink {
+	sc := scratchPool.Get().(*[]byte)
+	return &sink{scratch: sc, buf: (*sc)[:0], writev: s.writev}
+}
+
+func (o *sink) len() int { return o.size }
+
+func (o *sink) header(h header) {
+	var b [headerSize]byte
+	h.encode(b[:])
+	o.small(b[:])
+}
+
+func (o *sink) small(p []byte) {
+	o.buf = append(o.buf, p...)
+	o.size += len(p)
+}
+
+func (o *sink) control(stream uint64, c *iopv1.Control) {
+	n := len(o.buf)
+	o.buf = encodeControl(o.buf, stream, c)
+	o.size += len(o.buf) - n
+}
+
+// frame adds a whole frame (header and payload): small ones are copied,
+// large ones referenced.
+func (o *sink) frame(p []byte) {
+	if len(p) < largePayload {
+		o.small(p)
+		return
+	}
+	o.cut()
+	o.vec = append(o.vec, p)
+	o.size += len(p)
+}
+
+// cut ends the current scratch segment. Appends after a cut may move buf,
+// but earlier segments keep pointing at bytes that no longer change.
+func (o *sink) cut() {
+	if len(o.buf) > o.segStart {
+		o.vec = append(o.vec, o.buf[o.segStart:])
+		o.segStart = len(o.buf)
+	}
+}
+
+// flush writes the batch: one writev on TCP; on other connections (TLS,
+// pipes) one Write of the batch gathered into one buffer.
+func (o *sink) flush(conn net.Conn) error {
+	o.cut()
+	if o.writev || len(o.vec) == 1 {
+		_, err := o.vec.WriteTo(conn)
+		return err
+	}
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(conn)
+	for _, b := range o.vec {
+		bw.Write(b)
+	}
+	err := bw.Flush()
+	bw.Reset(nil)
+	writerPool.Put(bw)
+	return err
+}
+
 var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, batchBudget+8<<10) }}
+
+func (o *sink) release() {
+	if cap(o.buf) <= 64<<10 {
+		*o.scratch = o.buf[:0]
+		scratchPool.Put(o.scratch)
+	}
+	clear(o.vec)
+	*o = sink{}
+}
 
 // queueControl queues a session frame for the writer. Frames the peer
 // induced are bounded; exceeding the bound closes the session.
@@ -245,32 +344,24 @@ func (s *Session) writeBatch() (more bool, err error) {
 	s.conn.SetWriteDeadline(time.Now().Add(s.cfg.writeTimeout))
 	s.wmu.Unlock()
 
-	bw := writerPool.Get().(*bufio.Writer)
-	bw.Reset(s.conn)
-	defer func() {
-		bw.Reset(nil)
-		writerPool.Put(bw)
-	}()
-	var hb [headerSize]byte
-	var scratch [maxControlPayload + headerSize]byte
+	out := s.newSink()
+	defer out.release()
 	dataBefore := s.stats.dataBytesFlushed.Load()
 	for i := range ctrl {
 		it := &ctrl[i]
-		var b []byte
+		n := out.len()
 		switch it.typ {
 		case frameOpen:
-			header{typ: frameOpen, stream: it.stream}.encode(hb[:])
-			b = hb[:]
+			out.header(header{typ: frameOpen, stream: it.stream})
 		case frameWindow:
 			inc := it.st.takeCredit()
 			if inc == 0 {
 				continue
 			}
-			header{length: 4, typ: frameWindow, stream: it.st.id}.encode(scratch[:])
-			binary.BigEndian.PutUint32(scratch[headerSize:], inc)
-			b = scratch[:headerSize+4]
+			out.header(header{length: 4, typ: frameWindow, stream: it.st.id})
+			out.small(binary.BigEndian.AppendUint32(nil, inc))
 		case frameControl:
-			b = encodeControl(scratch[:0], it.stream, it.ctl)
+			out.control(it.stream, it.ctl)
 			if it.heartbeat {
 				s.stats.noteHeartbeatAhead(dataBefore - it.dataAtQueue)
 			}
@@ -278,20 +369,21 @@ func (s *Session) writeBatch() (more bool, err error) {
 				s.stats.resetsSent.Add(1)
 			}
 		}
-		bw.Write(b)
 		s.stats.framesSent.Add(1)
-		s.stats.bytesSent.Add(uint64(len(b)))
+		s.stats.bytesSent.Add(uint64(out.len() - n))
 	}
 	for _, f := range frames {
-		header{length: uint32(f.len()), typ: f.typ, flags: f.flags, stream: f.st.id}.encode(hb[:])
-		bw.Write(hb[:])
-		if f.buf != nil {
-			bw.Write(*f.buf)
+		h := header{length: uint32(f.len()), typ: f.typ, flags: f.flags, stream: f.st.id}
+		if f.buf == nil {
+			out.header(h)
+		} else {
+			h.encode(*f.buf)
+			out.frame(*f.buf)
 		}
 		s.stats.framesSent.Add(1)
 		s.stats.bytesSent.Add(uint64(headerSize + f.len()))
 	}
-	err = bw.Flush()
+	err = out.flush(s.conn)
 	s.stats.flushes.Add(1)
 	s.stats.dataBytesFlushed.Add(uint64(taken))
 	for _, f := range frames {
