@@ -3,7 +3,6 @@ package wire
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -68,13 +67,13 @@ func tlsConfigs(b testing.TB) (client, server *tls.Config) {
 func sessionsOver(b *testing.B, c, s net.Conn) (*Session, *Session) {
 	ch := make(chan *Session, 1)
 	go func() {
-		ss, err := Server(s, benchCfg)
+		ss, err := Server(s, nil)
 		if err != nil {
 			b.Error(err)
 		}
 		ch <- ss
 	}()
-	cs, err := Client(c, benchCfg)
+	cs, err := Client(c, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -306,12 +305,3 @@ func inuse() uint64 {
 	runtime.ReadMemStats(&ms)
 	return ms.HeapInuse + ms.StackInuse
 }
-
-func ExampleStats() {
-	// Stats are cheap snapshots for logs and metrics.
-	var s Stats
-	fmt.Println(s.StreamsOpen, s.MaxBytesAheadOfHeartbeat)
-	// Output: 0 0
-}
-
-var benchCfg *Config // defaults: the figures are what users get

@@ -51,7 +51,7 @@ type Session struct {
 
 	acceptQ    []*Stream // guarded by mu; at most acceptBacklog
 	acceptWake chan struct{}
-	openSem  chan struct{}
+	openSem    chan struct{}
 
 	// wmu guards the writer's queues and every stream's send state.
 	wmu           sync.Mutex
