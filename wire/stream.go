@@ -24,7 +24,9 @@ import (
 // the session's *CloseError.
 //
 // A Stream is safe for concurrent use; concurrent writers are serialized so
-// that a message is never interleaved with other data.
+// that a message is never interleaved with other data. Reads are meant for
+// one goroutine at a time: the order of items is the stream's, and two
+// readers would split it arbitrarily.
 type Stream struct {
 	sess  *Session
 	id    uint64

@@ -231,6 +231,10 @@ func (s *Session) writeLoop() {
 			}
 			select {
 			case <-s.closing:
+			case <-timer.C:
+				// A writer kept busy by bulk data still sends heartbeats.
+				s.heartbeatTick(&hb, timer)
+				continue
 			default:
 				continue
 			}
