@@ -1,16 +1,21 @@
 // Package execution holds the host-neutral primitives every provider adapter
 // and both ends of a run share: the Provider interface and its optional
-// capability interfaces (raw HTTP tunnel, closed commands), provider
-// descriptions (id, adapter kind, category, models, capacity), a Node's
-// provider registry, run requests, the ordered run event stream (started,
-// output delta, tool call, usage, completed, failed), typed failure classes
-// and usage.
+// capability interfaces (HealthChecker, Tunneler, Commander), provider
+// descriptions (Info: id, adapter kind, category, models, capacity), a
+// Node's provider Registry, run requests, the ordered run event stream
+// (started, output delta, tool call, usage, completed, failed), typed
+// failure classes and usage.
 //
-// It owns the cancellation rule: a run ends only on caller cancel, its hard
-// deadline, a provider terminal, or a transport disconnect. Output silence
-// is never a terminal.
+// # Terminals
+//
+// A run ends in exactly one terminal event, Completed or Failed, and only
+// for one of four reasons: the caller cancelled, the hard deadline passed,
+// the provider finished (or failed), or the transport to the Node ended.
+// Output silence is never a terminal: a long prefill is a normal run. The
+// host (the Node runtime) emits Started and the terminal; a Provider only
+// emits what lies between, which makes the single terminal structural.
 //
 // It must never import a role package (node, edge, controlplane), never
 // perform network I/O of its own, and never hold a credential beyond the
-// call that uses it. Its types are filled in by step [S2].
+// call that uses it.
 package execution

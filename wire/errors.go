@@ -28,6 +28,8 @@ const (
 	ReasonHandshakeTimeout = CloseReason(iopv1.CloseReason_CLOSE_REASON_HANDSHAKE_TIMEOUT)
 	ReasonTransportError   = CloseReason(iopv1.CloseReason_CLOSE_REASON_TRANSPORT_ERROR)
 	ReasonInternal         = CloseReason(iopv1.CloseReason_CLOSE_REASON_INTERNAL)
+	ReasonSuperseded       = CloseReason(iopv1.CloseReason_CLOSE_REASON_SUPERSEDED)
+	ReasonRejected         = CloseReason(iopv1.CloseReason_CLOSE_REASON_REJECTED)
 )
 
 // String returns the reason's short snake_case name, as used in logs and
@@ -60,6 +62,10 @@ func (r CloseReason) String() string {
 		return "transport_error"
 	case ReasonInternal:
 		return "internal"
+	case ReasonSuperseded:
+		return "superseded"
+	case ReasonRejected:
+		return "rejected"
 	}
 	return fmt.Sprintf("close_reason_%d", int32(r))
 }

@@ -69,6 +69,8 @@ type Session struct {
 	pingSent atomic.Uint64
 
 	closing    chan struct{}
+	ctx        context.Context
+	cancelCtx  context.CancelCauseFunc
 	goAwayCh   chan struct{}
 	readerDone chan struct{}
 	wg         sync.WaitGroup
@@ -119,6 +121,7 @@ func newSession(ctx context.Context, conn net.Conn, cfg *Config, client bool) (*
 		resetLast:  time.Now(),
 	}
 	s.resetTokens = set.resetBurst
+	s.ctx, s.cancelCtx = context.WithCancelCause(context.Background())
 	_, s.writev = conn.(*net.TCPConn)
 	if client {
 		s.nextLocal = 1
@@ -127,6 +130,7 @@ func newSession(ctx context.Context, conn net.Conn, cfg *Config, client bool) (*
 	}
 	if err := s.handshake(ctx); err != nil {
 		conn.Close()
+		s.cancelCtx(err)
 		return nil, err
 	}
 	s.openSem = make(chan struct{}, s.peerMaxStreams)
@@ -272,6 +276,11 @@ func (s *Session) ConnectionState() (tls.ConnectionState, bool) {
 
 // Done is closed when the session begins to close; Err then says why.
 func (s *Session) Done() <-chan struct{} { return s.closing }
+
+// Context returns a context that ends when the session begins to close,
+// with the *CloseError as its cause: work bound to the connection can
+// derive from it.
+func (s *Session) Context() context.Context { return s.ctx }
 
 // Err returns nil while the session runs, then the *CloseError that ended it.
 func (s *Session) Err() error {
@@ -480,6 +489,7 @@ func (s *Session) closeWith(e *CloseError) {
 	}
 	s.wmu.Unlock()
 	close(s.closing)
+	s.cancelCtx(e)
 
 	for _, st := range streams {
 		st.terminate(e)

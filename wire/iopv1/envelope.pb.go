@@ -104,6 +104,18 @@ type Envelope struct {
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Envelope_Error
+	//	*Envelope_RegisterRequest
+	//	*Envelope_RegisterResponse
+	//	*Envelope_NodeReadyRequest
+	//	*Envelope_NodeReadyResponse
+	//	*Envelope_ConfigUpdate
+	//	*Envelope_ConfigUpdateAck
+	//	*Envelope_ProviderSnapshotUpdate
+	//	*Envelope_RunRequest
+	//	*Envelope_RunEvent
+	//	*Envelope_CancelRun
+	//	*Envelope_NodeCommandRequest
+	//	*Envelope_NodeCommandResult
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -155,6 +167,114 @@ func (x *Envelope) GetError() *Error {
 	return nil
 }
 
+func (x *Envelope) GetRegisterRequest() *RegisterRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_RegisterRequest); ok {
+			return x.RegisterRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRegisterResponse() *RegisterResponse {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_RegisterResponse); ok {
+			return x.RegisterResponse
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetNodeReadyRequest() *NodeReadyRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_NodeReadyRequest); ok {
+			return x.NodeReadyRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetNodeReadyResponse() *NodeReadyResponse {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_NodeReadyResponse); ok {
+			return x.NodeReadyResponse
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetConfigUpdate() *ConfigUpdate {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_ConfigUpdate); ok {
+			return x.ConfigUpdate
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetConfigUpdateAck() *ConfigUpdateAck {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_ConfigUpdateAck); ok {
+			return x.ConfigUpdateAck
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetProviderSnapshotUpdate() *ProviderSnapshotUpdate {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_ProviderSnapshotUpdate); ok {
+			return x.ProviderSnapshotUpdate
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRunRequest() *RunRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_RunRequest); ok {
+			return x.RunRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRunEvent() *RunEvent {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_RunEvent); ok {
+			return x.RunEvent
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetCancelRun() *CancelRun {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_CancelRun); ok {
+			return x.CancelRun
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetNodeCommandRequest() *NodeCommandRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_NodeCommandRequest); ok {
+			return x.NodeCommandRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetNodeCommandResult() *NodeCommandResult {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_NodeCommandResult); ok {
+			return x.NodeCommandResult
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -164,7 +284,80 @@ type Envelope_Error struct {
 	Error *Error `protobuf:"bytes,1,opt,name=error,proto3,oneof"`
 }
 
+type Envelope_RegisterRequest struct {
+	// 100-299: Node <-> Edge (node.proto).
+	RegisterRequest *RegisterRequest `protobuf:"bytes,100,opt,name=register_request,json=registerRequest,proto3,oneof"`
+}
+
+type Envelope_RegisterResponse struct {
+	RegisterResponse *RegisterResponse `protobuf:"bytes,101,opt,name=register_response,json=registerResponse,proto3,oneof"`
+}
+
+type Envelope_NodeReadyRequest struct {
+	NodeReadyRequest *NodeReadyRequest `protobuf:"bytes,102,opt,name=node_ready_request,json=nodeReadyRequest,proto3,oneof"`
+}
+
+type Envelope_NodeReadyResponse struct {
+	NodeReadyResponse *NodeReadyResponse `protobuf:"bytes,103,opt,name=node_ready_response,json=nodeReadyResponse,proto3,oneof"`
+}
+
+type Envelope_ConfigUpdate struct {
+	ConfigUpdate *ConfigUpdate `protobuf:"bytes,104,opt,name=config_update,json=configUpdate,proto3,oneof"`
+}
+
+type Envelope_ConfigUpdateAck struct {
+	ConfigUpdateAck *ConfigUpdateAck `protobuf:"bytes,105,opt,name=config_update_ack,json=configUpdateAck,proto3,oneof"`
+}
+
+type Envelope_ProviderSnapshotUpdate struct {
+	ProviderSnapshotUpdate *ProviderSnapshotUpdate `protobuf:"bytes,106,opt,name=provider_snapshot_update,json=providerSnapshotUpdate,proto3,oneof"`
+}
+
+type Envelope_RunRequest struct {
+	RunRequest *RunRequest `protobuf:"bytes,110,opt,name=run_request,json=runRequest,proto3,oneof"`
+}
+
+type Envelope_RunEvent struct {
+	RunEvent *RunEvent `protobuf:"bytes,111,opt,name=run_event,json=runEvent,proto3,oneof"`
+}
+
+type Envelope_CancelRun struct {
+	CancelRun *CancelRun `protobuf:"bytes,112,opt,name=cancel_run,json=cancelRun,proto3,oneof"`
+}
+
+type Envelope_NodeCommandRequest struct {
+	NodeCommandRequest *NodeCommandRequest `protobuf:"bytes,120,opt,name=node_command_request,json=nodeCommandRequest,proto3,oneof"`
+}
+
+type Envelope_NodeCommandResult struct {
+	NodeCommandResult *NodeCommandResult `protobuf:"bytes,121,opt,name=node_command_result,json=nodeCommandResult,proto3,oneof"`
+}
+
 func (*Envelope_Error) isEnvelope_Body() {}
+
+func (*Envelope_RegisterRequest) isEnvelope_Body() {}
+
+func (*Envelope_RegisterResponse) isEnvelope_Body() {}
+
+func (*Envelope_NodeReadyRequest) isEnvelope_Body() {}
+
+func (*Envelope_NodeReadyResponse) isEnvelope_Body() {}
+
+func (*Envelope_ConfigUpdate) isEnvelope_Body() {}
+
+func (*Envelope_ConfigUpdateAck) isEnvelope_Body() {}
+
+func (*Envelope_ProviderSnapshotUpdate) isEnvelope_Body() {}
+
+func (*Envelope_RunRequest) isEnvelope_Body() {}
+
+func (*Envelope_RunEvent) isEnvelope_Body() {}
+
+func (*Envelope_CancelRun) isEnvelope_Body() {}
+
+func (*Envelope_NodeCommandRequest) isEnvelope_Body() {}
+
+func (*Envelope_NodeCommandResult) isEnvelope_Body() {}
 
 // Error answers a request on a stream that cannot be served at all, in place
 // of the reply the request expected. Role-specific failures with richer
@@ -226,9 +419,23 @@ var File_iop_v1_envelope_proto protoreflect.FileDescriptor
 
 const file_iop_v1_envelope_proto_rawDesc = "" +
 	"\n" +
-	"\x15iop/v1/envelope.proto\x12\x06iop.v1\"9\n" +
+	"\x15iop/v1/envelope.proto\x12\x06iop.v1\x1a\x11iop/v1/node.proto\"\xf8\x06\n" +
 	"\bEnvelope\x12%\n" +
-	"\x05error\x18\x01 \x01(\v2\r.iop.v1.ErrorH\x00R\x05errorB\x06\n" +
+	"\x05error\x18\x01 \x01(\v2\r.iop.v1.ErrorH\x00R\x05error\x12D\n" +
+	"\x10register_request\x18d \x01(\v2\x17.iop.v1.RegisterRequestH\x00R\x0fregisterRequest\x12G\n" +
+	"\x11register_response\x18e \x01(\v2\x18.iop.v1.RegisterResponseH\x00R\x10registerResponse\x12H\n" +
+	"\x12node_ready_request\x18f \x01(\v2\x18.iop.v1.NodeReadyRequestH\x00R\x10nodeReadyRequest\x12K\n" +
+	"\x13node_ready_response\x18g \x01(\v2\x19.iop.v1.NodeReadyResponseH\x00R\x11nodeReadyResponse\x12;\n" +
+	"\rconfig_update\x18h \x01(\v2\x14.iop.v1.ConfigUpdateH\x00R\fconfigUpdate\x12E\n" +
+	"\x11config_update_ack\x18i \x01(\v2\x17.iop.v1.ConfigUpdateAckH\x00R\x0fconfigUpdateAck\x12Z\n" +
+	"\x18provider_snapshot_update\x18j \x01(\v2\x1e.iop.v1.ProviderSnapshotUpdateH\x00R\x16providerSnapshotUpdate\x125\n" +
+	"\vrun_request\x18n \x01(\v2\x12.iop.v1.RunRequestH\x00R\n" +
+	"runRequest\x12/\n" +
+	"\trun_event\x18o \x01(\v2\x10.iop.v1.RunEventH\x00R\brunEvent\x122\n" +
+	"\n" +
+	"cancel_run\x18p \x01(\v2\x11.iop.v1.CancelRunH\x00R\tcancelRun\x12N\n" +
+	"\x14node_command_request\x18x \x01(\v2\x1a.iop.v1.NodeCommandRequestH\x00R\x12nodeCommandRequest\x12K\n" +
+	"\x13node_command_result\x18y \x01(\v2\x19.iop.v1.NodeCommandResultH\x00R\x11nodeCommandResultB\x06\n" +
 	"\x04body\"H\n" +
 	"\x05Error\x12%\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x11.iop.v1.ErrorCodeR\x04code\x12\x18\n" +
@@ -259,18 +466,42 @@ func file_iop_v1_envelope_proto_rawDescGZIP() []byte {
 var file_iop_v1_envelope_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_iop_v1_envelope_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_iop_v1_envelope_proto_goTypes = []any{
-	(ErrorCode)(0),   // 0: iop.v1.ErrorCode
-	(*Envelope)(nil), // 1: iop.v1.Envelope
-	(*Error)(nil),    // 2: iop.v1.Error
+	(ErrorCode)(0),                 // 0: iop.v1.ErrorCode
+	(*Envelope)(nil),               // 1: iop.v1.Envelope
+	(*Error)(nil),                  // 2: iop.v1.Error
+	(*RegisterRequest)(nil),        // 3: iop.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 4: iop.v1.RegisterResponse
+	(*NodeReadyRequest)(nil),       // 5: iop.v1.NodeReadyRequest
+	(*NodeReadyResponse)(nil),      // 6: iop.v1.NodeReadyResponse
+	(*ConfigUpdate)(nil),           // 7: iop.v1.ConfigUpdate
+	(*ConfigUpdateAck)(nil),        // 8: iop.v1.ConfigUpdateAck
+	(*ProviderSnapshotUpdate)(nil), // 9: iop.v1.ProviderSnapshotUpdate
+	(*RunRequest)(nil),             // 10: iop.v1.RunRequest
+	(*RunEvent)(nil),               // 11: iop.v1.RunEvent
+	(*CancelRun)(nil),              // 12: iop.v1.CancelRun
+	(*NodeCommandRequest)(nil),     // 13: iop.v1.NodeCommandRequest
+	(*NodeCommandResult)(nil),      // 14: iop.v1.NodeCommandResult
 }
 var file_iop_v1_envelope_proto_depIdxs = []int32{
-	2, // 0: iop.v1.Envelope.error:type_name -> iop.v1.Error
-	0, // 1: iop.v1.Error.code:type_name -> iop.v1.ErrorCode
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	2,  // 0: iop.v1.Envelope.error:type_name -> iop.v1.Error
+	3,  // 1: iop.v1.Envelope.register_request:type_name -> iop.v1.RegisterRequest
+	4,  // 2: iop.v1.Envelope.register_response:type_name -> iop.v1.RegisterResponse
+	5,  // 3: iop.v1.Envelope.node_ready_request:type_name -> iop.v1.NodeReadyRequest
+	6,  // 4: iop.v1.Envelope.node_ready_response:type_name -> iop.v1.NodeReadyResponse
+	7,  // 5: iop.v1.Envelope.config_update:type_name -> iop.v1.ConfigUpdate
+	8,  // 6: iop.v1.Envelope.config_update_ack:type_name -> iop.v1.ConfigUpdateAck
+	9,  // 7: iop.v1.Envelope.provider_snapshot_update:type_name -> iop.v1.ProviderSnapshotUpdate
+	10, // 8: iop.v1.Envelope.run_request:type_name -> iop.v1.RunRequest
+	11, // 9: iop.v1.Envelope.run_event:type_name -> iop.v1.RunEvent
+	12, // 10: iop.v1.Envelope.cancel_run:type_name -> iop.v1.CancelRun
+	13, // 11: iop.v1.Envelope.node_command_request:type_name -> iop.v1.NodeCommandRequest
+	14, // 12: iop.v1.Envelope.node_command_result:type_name -> iop.v1.NodeCommandResult
+	0,  // 13: iop.v1.Error.code:type_name -> iop.v1.ErrorCode
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_iop_v1_envelope_proto_init() }
@@ -278,8 +509,21 @@ func file_iop_v1_envelope_proto_init() {
 	if File_iop_v1_envelope_proto != nil {
 		return
 	}
+	file_iop_v1_node_proto_init()
 	file_iop_v1_envelope_proto_msgTypes[0].OneofWrappers = []any{
 		(*Envelope_Error)(nil),
+		(*Envelope_RegisterRequest)(nil),
+		(*Envelope_RegisterResponse)(nil),
+		(*Envelope_NodeReadyRequest)(nil),
+		(*Envelope_NodeReadyResponse)(nil),
+		(*Envelope_ConfigUpdate)(nil),
+		(*Envelope_ConfigUpdateAck)(nil),
+		(*Envelope_ProviderSnapshotUpdate)(nil),
+		(*Envelope_RunRequest)(nil),
+		(*Envelope_RunEvent)(nil),
+		(*Envelope_CancelRun)(nil),
+		(*Envelope_NodeCommandRequest)(nil),
+		(*Envelope_NodeCommandResult)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

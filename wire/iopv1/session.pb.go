@@ -60,6 +60,12 @@ const (
 	CloseReason_CLOSE_REASON_TRANSPORT_ERROR CloseReason = 11
 	// INTERNAL: a local failure unrelated to the peer's input.
 	CloseReason_CLOSE_REASON_INTERNAL CloseReason = 12
+	// SUPERSEDED: the owner replaced this connection with a newer one for
+	// the same identity (it stopped answering, and its generation is fenced).
+	CloseReason_CLOSE_REASON_SUPERSEDED CloseReason = 13
+	// REJECTED: the owner refused the peer after the handshake (for example
+	// a failed registration).
+	CloseReason_CLOSE_REASON_REJECTED CloseReason = 14
 )
 
 // Enum value maps for CloseReason.
@@ -78,6 +84,8 @@ var (
 		10: "CLOSE_REASON_HANDSHAKE_TIMEOUT",
 		11: "CLOSE_REASON_TRANSPORT_ERROR",
 		12: "CLOSE_REASON_INTERNAL",
+		13: "CLOSE_REASON_SUPERSEDED",
+		14: "CLOSE_REASON_REJECTED",
 	}
 	CloseReason_value = map[string]int32{
 		"CLOSE_REASON_UNSPECIFIED":        0,
@@ -93,6 +101,8 @@ var (
 		"CLOSE_REASON_HANDSHAKE_TIMEOUT":  10,
 		"CLOSE_REASON_TRANSPORT_ERROR":    11,
 		"CLOSE_REASON_INTERNAL":           12,
+		"CLOSE_REASON_SUPERSEDED":         13,
+		"CLOSE_REASON_REJECTED":           14,
 	}
 )
 
@@ -694,7 +704,7 @@ const file_iop_v1_session_proto_rawDesc = "" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\"L\n" +
 	"\vStreamReset\x12%\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x11.iop.v1.ResetCodeR\x04code\x12\x16\n" +
-	"\x06detail\x18\x02 \x01(\tR\x06detail*\xb2\x03\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail*\xea\x03\n" +
 	"\vCloseReason\x12\x1c\n" +
 	"\x18CLOSE_REASON_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13CLOSE_REASON_NORMAL\x10\x01\x12\x1f\n" +
@@ -709,7 +719,9 @@ const file_iop_v1_session_proto_rawDesc = "" +
 	"\x1eCLOSE_REASON_HANDSHAKE_TIMEOUT\x10\n" +
 	"\x12 \n" +
 	"\x1cCLOSE_REASON_TRANSPORT_ERROR\x10\v\x12\x19\n" +
-	"\x15CLOSE_REASON_INTERNAL\x10\f*\xcc\x01\n" +
+	"\x15CLOSE_REASON_INTERNAL\x10\f\x12\x1b\n" +
+	"\x17CLOSE_REASON_SUPERSEDED\x10\r\x12\x19\n" +
+	"\x15CLOSE_REASON_REJECTED\x10\x0e*\xcc\x01\n" +
 	"\tResetCode\x12\x1a\n" +
 	"\x16RESET_CODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RESET_CODE_CANCEL\x10\x01\x12\x16\n" +

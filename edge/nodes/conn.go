@@ -1,0 +1,457 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/iop-dev/iop/internal/nodewire"
+	"github.com/iop-dev/iop/wire"
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+var errTooManyFiles = syscall.EMFILE
+
+// conn is one registered Node connection: a session, its control stream and
+// its generation. Fields below mu are guarded by the registry's mu.
+type conn struct {
+	r      *Registry
+	sess   *wire.Session
+	ctl    *wire.Stream
+	ctlMu  sync.Mutex // serializes writes on ctl
+	nodeID string
+	gen    uint64
+
+	ready     bool
+	fenced    bool
+	revision  uint64
+	readyAt   time.Time
+	providers map[string]providerReport
+	refused   map[string]iopv1.RefusalReason
+	inflight  map[string]int
+}
+
+type providerReport struct {
+	status ProviderStatus
+	health ProviderHealth
+}
+
+func (r *Registry) hook(stage string) {
+	if r.testHookReg != nil {
+		r.testHookReg(stage)
+	}
+}
+
+// serveConn runs one Node connection from TCP accept to close.
+func (r *Registry) serveConn(nc net.Conn) {
+	ctx, cancel := context.WithTimeout(r.ctx, r.regTimeout)
+	sess, err := wire.Accept(ctx, nc, r.cfg.TLS, r.cfg.Wire)
+	if err != nil {
+		cancel()
+		r.releasePending()
+		r.log.Debug("node handshake failed", "remote", nc.RemoteAddr(), "error", err)
+		return
+	}
+	if !r.track(sess) {
+		cancel()
+		r.releasePending()
+		sess.CloseWithReason(wire.ReasonRejected, "edge closing")
+		return
+	}
+	defer r.untrack(sess)
+	c := r.register(ctx, sess)
+	cancel()
+	r.releasePending()
+	if c == nil {
+		return
+	}
+	c.serve()
+}
+
+func (r *Registry) track(s *wire.Session) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.sessions[s] = struct{}{}
+	return true
+}
+
+func (r *Registry) untrack(s *wire.Session) {
+	r.mu.Lock()
+	delete(r.sessions, s)
+	r.mu.Unlock()
+}
+
+// register runs registration and readiness on a new session. It returns the
+// ready connection, or nil after the session was rejected or closed.
+func (r *Registry) register(ctx context.Context, sess *wire.Session) *conn {
+	st, err := sess.AcceptStream(ctx)
+	if err != nil {
+		sess.CloseWithReason(wire.ReasonRejected, "no registration in time")
+		return nil
+	}
+	env, err := st.ReadMessage(ctx)
+	if err != nil {
+		sess.CloseWithReason(wire.ReasonRejected, "no registration in time")
+		return nil
+	}
+	req := env.GetRegisterRequest()
+	if req == nil {
+		r.reject(sess, st, iopv1.RegisterRejection_REGISTER_REJECTION_MALFORMED, "first message must be a registration")
+		return nil
+	}
+	if err := validID(req.GetNodeId()); err != nil {
+		r.reject(sess, st, iopv1.RegisterRejection_REGISTER_REJECTION_MALFORMED, "invalid node id")
+		return nil
+	}
+	hello := Hello{NodeID: req.GetNodeId(), Credential: req.GetCredential(), RemoteAddr: sess.RemoteAddr()}
+	if cs, ok := sess.ConnectionState(); ok {
+		hello.TLS = &cs
+	}
+	if err := r.auth.Authenticate(ctx, hello); err != nil {
+		r.log.Warn("node registration refused", "node", req.GetNodeId(), "remote", sess.RemoteAddr(), "error", err)
+		r.reject(sess, st, iopv1.RegisterRejection_REGISTER_REJECTION_UNAUTHENTICATED, "unauthenticated")
+		return nil
+	}
+	c := &conn{r: r, sess: sess, ctl: st, nodeID: req.GetNodeId()}
+	payload, rejection := r.admit(ctx, c)
+	if rejection != 0 {
+		r.reject(sess, st, rejection, rejectionNote(rejection))
+		return nil
+	}
+	r.hook("registered")
+	resp := &iopv1.RegisterResponse{Accepted: true, Generation: c.gen, Config: payload}
+	if err := st.WriteMessage(nodewire.Msg(resp)); err != nil {
+		r.drop(c, "register write failed")
+		return nil
+	}
+	env, err = st.ReadMessage(ctx)
+	ready := env.GetNodeReadyRequest()
+	if err != nil || ready == nil || ready.GetGeneration() != c.gen {
+		r.drop(c, "no ready in time")
+		sess.CloseWithReason(wire.ReasonRejected, "expected a ready request for this generation")
+		return nil
+	}
+	if !r.markReady(c, ready) {
+		sess.CloseWithReason(wire.ReasonSuperseded, "fenced before ready")
+		return nil
+	}
+	if err := c.write(nodewire.Msg(&iopv1.NodeReadyResponse{Accepted: true})); err != nil {
+		r.drop(c, closeReason(sess.Err()))
+		return nil
+	}
+	return c
+}
+
+func rejectionNote(r iopv1.RegisterRejection) string {
+	switch r {
+	case iopv1.RegisterRejection_REGISTER_REJECTION_DUPLICATE:
+		return "node id has a live connection"
+	case iopv1.RegisterRejection_REGISTER_REJECTION_UNAVAILABLE:
+		return "edge unavailable"
+	}
+	return "refused"
+}
+
+// admit decides a registration for c's node id, probing an existing
+// connection first: one that still answers keeps its place and the
+// newcomer is rejected; one that is silent is fenced at once, so a
+// rebooted Node is back without waiting out the heartbeat.
+func (r *Registry) admit(ctx context.Context, c *conn) (*iopv1.NodeConfig, iopv1.RegisterRejection) {
+	for {
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			return nil, iopv1.RegisterRejection_REGISTER_REJECTION_UNAVAILABLE
+		}
+		ns := r.nodes[c.nodeID]
+		if ns == nil {
+			r.mu.Unlock()
+			return nil, iopv1.RegisterRejection_REGISTER_REJECTION_UNAUTHENTICATED
+		}
+		old := ns.cur
+		if old == nil {
+			gen, ok := r.nextGenLocked()
+			if !ok {
+				r.mu.Unlock()
+				return nil, iopv1.RegisterRejection_REGISTER_REJECTION_UNAVAILABLE
+			}
+			c.gen = gen
+			ns.cur = c
+			payload := ns.payload
+			r.mu.Unlock()
+			return payload, 0
+		}
+		if ns.probing {
+			r.mu.Unlock()
+			return nil, iopv1.RegisterRejection_REGISTER_REJECTION_DUPLICATE
+		}
+		ns.probing = true
+		r.mu.Unlock()
+
+		r.hook("probing")
+		pctx, cancel := context.WithTimeout(ctx, r.probe)
+		_, perr := old.sess.Ping(pctx)
+		cancel()
+
+		r.mu.Lock()
+		ns.probing = false
+		if ns.cur != old {
+			r.mu.Unlock()
+			continue // it ended meanwhile; try again
+		}
+		if perr == nil {
+			r.mu.Unlock()
+			r.log.Warn("duplicate registration rejected; the live connection answered", "node", c.nodeID, "generation", old.gen)
+			return nil, iopv1.RegisterRejection_REGISTER_REJECTION_DUPLICATE
+		}
+		if ctx.Err() != nil {
+			r.mu.Unlock()
+			return nil, iopv1.RegisterRejection_REGISTER_REJECTION_UNAVAILABLE
+		}
+		r.fenceLocked(ns, old, "superseded")
+		r.mu.Unlock()
+		r.log.Info("silent connection fenced by a new registration", "node", c.nodeID, "generation", old.gen)
+		r.goOwned(func() {
+			old.sess.CloseWithReason(wire.ReasonSuperseded, "no answer to probe; replaced by a new registration")
+		})
+	}
+}
+
+// reject answers a registration with a refusal, gives the Node a moment to
+// read it and hang up, then closes the session.
+func (r *Registry) reject(sess *wire.Session, st *wire.Stream, why iopv1.RegisterRejection, note string) {
+	st.WriteMessage(nodewire.Msg(&iopv1.RegisterResponse{Rejection: why, Message: note}))
+	st.CloseWrite()
+	t := time.NewTimer(2 * time.Second)
+	select {
+	case <-sess.Done():
+	case <-t.C:
+	case <-r.ctx.Done():
+	}
+	t.Stop()
+	sess.CloseWithReason(wire.ReasonRejected, note)
+}
+
+// markReady makes c dispatch-ready if it is still the node's connection.
+func (r *Registry) markReady(c *conn, req *iopv1.NodeReadyRequest) bool {
+	r.mu.Lock()
+	ns := r.nodes[c.nodeID]
+	if ns == nil || ns.cur != c {
+		r.mu.Unlock()
+		return false
+	}
+	c.ready = true
+	c.readyAt = time.Now()
+	c.revision = req.GetRevision()
+	c.inflight = make(map[string]int)
+	c.setProviders(ns, req.GetProviders(), req.GetRefused())
+	r.hub.publish(Event{Kind: EventReady, NodeID: c.nodeID, Generation: c.gen, Revision: c.revision})
+	var stale *iopv1.NodeConfig
+	if ns.payload != nil && ns.payload.GetRevision() > c.revision {
+		stale = ns.payload // the config changed while the Node was registering
+	}
+	r.mu.Unlock()
+	r.log.Info("node ready", "node", c.nodeID, "generation", c.gen, "revision", c.revision)
+	if stale != nil {
+		r.goOwned(func() { c.push(stale) })
+	}
+	return true
+}
+
+// setProviders records the Node's report for the providers in the payload;
+// a report for anything else is ignored (a Node cannot add providers).
+// Called with the registry lock held; it returns the providers whose
+// status or health changed.
+func (c *conn) setProviders(ns *nodeState, snaps []*iopv1.ProviderSnapshot, refused []*iopv1.ProviderRefusal) []string {
+	configured := make(map[string]bool, len(ns.rec.Providers))
+	for _, p := range ns.rec.Providers {
+		configured[p.ID] = true
+	}
+	next := make(map[string]providerReport, len(snaps))
+	for _, s := range snaps {
+		if configured[s.GetProviderId()] {
+			next[s.GetProviderId()] = providerReport{status: statusFrom(s.GetStatus()), health: healthFrom(s.GetHealth())}
+		}
+	}
+	ref := make(map[string]iopv1.RefusalReason, len(refused))
+	for _, f := range refused {
+		if configured[f.GetProviderId()] {
+			reason := f.GetReason()
+			if reason == iopv1.RefusalReason_REFUSAL_REASON_UNSPECIFIED {
+				reason = iopv1.RefusalReason_REFUSAL_REASON_INVALID
+			}
+			ref[f.GetProviderId()] = reason
+			delete(next, f.GetProviderId())
+		}
+	}
+	var changed []string
+	for id := range configured {
+		if c.providers[id] != next[id] || c.refused[id] != ref[id] {
+			changed = append(changed, id)
+		}
+	}
+	c.providers, c.refused = next, ref
+	return changed
+}
+
+func statusFrom(s iopv1.ProviderStatus) ProviderStatus {
+	switch s {
+	case iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE:
+		return StatusAvailable
+	case iopv1.ProviderStatus_PROVIDER_STATUS_DRAINING:
+		return StatusDraining
+	case iopv1.ProviderStatus_PROVIDER_STATUS_DISABLED:
+		return StatusDisabled
+	}
+	return StatusUnavailable
+}
+
+func healthFrom(h iopv1.ProviderHealth) ProviderHealth {
+	switch h {
+	case iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY:
+		return HealthHealthy
+	case iopv1.ProviderHealth_PROVIDER_HEALTH_REFUSED:
+		return HealthRefused
+	case iopv1.ProviderHealth_PROVIDER_HEALTH_OFFLINE:
+		return HealthOffline
+	}
+	return HealthUnhealthy
+}
+
+// drop fences c if it is still current.
+func (r *Registry) drop(c *conn, reason string) {
+	r.mu.Lock()
+	if ns := r.nodes[c.nodeID]; ns != nil {
+		r.fenceLocked(ns, c, reason)
+	}
+	r.mu.Unlock()
+}
+
+func closeReason(err error) string {
+	var ce *wire.CloseError
+	if errors.As(err, &ce) {
+		return ce.Reason.String()
+	}
+	if err == nil {
+		return "closed"
+	}
+	return "transport_error"
+}
+
+func (c *conn) write(m *iopv1.Envelope) error {
+	c.ctlMu.Lock()
+	defer c.ctlMu.Unlock()
+	return c.ctl.WriteMessage(m)
+}
+
+// push sends a config update on the control stream.
+func (c *conn) push(cfg *iopv1.NodeConfig) {
+	if err := c.write(nodewire.Msg(&iopv1.ConfigUpdate{Config: cfg})); err != nil {
+		c.r.log.Debug("config push failed", "node", c.nodeID, "generation", c.gen, "error", err)
+	}
+}
+
+// serve reads the control stream until the session ends, then fences the
+// connection with the session's close reason.
+func (c *conn) serve() {
+	r := c.r
+	for {
+		env, err := c.ctl.ReadMessage(context.Background())
+		if err != nil {
+			break
+		}
+		switch b := env.Body.(type) {
+		case *iopv1.Envelope_ConfigUpdateAck:
+			r.applyReport(c, b.ConfigUpdateAck.GetRevision(), true, b.ConfigUpdateAck.GetProviders(), b.ConfigUpdateAck.GetRefused())
+			continue
+		case *iopv1.Envelope_ProviderSnapshotUpdate:
+			if b.ProviderSnapshotUpdate.GetGeneration() == c.gen {
+				r.applyReport(c, 0, false, b.ProviderSnapshotUpdate.GetProviders(), nil)
+			}
+			continue
+		}
+		c.sess.CloseWithReason(wire.ReasonProtocolError, "unexpected message on the control stream")
+		break
+	}
+	if c.sess.Err() == nil {
+		// The Node ended its control stream but not the session.
+		c.sess.CloseWithReason(wire.ReasonProtocolError, "control stream ended")
+	}
+	<-c.sess.Done()
+	r.drop(c, closeReason(c.sess.Err()))
+}
+
+// applyReport applies a config ack (full provider report) or a snapshot
+// update (changed providers only) and publishes the changes.
+func (r *Registry) applyReport(c *conn, revision uint64, full bool, snaps []*iopv1.ProviderSnapshot, refused []*iopv1.ProviderRefusal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ns := r.nodes[c.nodeID]
+	if ns == nil || ns.cur != c || !c.ready {
+		return
+	}
+	if !full {
+		// Merge: keep refusals and providers not mentioned.
+		merged := make([]*iopv1.ProviderSnapshot, 0, len(c.providers))
+		mentioned := map[string]bool{}
+		for _, s := range snaps {
+			if _, hosted := c.providers[s.GetProviderId()]; hosted {
+				merged = append(merged, s)
+				mentioned[s.GetProviderId()] = true
+			}
+		}
+		for id, rep := range c.providers {
+			if !mentioned[id] {
+				merged = append(merged, &iopv1.ProviderSnapshot{ProviderId: id, Status: statusTo(rep.status), Health: healthTo(rep.health)})
+			}
+		}
+		for id, reason := range c.refused {
+			refused = append(refused, &iopv1.ProviderRefusal{ProviderId: id, Reason: reason})
+		}
+		snaps = merged
+	}
+	changed := c.setProviders(ns, snaps, refused)
+	if full && revision > c.revision {
+		c.revision = revision
+		r.hub.publish(Event{Kind: EventConfigApplied, NodeID: c.nodeID, Generation: c.gen, Revision: revision})
+	}
+	snap := ns.snapshot()
+	for _, p := range snap.Providers {
+		for _, id := range changed {
+			if p.ID == id {
+				p := p.clone()
+				r.hub.publish(Event{Kind: EventProviderHealth, NodeID: c.nodeID, Generation: c.gen, Provider: &p})
+			}
+		}
+	}
+}
+
+func statusTo(s ProviderStatus) iopv1.ProviderStatus {
+	switch s {
+	case StatusAvailable:
+		return iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE
+	case StatusDraining:
+		return iopv1.ProviderStatus_PROVIDER_STATUS_DRAINING
+	case StatusDisabled:
+		return iopv1.ProviderStatus_PROVIDER_STATUS_DISABLED
+	}
+	return iopv1.ProviderStatus_PROVIDER_STATUS_UNAVAILABLE
+}
+
+func healthTo(h ProviderHealth) iopv1.ProviderHealth {
+	switch h {
+	case HealthHealthy:
+		return iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY
+	case HealthRefused:
+		return iopv1.ProviderHealth_PROVIDER_HEALTH_REFUSED
+	case HealthOffline:
+		return iopv1.ProviderHealth_PROVIDER_HEALTH_OFFLINE
+	}
+	return iopv1.ProviderHealth_PROVIDER_HEALTH_UNHEALTHY
+}

@@ -1,0 +1,493 @@
+package nodes
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/iop-dev/iop/internal/nodewire"
+	"github.com/iop-dev/iop/wire"
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+// Defaults applied when a Config field is zero.
+const (
+	DefaultProbeTimeout    = 5 * time.Second
+	DefaultRegisterTimeout = 10 * time.Second
+	DefaultMaxPending      = 512
+	DefaultEventBuffer     = 1024
+)
+
+// Config configures a Registry. Each field's comment says what its zero
+// value means.
+type Config struct {
+	// Store holds the Node records. Required.
+	Store Store
+	// Authenticator checks registrations. Nil means TokenAuthenticator
+	// over Store.
+	Authenticator Authenticator
+	// Epoch is this Edge run's boot epoch, from NextEpoch. Required (> 0):
+	// generations are Epoch<<32 | counter, so none repeats across restarts.
+	Epoch uint32
+	// TLS, when set, makes Serve require TLS 1.3 (ALPN iop/1); with
+	// ClientCAs it requires mutual TLS. Nil means plaintext.
+	TLS *tls.Config
+	// Wire tunes the sessions. Nil means wire defaults.
+	Wire *wire.Config
+	// ProbeTimeout bounds the ping of an existing connection when the same
+	// node id registers again. Zero means DefaultProbeTimeout.
+	ProbeTimeout time.Duration
+	// RegisterTimeout bounds everything from TCP accept to ready. Zero
+	// means DefaultRegisterTimeout.
+	RegisterTimeout time.Duration
+	// MaxPending caps connections that have not finished registering;
+	// more are closed at once. Zero means DefaultMaxPending.
+	MaxPending int
+	// EventBuffer is each subscriber's buffer; a subscriber that falls
+	// further behind is told to resync. Zero means DefaultEventBuffer.
+	EventBuffer int
+	// Logger receives registry events (ids and reasons, never
+	// credentials). Nil means silent.
+	Logger hclog.Logger
+}
+
+// Errors returned by the dispatch seam.
+var (
+	// ErrNotReady: the node has no dispatch-ready connection.
+	ErrNotReady = errors.New("nodes: node not ready")
+	// ErrStaleGeneration: the generation is not the node's current one
+	// (it was fenced, or belongs to an earlier Edge run).
+	ErrStaleGeneration = errors.New("nodes: stale connection generation")
+	// ErrProviderUnavailable: the node does not host the provider now.
+	ErrProviderUnavailable = errors.New("nodes: provider not hosted by the node")
+	// ErrUnknownNode: no record for the node id.
+	ErrUnknownNode = errors.New("nodes: unknown node")
+	// ErrClosed is returned by Serve after Close or Shutdown.
+	ErrClosed = errors.New("nodes: registry closed")
+)
+
+// Registry is the Edge's registry of Nodes: it accepts Node sessions,
+// authenticates and registers them with a connection generation, tracks
+// readiness and provider health, publishes lifecycle events, pushes config
+// updates, and is the dispatch seam for runs and node commands on an exact
+// (node, generation).
+type Registry struct {
+	cfg         Config
+	log         hclog.Logger
+	auth        Authenticator
+	probe       time.Duration
+	regTimeout  time.Duration
+	maxPending  int
+	ctx         context.Context
+	cancel      context.CancelFunc
+	hub         *hub
+	wg          sync.WaitGroup
+	closeOnce   sync.Once
+	mu          sync.Mutex
+	store       Store
+	nodes       map[string]*nodeState
+	counter     uint32
+	revision    uint64
+	pending     int
+	closed      bool
+	listeners   map[net.Listener]struct{}
+	sessions    map[*wire.Session]struct{}
+	pushDone    chan struct{}
+	testHookReg func(stage string)
+}
+
+// nodeState is the registry's state for one configured node id.
+type nodeState struct {
+	rec        Record
+	payload    *iopv1.NodeConfig
+	cur        *conn // current registered connection, ready or not
+	probing    bool  // a new registration is probing cur
+	lastReason string
+}
+
+// New returns a Registry for cfg.
+func New(cfg Config) (*Registry, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("nodes: config: Store is required")
+	}
+	if cfg.Epoch == 0 {
+		return nil, errors.New("nodes: config: Epoch is required (see NextEpoch)")
+	}
+	if err := cfg.Wire.Validate(); err != nil {
+		return nil, fmt.Errorf("nodes: config: Wire: %w", err)
+	}
+	if cfg.ProbeTimeout < 0 || cfg.RegisterTimeout < 0 || cfg.MaxPending < 0 || cfg.EventBuffer < 0 {
+		return nil, errors.New("nodes: config: negative ProbeTimeout, RegisterTimeout, MaxPending or EventBuffer")
+	}
+	r := &Registry{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		auth:       cfg.Authenticator,
+		probe:      cmpOr(cfg.ProbeTimeout, DefaultProbeTimeout),
+		regTimeout: cmpOr(cfg.RegisterTimeout, DefaultRegisterTimeout),
+		maxPending: cmpOr(cfg.MaxPending, DefaultMaxPending),
+		hub:        newHub(cmpOr(cfg.EventBuffer, DefaultEventBuffer)),
+		nodes:      make(map[string]*nodeState),
+		listeners:  make(map[net.Listener]struct{}),
+		sessions:   make(map[*wire.Session]struct{}),
+	}
+	if r.log == nil {
+		r.log = hclog.NewNullLogger()
+	}
+	if r.auth == nil {
+		r.auth = TokenAuthenticator{Store: cfg.Store}
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.mu.Lock()
+	r.applyStoreLocked(cfg.Store)
+	r.mu.Unlock()
+	return r, nil
+}
+
+func cmpOr[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// Serve accepts Node connections on ln until Close or Shutdown, and then
+// returns ErrClosed. Each connection is served on its own goroutine, owned
+// by the registry.
+func (r *Registry) Serve(ln net.Listener) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		ln.Close()
+		return ErrClosed
+	}
+	r.listeners[ln] = struct{}{}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.listeners, ln)
+		r.mu.Unlock()
+	}()
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if r.isClosed() {
+				return ErrClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				r.log.Warn("accept failed; retrying", "error", err, "delay", delay)
+				select {
+				case <-time.After(delay):
+				case <-r.ctx.Done():
+					return ErrClosed
+				}
+				continue
+			}
+			return err
+		}
+		delay = 0
+		if !r.admitPending() {
+			r.log.Warn("too many unregistered connections; closing one", "remote", nc.RemoteAddr())
+			nc.Close()
+			continue
+		}
+		if !r.goOwned(func() { r.serveConn(nc) }) {
+			nc.Close()
+			r.releasePending()
+			return ErrClosed
+		}
+	}
+}
+
+// goOwned starts f on a goroutine the registry waits for, unless the
+// registry is closed.
+func (r *Registry) goOwned(f func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.wg.Go(f)
+	return true
+}
+
+func (r *Registry) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+func (r *Registry) admitPending() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending >= r.maxPending {
+		return false
+	}
+	r.pending++
+	return true
+}
+
+func (r *Registry) releasePending() {
+	r.mu.Lock()
+	r.pending--
+	r.mu.Unlock()
+}
+
+// Subscribe returns a subscription to lifecycle events from now on.
+func (r *Registry) Subscribe() *Subscription { return r.hub.subscribe() }
+
+// Shutdown stops accepting, asks every Node session to drain (GOAWAY; runs
+// in progress finish), and closes when they have or ctx ends.
+func (r *Registry) Shutdown(ctx context.Context) error {
+	sessions := r.stop()
+	var wg sync.WaitGroup
+	for _, s := range sessions {
+		wg.Go(func() { s.Shutdown(ctx) })
+	}
+	wg.Wait()
+	return r.finish(ctx.Err())
+}
+
+// Close stops accepting and closes every Node session at once. Runs in
+// progress end with a transport failure.
+func (r *Registry) Close() error {
+	for _, s := range r.stop() {
+		s.Close()
+	}
+	return r.finish(nil)
+}
+
+func (r *Registry) stop() []*wire.Session {
+	r.mu.Lock()
+	r.closed = true
+	for ln := range r.listeners {
+		ln.Close()
+	}
+	sessions := make([]*wire.Session, 0, len(r.sessions))
+	for s := range r.sessions {
+		sessions = append(sessions, s)
+	}
+	r.mu.Unlock()
+	r.cancel()
+	return sessions
+}
+
+func (r *Registry) finish(err error) error {
+	r.wg.Wait()
+	r.closeOnce.Do(r.hub.close)
+	return err
+}
+
+// nextGenLocked returns the next connection generation.
+func (r *Registry) nextGenLocked() (uint64, bool) {
+	if r.counter == 1<<32-1 {
+		return 0, false
+	}
+	r.counter++
+	return uint64(r.cfg.Epoch)<<32 | uint64(r.counter), true
+}
+
+// Refresh swaps in a new Store (nil keeps the current one) and pushes a
+// config update to every ready Node whose payload changed. A Node removed
+// from the store is disconnected. Work in flight keeps the revision it was
+// admitted under; only new runs see the change.
+func (r *Registry) Refresh(s Store) {
+	r.mu.Lock()
+	if s == nil {
+		s = r.store
+	}
+	pushes, drops := r.applyStoreLocked(s)
+	r.mu.Unlock()
+	for _, c := range drops {
+		r.goOwned(func() { c.sess.CloseWithReason(wire.ReasonRejected, "node removed from configuration") })
+	}
+	for _, p := range pushes {
+		r.goOwned(func() { p.c.push(p.cfg) })
+	}
+}
+
+type push struct {
+	c   *conn
+	cfg *iopv1.NodeConfig
+}
+
+// applyStoreLocked makes the node states match the store. It returns the
+// config pushes due and the connections of removed nodes.
+func (r *Registry) applyStoreLocked(s Store) (pushes []push, drops []*conn) {
+	r.store = s
+	seen := make(map[string]bool)
+	for _, rec := range s.Records() {
+		seen[rec.ID] = true
+		ns := r.nodes[rec.ID]
+		if ns == nil {
+			ns = &nodeState{}
+			r.nodes[rec.ID] = ns
+		}
+		ns.rec = rec
+		providers := payloadProviders(rec)
+		if ns.payload != nil && providersEqual(ns.payload.GetProviders(), providers) {
+			continue
+		}
+		r.revision++
+		ns.payload = &iopv1.NodeConfig{Revision: r.revision, Providers: providers}
+		if c := ns.cur; c != nil && c.ready {
+			pushes = append(pushes, push{c, ns.payload})
+		}
+	}
+	for id, ns := range r.nodes {
+		if seen[id] {
+			continue
+		}
+		if c := ns.cur; c != nil {
+			r.fenceLocked(ns, c, "removed")
+			drops = append(drops, c)
+		}
+		delete(r.nodes, id)
+	}
+	return pushes, drops
+}
+
+func payloadProviders(rec Record) []*iopv1.ProviderConfig {
+	out := make([]*iopv1.ProviderConfig, 0, len(rec.Providers))
+	for _, p := range rec.Providers {
+		out = append(out, &iopv1.ProviderConfig{
+			Id:                  p.ID,
+			Adapter:             p.Adapter,
+			Category:            nodewire.Category(p.Category),
+			Models:              slices.Clone(p.Models),
+			Capacity:            uint32(p.Capacity),
+			LongContextCapacity: uint32(p.LongContextCapacity),
+		})
+	}
+	return out
+}
+
+func providersEqual(a, b []*iopv1.ProviderConfig) bool {
+	return slices.EqualFunc(a, b, func(x, y *iopv1.ProviderConfig) bool { return proto.Equal(x, y) })
+}
+
+// fenceLocked ends c's generation: c stops being the node's connection and,
+// if it was ready, one EventDisconnected is published. It is a no-op when c
+// is no longer current, so a stale close never disturbs the live one.
+func (r *Registry) fenceLocked(ns *nodeState, c *conn, reason string) {
+	if ns.cur != c {
+		return
+	}
+	ns.cur = nil
+	c.fenced = true
+	if c.ready {
+		ns.lastReason = reason
+		r.hub.publish(Event{Kind: EventDisconnected, NodeID: c.nodeID, Generation: c.gen, Reason: reason})
+		r.log.Info("node disconnected", "node", c.nodeID, "generation", c.gen, "reason", reason)
+	}
+}
+
+// Snapshot returns every configured node, sorted by id, including nodes
+// that never connected (Connected false).
+func (r *Registry) Snapshot() []NodeSnapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]NodeSnapshot, 0, len(r.nodes))
+	for _, rec := range r.store.Records() {
+		if ns := r.nodes[rec.ID]; ns != nil {
+			out = append(out, ns.snapshot())
+		}
+	}
+	return out
+}
+
+// Node returns one node's snapshot.
+func (r *Registry) Node(id string) (NodeSnapshot, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ns := r.nodes[id]
+	if ns == nil {
+		return NodeSnapshot{}, false
+	}
+	return ns.snapshot(), true
+}
+
+// Current returns the generation of the node's dispatch-ready connection.
+func (r *Registry) Current(id string) (uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ns := r.nodes[id]
+	if ns == nil || ns.cur == nil || !ns.cur.ready {
+		return 0, false
+	}
+	return ns.cur.gen, true
+}
+
+// Disconnect closes the node's connection of the given generation (an
+// operator action). It fails with ErrStaleGeneration when that generation
+// is not current.
+func (r *Registry) Disconnect(id string, gen uint64, reason string) error {
+	r.mu.Lock()
+	ns := r.nodes[id]
+	if ns == nil {
+		r.mu.Unlock()
+		return ErrUnknownNode
+	}
+	c := ns.cur
+	if c == nil || c.gen != gen {
+		r.mu.Unlock()
+		return ErrStaleGeneration
+	}
+	r.fenceLocked(ns, c, "disconnected: "+reason)
+	r.mu.Unlock()
+	c.sess.CloseWithReason(wire.ReasonNormal, reason)
+	return nil
+}
+
+func (ns *nodeState) snapshot() NodeSnapshot {
+	snap := NodeSnapshot{
+		ID:             ns.rec.ID,
+		LastDisconnect: ns.lastReason,
+	}
+	if ns.payload != nil {
+		snap.ConfigRevision = ns.payload.GetRevision()
+	}
+	c := ns.cur
+	online := c != nil && c.ready
+	if online {
+		snap.Connected = true
+		snap.Generation = c.gen
+		snap.AppliedRevision = c.revision
+		snap.ConnectedAt = c.readyAt
+	}
+	for _, p := range ns.rec.Providers {
+		ps := ProviderSnapshot{
+			ID:       p.ID,
+			Adapter:  p.Adapter,
+			Category: p.Category,
+			Models:   slices.Clone(p.Models),
+			Status:   StatusUnavailable,
+			Health:   HealthOffline,
+		}
+		if online {
+			rep, hosted := c.providers[p.ID]
+			switch {
+			case c.refused[p.ID] != 0:
+				ps.Health = HealthRefused
+			case hosted:
+				ps.Status, ps.Health = rep.status, rep.health
+				ps.Capacity = p.Capacity
+				ps.LongContextCapacity = p.LongContextCapacity
+				ps.InFlight = c.inflight[p.ID]
+			}
+		}
+		snap.Providers = append(snap.Providers, ps)
+	}
+	return snap
+}

@@ -1,0 +1,222 @@
+package nodes
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/iop-dev/iop/execution"
+)
+
+// Record is the Edge's configuration of one Node: its identity, how it
+// authenticates, and the providers it hosts. edge.yaml is the source of
+// these; the Node never adds to them.
+type Record struct {
+	// ID is the node id the Node registers with.
+	ID string
+	// TokenHash is the SHA-256 of the Node's registration token. The token
+	// itself is never stored.
+	TokenHash [32]byte
+	// Providers are the providers the Node hosts, in edge.yaml's order.
+	Providers []ProviderSpec
+}
+
+// ProviderSpec is one provider as the Edge configures it.
+type ProviderSpec struct {
+	ID                  string
+	Adapter             string
+	Category            execution.Category
+	Models              []string
+	Capacity            int
+	LongContextCapacity int
+}
+
+// HashToken returns the value to store in Record.TokenHash for a token.
+func HashToken(token string) [32]byte { return sha256.Sum256([]byte(token)) }
+
+// Validate reports the first invalid field of r.
+func (r Record) Validate() error {
+	if err := validID(r.ID); err != nil {
+		return fmt.Errorf("nodes: record: ID: %w", err)
+	}
+	if r.TokenHash == ([32]byte{}) {
+		return fmt.Errorf("nodes: record %q: empty TokenHash", r.ID)
+	}
+	seen := map[string]bool{}
+	for i, p := range r.Providers {
+		info := execution.Info{ID: p.ID, Adapter: p.Adapter, Category: p.Category, Capacity: p.Capacity, LongContextCapacity: p.LongContextCapacity}
+		if err := info.Validate(); err != nil {
+			return fmt.Errorf("nodes: record %q: Providers[%d]: %w", r.ID, i, err)
+		}
+		if p.Capacity == 0 {
+			return fmt.Errorf("nodes: record %q: Providers[%d] (%q): Capacity must be at least 1", r.ID, i, p.ID)
+		}
+		if p.LongContextCapacity > p.Capacity {
+			return fmt.Errorf("nodes: record %q: Providers[%d] (%q): LongContextCapacity above Capacity", r.ID, i, p.ID)
+		}
+		if seen[p.ID] {
+			return fmt.Errorf("nodes: record %q: duplicate provider %q", r.ID, p.ID)
+		}
+		seen[p.ID] = true
+	}
+	return nil
+}
+
+// maxIDLen bounds node and provider ids.
+const maxIDLen = 128
+
+// validID accepts ids of letters, digits, '.', '_' and '-', 1 to 128 bytes.
+func validID(id string) error {
+	if id == "" || len(id) > maxIDLen {
+		return fmt.Errorf("length %d outside 1..%d", len(id), maxIDLen)
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%q has a character outside [A-Za-z0-9._-]", id)
+		}
+	}
+	return nil
+}
+
+// Store holds the Node records. The registry reads it on every
+// registration and on Refresh; implementations must be safe for concurrent
+// use and return records the caller may not modify.
+type Store interface {
+	// Lookup returns the record for a node id.
+	Lookup(id string) (Record, bool)
+	// Records returns every record, sorted by id.
+	Records() []Record
+}
+
+// StaticStore is an immutable Store built from a list of records.
+type StaticStore struct {
+	byID    map[string]Record
+	records []Record
+}
+
+var _ Store = (*StaticStore)(nil)
+
+// NewStaticStore validates the records and returns a store holding them.
+func NewStaticStore(records []Record) (*StaticStore, error) {
+	s := &StaticStore{byID: make(map[string]Record, len(records))}
+	for _, r := range records {
+		if err := r.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := s.byID[r.ID]; dup {
+			return nil, fmt.Errorf("nodes: duplicate node id %q", r.ID)
+		}
+		s.byID[r.ID] = r
+		s.records = append(s.records, r)
+	}
+	slices.SortFunc(s.records, func(a, b Record) int { return strings.Compare(a.ID, b.ID) })
+	return s, nil
+}
+
+// Lookup implements Store.
+func (s *StaticStore) Lookup(id string) (Record, bool) {
+	r, ok := s.byID[id]
+	return r, ok
+}
+
+// Records implements Store.
+func (s *StaticStore) Records() []Record { return s.records }
+
+// Hello is what a registering connection presents.
+type Hello struct {
+	NodeID     string
+	Credential []byte
+	// TLS is the connection's TLS state, nil for plaintext.
+	TLS        *tls.ConnectionState
+	RemoteAddr net.Addr
+}
+
+// Authenticator decides whether a registration is who it claims to be.
+// Token authentication is the default; mutual-TLS identity and enrollment
+// plug in here.
+type Authenticator interface {
+	Authenticate(ctx context.Context, h Hello) error
+}
+
+// ErrUnauthenticated is returned for an unknown node id or a wrong
+// credential; the two are deliberately not told apart.
+var ErrUnauthenticated = errors.New("nodes: unauthenticated")
+
+// TokenAuthenticator checks the credential against the record's token hash
+// in constant time.
+type TokenAuthenticator struct {
+	Store Store
+}
+
+var _ Authenticator = TokenAuthenticator{}
+
+// Authenticate implements Authenticator.
+func (a TokenAuthenticator) Authenticate(_ context.Context, h Hello) error {
+	rec, ok := a.Store.Lookup(h.NodeID)
+	sum := sha256.Sum256(h.Credential)
+	if !ok {
+		// Same work for an unknown id as for a known one.
+		subtle.ConstantTimeCompare(sum[:], sum[:])
+		return ErrUnauthenticated
+	}
+	if subtle.ConstantTimeCompare(sum[:], rec.TokenHash[:]) != 1 {
+		return ErrUnauthenticated
+	}
+	return nil
+}
+
+// NextEpoch reads the boot epoch stored at path, increments it, stores it
+// durably (temporary file, fsync, rename) and returns the new value. The
+// Edge calls it once at startup, so every generation it hands out is above
+// those of any earlier run. A missing file starts at 1.
+func NextEpoch(path string) (uint32, error) {
+	var cur uint64
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		cur, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("nodes: epoch file %s: %w", path, err)
+		}
+	case errors.Is(err, os.ErrNotExist):
+	default:
+		return 0, fmt.Errorf("nodes: epoch file: %w", err)
+	}
+	if cur >= 1<<32-1 {
+		return 0, fmt.Errorf("nodes: epoch file %s: epoch exhausted", path)
+	}
+	next := uint32(cur + 1)
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".epoch-*")
+	if err != nil {
+		return 0, fmt.Errorf("nodes: epoch file: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(strconv.FormatUint(uint64(next), 10) + "\n"); err != nil {
+		tmp.Close()
+		return 0, fmt.Errorf("nodes: epoch file: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return 0, fmt.Errorf("nodes: epoch file: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return 0, fmt.Errorf("nodes: epoch file: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return 0, fmt.Errorf("nodes: epoch file: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return next, nil
+}

@@ -1,0 +1,68 @@
+// Package backoff computes reconnect delays the way gRPC does: exponential
+// from a base delay, capped, with symmetric jitter, reset after a success.
+package backoff
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults from gRPC's connection backoff.
+const (
+	DefaultBase       = time.Second
+	DefaultMultiplier = 1.6
+	DefaultJitter     = 0.2
+	DefaultMax        = 120 * time.Second
+)
+
+// Config is a backoff policy. Zero fields take the defaults above.
+type Config struct {
+	Base       time.Duration
+	Multiplier float64
+	Jitter     float64
+	Max        time.Duration
+}
+
+// Backoff yields successive delays. It is not safe for concurrent use.
+type Backoff struct {
+	cfg     Config
+	retries int
+	rand    func() float64
+}
+
+// New returns a Backoff for cfg.
+func New(cfg Config) *Backoff {
+	if cfg.Base <= 0 {
+		cfg.Base = DefaultBase
+	}
+	if cfg.Multiplier < 1 {
+		cfg.Multiplier = DefaultMultiplier
+	}
+	if cfg.Jitter < 0 || cfg.Jitter >= 1 {
+		cfg.Jitter = DefaultJitter
+	} else if cfg.Jitter == 0 {
+		cfg.Jitter = DefaultJitter
+	}
+	if cfg.Max <= 0 {
+		cfg.Max = DefaultMax
+	}
+	return &Backoff{cfg: cfg, rand: rand.Float64}
+}
+
+// Next returns the delay before the next attempt and advances.
+func (b *Backoff) Next() time.Duration {
+	d := float64(b.cfg.Base)
+	for range b.retries {
+		d *= b.cfg.Multiplier
+		if d >= float64(b.cfg.Max) {
+			d = float64(b.cfg.Max)
+			break
+		}
+	}
+	b.retries++
+	d *= 1 + b.cfg.Jitter*(2*b.rand()-1)
+	return time.Duration(min(d, float64(b.cfg.Max)*(1+b.cfg.Jitter)))
+}
+
+// Reset starts over from the base delay (after a ready handshake).
+func (b *Backoff) Reset() { b.retries = 0 }

@@ -1,0 +1,106 @@
+package node
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/wire"
+)
+
+// Config configures a Runtime: the Node-local facts of node.yaml. Each
+// field's comment says what its zero value means.
+type Config struct {
+	// EdgeAddr is the Edge's host:port for Node sessions. Required.
+	EdgeAddr string
+	// NodeID is this Node's id, as configured on the Edge. Required.
+	NodeID string
+	// Token is the registration credential. Required. It is sent only in
+	// the registration and never logged.
+	Token string
+	// TLS, when set, dials with TLS 1.3 and ALPN iop/1 (client certificate
+	// included for mutual TLS). Nil means plaintext, for loopback and
+	// development only.
+	TLS *tls.Config
+	// Providers is the allow-list: the providers this Node is willing to
+	// host, each with the models it may serve. The Edge's config payload is
+	// intersected with it; anything outside is refused.
+	Providers []Hosted
+	// Wire tunes the session. Nil means wire defaults.
+	Wire *wire.Config
+	// Backoff is the reconnect policy. Zero fields mean gRPC's defaults
+	// (1 s, x1.6, jitter 0.2, at most 120 s).
+	Backoff Backoff
+	// HealthInterval is how often providers that implement
+	// execution.HealthChecker are checked. Zero means 15 s.
+	HealthInterval time.Duration
+	// RegisterTimeout bounds the registration exchange. Zero means 15 s.
+	RegisterTimeout time.Duration
+	// Version is reported to the Edge. Empty means "dev".
+	Version string
+	// Logger receives runtime events (ids, reasons; never tokens, prompts
+	// or output). Nil means silent.
+	Logger hclog.Logger
+}
+
+// Hosted is one entry of the Node's provider allow-list.
+type Hosted struct {
+	// Provider is the adapter instance.
+	Provider execution.Provider
+	// AllowedModels limits the models the Edge may configure for it. Nil
+	// means the provider's own Info().Models; if that is empty too, any
+	// model is allowed (a server that discovers its models).
+	AllowedModels []string
+}
+
+// Backoff is a reconnect policy (see gRPC's connection backoff).
+type Backoff struct {
+	Base       time.Duration
+	Multiplier float64
+	Jitter     float64
+	Max        time.Duration
+}
+
+// Validate reports the first invalid field.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.EdgeAddr == "" {
+		errs = append(errs, errors.New("EdgeAddr is required"))
+	}
+	if c.NodeID == "" {
+		errs = append(errs, errors.New("NodeID is required"))
+	}
+	if c.Token == "" {
+		errs = append(errs, errors.New("Token is required"))
+	}
+	seen := map[string]bool{}
+	for i, h := range c.Providers {
+		if h.Provider == nil {
+			errs = append(errs, fmt.Errorf("Providers[%d]: nil Provider", i))
+			continue
+		}
+		info := h.Provider.Info()
+		if err := info.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("Providers[%d]: %w", i, err))
+			continue
+		}
+		if seen[info.ID] {
+			errs = append(errs, fmt.Errorf("Providers[%d]: duplicate id %q", i, info.ID))
+		}
+		seen[info.ID] = true
+	}
+	if err := c.Wire.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Wire: %w", err))
+	}
+	if c.HealthInterval < 0 || c.RegisterTimeout < 0 {
+		errs = append(errs, errors.New("HealthInterval and RegisterTimeout must not be negative"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("node: config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/iop-dev/iop/internal/backoff"
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+// Runtime is a Node: it dials its Edge, registers, applies the Edge's config
+// intersected with its allow-list, reports ready, and executes what its
+// current connection sends. When the connection ends it cancels every run
+// that connection owns and reconnects with backoff.
+type Runtime struct {
+	cfg   Config
+	log   hclog.Logger
+	allow map[string]Hosted
+
+	mu     sync.Mutex
+	status Status
+}
+
+// State is where a Runtime is in its connection cycle.
+type State string
+
+// Runtime states.
+const (
+	StateIdle        State = "idle"
+	StateConnecting  State = "connecting"
+	StateRegistering State = "registering"
+	StateReady       State = "ready"
+	StateBackoff     State = "backoff"
+	StateStopped     State = "stopped"
+)
+
+// Status is a snapshot of a Runtime.
+type Status struct {
+	State State
+	// Generation and Revision of the current connection (0 when none).
+	Generation uint64
+	Revision   uint64
+	// Hosted lists the providers hosted under the current config; Refused
+	// lists the payload entries refused by the allow-list.
+	Hosted  []string
+	Refused []string
+	// Connects counts connections that reached ready.
+	Connects int
+	// LastError is why the last attempt or connection ended.
+	LastError error
+}
+
+// RegistrationError is a refusal from the Edge.
+type RegistrationError struct {
+	Rejection iopv1.RegisterRejection
+	Message   string
+}
+
+func (e *RegistrationError) Error() string {
+	return fmt.Sprintf("node: registration rejected: %s (%s)", e.Rejection, e.Message)
+}
+
+// New validates cfg and returns a Runtime. It does not connect; Run does.
+func New(cfg Config) (*Runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rt := &Runtime{cfg: cfg, log: cfg.Logger, allow: make(map[string]Hosted)}
+	if rt.log == nil {
+		rt.log = hclog.NewNullLogger()
+	}
+	for _, h := range cfg.Providers {
+		rt.allow[h.Provider.Info().ID] = h
+	}
+	rt.status.State = StateIdle
+	return rt, nil
+}
+
+// Status returns the runtime's current status.
+func (rt *Runtime) Status() Status {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.status
+}
+
+func (rt *Runtime) setStatus(f func(*Status)) {
+	rt.mu.Lock()
+	f(&rt.status)
+	rt.mu.Unlock()
+}
+
+// Run connects and stays connected until ctx ends, reconnecting with
+// backoff; the backoff resets after each ready handshake. It returns
+// ctx's error. Run must not be called twice at once.
+func (rt *Runtime) Run(ctx context.Context) error {
+	bo := backoff.New(backoff.Config(rt.cfg.Backoff))
+	defer rt.setStatus(func(s *Status) { s.State = StateStopped; s.Generation = 0 })
+	for {
+		ready, err := rt.connectOnce(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if ready {
+			bo.Reset()
+		}
+		delay := bo.Next()
+		rt.setStatus(func(s *Status) { s.State = StateBackoff; s.LastError = err; s.Generation = 0 })
+		var re *RegistrationError
+		if errors.As(err, &re) {
+			rt.log.Warn("registration rejected; retrying", "rejection", re.Rejection.String(), "delay", delay)
+		} else {
+			rt.log.Info("connection ended; reconnecting", "error", err, "delay", delay)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+func (rt *Runtime) version() string {
+	if rt.cfg.Version == "" {
+		return "dev"
+	}
+	return rt.cfg.Version
+}
+
+func (rt *Runtime) registerTimeout() time.Duration {
+	if rt.cfg.RegisterTimeout == 0 {
+		return 15 * time.Second
+	}
+	return rt.cfg.RegisterTimeout
+}
+
+func (rt *Runtime) healthInterval() time.Duration {
+	if rt.cfg.HealthInterval == 0 {
+		return 15 * time.Second
+	}
+	return rt.cfg.HealthInterval
+}
+
+var hostOS, hostArch = runtime.GOOS, runtime.GOARCH

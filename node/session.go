@@ -1,0 +1,291 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/internal/nodewire"
+	"github.com/iop-dev/iop/wire"
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+// session is one connection's life: everything it owns ends with it.
+type session struct {
+	rt    *Runtime
+	sess  *wire.Session
+	ctl   *wire.Stream
+	ctlMu sync.Mutex
+	gen   uint64
+	ctx   context.Context // ends when the connection ends
+	wg    sync.WaitGroup
+	since time.Time
+
+	mu       sync.Mutex
+	plan     *hostingPlan
+	health   map[string]bool // provider id -> healthy
+	inflight map[string]int
+	runs     map[string]context.CancelFunc
+}
+
+// connectOnce runs one connection from dial to close. It reports whether the
+// connection reached ready.
+func (rt *Runtime) connectOnce(ctx context.Context) (bool, error) {
+	rt.setStatus(func(s *Status) { s.State = StateConnecting })
+	dctx, cancel := context.WithTimeout(ctx, rt.registerTimeout())
+	defer cancel()
+	sess, err := wire.Dial(dctx, "tcp", rt.cfg.EdgeAddr, rt.cfg.TLS, rt.cfg.Wire)
+	if err != nil {
+		return false, err
+	}
+	defer sess.Close()
+	rt.setStatus(func(s *Status) { s.State = StateRegistering })
+	s, err := rt.register(dctx, sess)
+	if err != nil {
+		return false, err
+	}
+	cancel()
+	err = s.serve(ctx)
+	return true, err
+}
+
+// register runs registration and the ready handshake.
+func (rt *Runtime) register(ctx context.Context, sess *wire.Session) (*session, error) {
+	ctl, err := sess.OpenStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	req := &iopv1.RegisterRequest{
+		NodeId: rt.cfg.NodeID, Credential: []byte(rt.cfg.Token),
+		Version: rt.version(), Os: hostOS, Arch: hostArch,
+	}
+	if err := ctl.WriteMessage(nodewire.Msg(req)); err != nil {
+		return nil, err
+	}
+	env, err := ctl.ReadMessage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	resp := env.GetRegisterResponse()
+	if resp == nil {
+		return nil, errors.New("node: edge answered the registration with something else")
+	}
+	if !resp.GetAccepted() {
+		return nil, &RegistrationError{Rejection: resp.GetRejection(), Message: nodewire.Note(resp.GetMessage())}
+	}
+	s := &session{
+		rt: rt, sess: sess, ctl: ctl, gen: resp.GetGeneration(), ctx: sess.Context(), since: time.Now(),
+		health:   map[string]bool{},
+		inflight: map[string]int{},
+		runs:     map[string]context.CancelFunc{},
+	}
+	s.plan = intersect(rt.allow, resp.GetConfig())
+	s.checkHealth(ctx, s.plan)
+	ready := &iopv1.NodeReadyRequest{Generation: s.gen, Revision: s.plan.revision, Providers: s.snapshots(s.plan, nil), Refused: s.plan.refused}
+	if err := ctl.WriteMessage(nodewire.Msg(ready)); err != nil {
+		return nil, err
+	}
+	env, err = ctl.ReadMessage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if r := env.GetNodeReadyResponse(); r == nil || !r.GetAccepted() {
+		return nil, errors.New("node: edge did not accept ready")
+	}
+	rt.setStatus(func(st *Status) {
+		st.State = StateReady
+		st.Generation = s.gen
+		st.Revision = s.plan.revision
+		st.Hosted = slices.Clone(s.plan.order)
+		st.Refused = refusedIDs(s.plan)
+		st.Connects++
+		st.LastError = nil
+	})
+	rt.log.Info("ready", "node", rt.cfg.NodeID, "generation", s.gen, "revision", s.plan.revision, "hosted", len(s.plan.order), "refused", len(s.plan.refused))
+	return s, nil
+}
+
+func refusedIDs(p *hostingPlan) []string {
+	var out []string
+	for _, r := range p.refused {
+		out = append(out, r.GetProviderId())
+	}
+	return out
+}
+
+// serve handles the connection until it ends or ctx does, then cancels
+// every run it owns and waits for them.
+func (s *session) serve(ctx context.Context) error {
+	s.wg.Go(s.controlLoop)
+	s.wg.Go(s.acceptLoop)
+	s.wg.Go(s.healthLoop)
+	select {
+	case <-s.sess.Done():
+	case <-ctx.Done():
+		s.sess.Close()
+	}
+	s.sess.Close()
+	s.wg.Wait()
+	return s.sess.Err()
+}
+
+func (s *session) acceptLoop() {
+	for {
+		st, err := s.sess.AcceptStream(s.ctx)
+		if err != nil {
+			return
+		}
+		s.wg.Go(func() { s.handle(st) })
+	}
+}
+
+func (s *session) handle(st *wire.Stream) {
+	env, err := st.ReadMessage(s.ctx)
+	if err != nil {
+		st.Reset(wire.ResetCancel)
+		return
+	}
+	switch b := env.Body.(type) {
+	case *iopv1.Envelope_RunRequest:
+		s.run(st, b.RunRequest)
+	case *iopv1.Envelope_NodeCommandRequest:
+		s.command(st, b.NodeCommandRequest)
+	default:
+		st.Reset(wire.ResetUnsupported)
+	}
+}
+
+// controlLoop applies config updates pushed on the control stream.
+func (s *session) controlLoop() {
+	for {
+		env, err := s.ctl.ReadMessage(s.ctx)
+		if err != nil {
+			return
+		}
+		up := env.GetConfigUpdate()
+		if up == nil {
+			s.sess.CloseWithReason(wire.ReasonProtocolError, "unexpected message on the control stream")
+			return
+		}
+		s.mu.Lock()
+		stale := up.GetConfig().GetRevision() <= s.plan.revision
+		s.mu.Unlock()
+		if stale {
+			continue
+		}
+		plan := intersect(s.rt.allow, up.GetConfig())
+		s.checkHealth(s.ctx, plan)
+		s.mu.Lock()
+		s.plan = plan
+		snaps := s.snapshotsLocked(plan, nil)
+		s.mu.Unlock()
+		s.rt.setStatus(func(st *Status) {
+			st.Revision = plan.revision
+			st.Hosted = slices.Clone(plan.order)
+			st.Refused = refusedIDs(plan)
+		})
+		s.rt.log.Info("config applied", "revision", plan.revision, "hosted", len(plan.order), "refused", len(plan.refused))
+		s.writeCtl(&iopv1.ConfigUpdateAck{Revision: plan.revision, Providers: snaps, Refused: plan.refused})
+	}
+}
+
+func (s *session) writeCtl(body any) {
+	s.ctlMu.Lock()
+	defer s.ctlMu.Unlock()
+	s.ctl.WriteMessage(nodewire.Msg(body))
+}
+
+// checkHealth checks every provider of plan that can report its health,
+// concurrently, and records the results.
+func (s *session) checkHealth(ctx context.Context, plan *hostingPlan) map[string]bool {
+	results := make(map[string]bool, len(plan.order))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, id := range plan.order {
+		h := plan.providers[id]
+		hc, ok := h.p.(execution.HealthChecker)
+		if !ok {
+			results[id] = true
+			continue
+		}
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, min(s.rt.healthInterval(), 5*time.Second))
+			err := hc.CheckHealth(cctx)
+			cancel()
+			mu.Lock()
+			results[id] = err == nil
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	s.mu.Lock()
+	changed := map[string]bool{}
+	for id, ok := range results {
+		if prev, seen := s.health[id]; !seen || prev != ok {
+			changed[id] = true
+		}
+		s.health[id] = ok
+	}
+	s.mu.Unlock()
+	return changed
+}
+
+// healthLoop re-checks provider health and reports changes to the Edge.
+func (s *session) healthLoop() {
+	t := time.NewTicker(s.rt.healthInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		plan := s.plan
+		s.mu.Unlock()
+		changed := s.checkHealth(s.ctx, plan)
+		if len(changed) == 0 {
+			continue
+		}
+		s.mu.Lock()
+		snaps := s.snapshotsLocked(plan, changed)
+		s.mu.Unlock()
+		s.rt.log.Info("provider health changed", "providers", len(changed))
+		s.writeCtl(&iopv1.ProviderSnapshotUpdate{Generation: s.gen, Providers: snaps})
+	}
+}
+
+func (s *session) snapshots(plan *hostingPlan, only map[string]bool) []*iopv1.ProviderSnapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snapshotsLocked(plan, only)
+}
+
+func (s *session) snapshotsLocked(plan *hostingPlan, only map[string]bool) []*iopv1.ProviderSnapshot {
+	var out []*iopv1.ProviderSnapshot
+	for _, id := range plan.order {
+		if only != nil && !only[id] {
+			continue
+		}
+		h := plan.providers[id]
+		snap := &iopv1.ProviderSnapshot{
+			ProviderId: id,
+			Adapter:    h.info.Adapter,
+			Category:   nodewire.Category(h.info.Category),
+			Status:     iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE,
+			Health:     iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY,
+			Capacity:   uint32(h.cap),
+			InFlight:   uint32(s.inflight[id]),
+			Models:     slices.Clone(h.models),
+		}
+		if !s.health[id] {
+			snap.Status = iopv1.ProviderStatus_PROVIDER_STATUS_UNAVAILABLE
+			snap.Health = iopv1.ProviderHealth_PROVIDER_HEALTH_UNHEALTHY
+		}
+		out = append(out, snap)
+	}
+	return out
+}
