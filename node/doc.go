@@ -1,13 +1,23 @@
-// Package node will hold node.Runtime: the process that runs beside model
-// providers. A Node dials its Edge (it never listens), registers with its
-// node id and credential, applies the Edge's configuration payload
-// intersected with its own allow-lists from node.yaml (refusing anything
-// outside them), reports readiness with provider snapshots, and executes
-// exactly what its current connection sends: runs, provider tunnels, closed
-// commands and workspace operations. When a connection ends, every run it
-// owns is cancelled, and a reconnect supervisor dials again with backoff.
+// Package node holds node.Runtime: the process that runs beside model
+// providers.
 //
-// A Node must never accept inbound connections, never widen what the Edge
-// may ask of it beyond node.yaml, and never send a local credential to the
-// Edge. It is filled in by step [S2].
+// A Runtime dials its Edge (it never listens), registers with its node id
+// and token, receives the Edge's config payload (which providers to host,
+// with which models and capacity, from edge.yaml), intersects it with its
+// own allow-list (Config.Providers, from node.yaml) and refuses every entry
+// outside it, checks provider health, and reports ready. From then on it
+// executes exactly what its current connection sends: runs on their own
+// streams (Started, the provider's output, exactly one terminal; cancelled
+// only by a CancelRun for that run id, a reset, the hard deadline or the
+// end of the connection), closed node commands, and config updates, which
+// apply to new runs while runs in flight keep the config they started
+// under. Health changes are reported as they happen.
+//
+// When a connection ends, every run it owns is cancelled, and the runtime
+// reconnects with gRPC's backoff (1 s, x1.6, jitter 0.2, at most 120 s),
+// reset after each ready handshake.
+//
+// A Node must never accept inbound connections, never host anything the
+// Edge asks for outside its allow-list, and never send a local credential
+// to the Edge or log one.
 package node

@@ -341,6 +341,7 @@ func TestPayloadOutsideAllowListRefused(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("provider health (-want +got):\n%s", d)
 	}
+	eventually(t, "node status to list its refusals", func() bool { return rt.Status().State == node.StateReady })
 	if d := cmp.Diff([]string{"p-unknown", "p-adapter", "p-model"}, rt.Status().Refused); d != "" {
 		t.Errorf("node refused (-want +got):\n%s", d)
 	}
@@ -496,5 +497,59 @@ func TestSubscriberThatFallsBehindResyncs(t *testing.T) {
 	}
 	if n1, _ := e.reg.Node("n1"); n1.Connected {
 		t.Fatal("snapshot after resync shows n1 connected")
+	}
+}
+
+func TestProviderHealthChanges(t *testing.T) {
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 1), spec("p2", "m2", 1)))})
+	sub := e.reg.Subscribe()
+	defer sub.Close()
+	p1, p2 := executiontest.New("p1", "m1"), executiontest.New("p2", "m2")
+	runNode(t, e.addr, "n1", host(p1, p2), func(c *node.Config) { c.HealthInterval = 10 * time.Millisecond })
+	gen := waitReady(t, e, "n1", 0)
+	nextEvent(t, sub)
+
+	p1.SetHealthy(false)
+	ev := nextEvent(t, sub)
+	if ev.Kind != nodes.EventProviderHealth || ev.Provider.ID != "p1" || ev.Provider.Health != nodes.HealthUnhealthy || ev.Provider.Status != nodes.StatusUnavailable {
+		t.Fatalf("event %+v (%+v)", ev, ev.Provider)
+	}
+	if _, err := e.reg.StartRun(ctx(t), "n1", gen, &execution.RunRequest{RunID: "r", ProviderID: "p1", Target: "m1"}); !errors.Is(err, nodes.ErrProviderUnavailable) {
+		t.Fatalf("StartRun on an unhealthy provider = %v", err)
+	}
+	n1, _ := e.reg.Node("n1")
+	if n1.Providers[1].Health != nodes.HealthHealthy {
+		t.Fatalf("p2 changed with p1: %+v", n1.Providers[1])
+	}
+	p1.SetHealthy(true)
+	if ev := nextEvent(t, sub); ev.Kind != nodes.EventProviderHealth || ev.Provider.ID != "p1" || ev.Provider.Health != nodes.HealthHealthy {
+		t.Fatalf("event %+v", ev)
+	}
+}
+
+// rogue emits a Started event, which only the host may do.
+type rogue struct{ *executiontest.Provider }
+
+func (r rogue) Run(ctx context.Context, req *execution.RunRequest, w execution.EventWriter) (execution.Result, error) {
+	if err := w.WriteEvent(execution.Event{Kind: execution.EventCompleted}); err == nil {
+		return execution.Result{}, errors.New("host accepted a terminal from the provider")
+	}
+	return execution.Result{}, nil
+}
+
+func TestProviderCannotEmitTerminals(t *testing.T) {
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 1)))})
+	runNode(t, e.addr, "n1", []node.Hosted{{Provider: rogue{executiontest.New("p1", "m1")}}})
+	gen := waitReady(t, e, "n1", 0)
+	run, err := e.reg.StartRun(ctx(t), "n1", gen, &execution.RunRequest{RunID: "r", ProviderID: "p1", Target: "m1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := collect(t, run)
+	if d := cmp.Diff([]string{"started", "failed"}, kinds(evs)); d != "" {
+		t.Fatalf("events (-want +got):\n%s", d)
+	}
+	if evs[1].Failure.Class != execution.FailureInternal {
+		t.Fatalf("failure %+v", evs[1].Failure)
 	}
 }

@@ -1,0 +1,196 @@
+package nodes_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/internal/nodewire"
+	"github.com/iop-dev/iop/wire"
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+// rawNode dials the registry as a hand-driven Node, to send what a correct
+// node.Runtime never would.
+func rawNode(t *testing.T, e *edge) (*wire.Session, *wire.Stream) {
+	t.Helper()
+	sess, err := wire.Dial(ctx(t), "tcp", e.addr, nil, &wire.Config{CloseLinger: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	st, err := sess.OpenStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sess, st
+}
+
+func register(t *testing.T, st *wire.Stream, id, tok string) *iopv1.RegisterResponse {
+	t.Helper()
+	if err := st.WriteMessage(nodewire.Msg(&iopv1.RegisterRequest{NodeId: id, Credential: []byte(tok)})); err != nil {
+		t.Fatal(err)
+	}
+	env, err := st.ReadMessage(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env.GetRegisterResponse()
+}
+
+func TestRegistrationProtocolViolations(t *testing.T) {
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 1))), RegisterTimeout: 300 * time.Millisecond})
+	sub := e.reg.Subscribe()
+	defer sub.Close()
+
+	t.Run("first message not a registration", func(t *testing.T) {
+		sess, st := rawNode(t, e)
+		st.WriteMessage(nodewire.Msg(&iopv1.NodeReadyRequest{Generation: 1}))
+		env, err := st.ReadMessage(ctx(t))
+		if err != nil || env.GetRegisterResponse().GetRejection() != iopv1.RegisterRejection_REGISTER_REJECTION_MALFORMED {
+			t.Fatalf("answer %v %v, want a malformed rejection", env, err)
+		}
+		<-sess.Done()
+	})
+	t.Run("invalid node id", func(t *testing.T) {
+		_, st := rawNode(t, e)
+		if r := register(t, st, "../etc/passwd", token); r.GetAccepted() || r.GetRejection() != iopv1.RegisterRejection_REGISTER_REJECTION_MALFORMED {
+			t.Fatalf("answer %v", r)
+		}
+	})
+	t.Run("ready for another generation", func(t *testing.T) {
+		sess, st := rawNode(t, e)
+		r := register(t, st, "n1", token)
+		if !r.GetAccepted() {
+			t.Fatalf("registration refused: %v", r)
+		}
+		st.WriteMessage(nodewire.Msg(&iopv1.NodeReadyRequest{Generation: r.GetGeneration() + 1}))
+		<-sess.Done()
+		var ce *wire.CloseError
+		if !errors.As(sess.Err(), &ce) || ce.Reason != wire.ReasonRejected || !ce.Remote {
+			t.Fatalf("session ended %v, want a remote rejection", sess.Err())
+		}
+		if _, ok := e.reg.Current("n1"); ok {
+			t.Fatal("n1 is ready after a ready for the wrong generation")
+		}
+	})
+	t.Run("silent after connect", func(t *testing.T) {
+		sess, _ := rawNode(t, e)
+		<-sess.Done() // closed by the register deadline
+	})
+	t.Run("provider report beyond the configuration is ignored", func(t *testing.T) {
+		sess, st := rawNode(t, e)
+		r := register(t, st, "n1", token)
+		st.WriteMessage(nodewire.Msg(&iopv1.NodeReadyRequest{Generation: r.GetGeneration(), Revision: r.GetConfig().GetRevision(), Providers: []*iopv1.ProviderSnapshot{
+			{ProviderId: "p1", Status: iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE, Health: iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY, Capacity: 1000},
+			{ProviderId: "smuggled", Status: iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE, Health: iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY},
+		}}))
+		if env, err := st.ReadMessage(ctx(t)); err != nil || !env.GetNodeReadyResponse().GetAccepted() {
+			t.Fatalf("ready answer %v %v", env, err)
+		}
+		n1, _ := e.reg.Node("n1")
+		if len(n1.Providers) != 1 || n1.Providers[0].Capacity != 1 {
+			t.Fatalf("a Node widened its configuration: %+v", n1)
+		}
+		// An unexpected message on the control stream closes the session.
+		st.WriteMessage(nodewire.Msg(&iopv1.RegisterRequest{NodeId: "n1"}))
+		<-sess.Done()
+		var ce *wire.CloseError
+		if !errors.As(sess.Err(), &ce) || ce.Reason != wire.ReasonProtocolError {
+			t.Fatalf("session ended %v, want protocol_error", sess.Err())
+		}
+		eventually(t, "n1 fenced", func() bool { _, ok := e.reg.Current("n1"); return !ok })
+	})
+}
+
+func TestPendingConnectionCap(t *testing.T) {
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 1))), MaxPending: 1, RegisterTimeout: 5 * time.Second})
+	hold, err := net.Dial("tcp", e.addr) // an unregistered connection fills the one slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	time.Sleep(20 * time.Millisecond) // let the registry accept it; no timing is asserted
+	c2, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c2.Read(make([]byte, 1)); err == nil || n != 0 {
+		t.Fatalf("connection over the cap was served (read %d, %v)", n, err)
+	}
+}
+
+func TestNextEpoch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "epoch")
+	for want := uint32(1); want <= 3; want++ {
+		got, err := nodes.NextEpoch(path)
+		if err != nil || got != want {
+			t.Fatalf("NextEpoch = %d, %v, want %d", got, err, want)
+		}
+	}
+	os.WriteFile(path, []byte("not a number"), 0o600)
+	if _, err := nodes.NextEpoch(path); err == nil {
+		t.Fatal("NextEpoch accepted a corrupt file")
+	}
+	if b, _ := os.ReadFile(path); string(b) != "not a number" {
+		t.Fatal("NextEpoch changed a file it could not parse")
+	}
+	os.WriteFile(path, []byte("4294967295\n"), 0o600)
+	if _, err := nodes.NextEpoch(path); err == nil {
+		t.Fatal("NextEpoch wrapped around")
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	good := record("n1", spec("p1", "m1", 1))
+	bad := []nodes.Record{
+		{ID: "", TokenHash: nodes.HashToken("x")},
+		{ID: "n 1", TokenHash: nodes.HashToken("x")},
+		{ID: "n1"},
+		record("n1", spec("p1", "m1", 0)),
+		record("n1", spec("p1", "m1", 1), spec("p1", "m2", 1)),
+		record("n1", nodes.ProviderSpec{ID: "p1", Adapter: "openai", Category: "gpu", Capacity: 1}),
+	}
+	for i, r := range bad {
+		if _, err := nodes.NewStaticStore([]nodes.Record{r}); err == nil {
+			t.Errorf("bad[%d] accepted: %+v", i, r)
+		}
+	}
+	if _, err := nodes.NewStaticStore([]nodes.Record{good, good}); err == nil {
+		t.Error("duplicate node ids accepted")
+	}
+	if _, err := nodes.New(nodes.Config{Epoch: 1}); err == nil {
+		t.Error("New without a Store")
+	}
+	s, _ := nodes.NewStaticStore(nil)
+	if _, err := nodes.New(nodes.Config{Store: s}); err == nil {
+		t.Error("New without an Epoch")
+	}
+}
+
+func TestAuthenticatorSeam(t *testing.T) {
+	seen := make(chan string, 1)
+	auth := authFunc(func(_ context.Context, h nodes.Hello) error {
+		seen <- h.NodeID
+		return errors.New("no")
+	})
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 1))), Authenticator: auth})
+	_, st := rawNode(t, e)
+	if r := register(t, st, "n1", token); r.GetAccepted() || r.GetRejection() != iopv1.RegisterRejection_REGISTER_REJECTION_UNAUTHENTICATED {
+		t.Fatalf("answer %v", r)
+	}
+	if got := <-seen; got != "n1" {
+		t.Fatalf("authenticator saw %q", got)
+	}
+}
+
+type authFunc func(context.Context, nodes.Hello) error
+
+func (f authFunc) Authenticate(ctx context.Context, h nodes.Hello) error { return f(ctx, h) }

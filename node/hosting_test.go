@@ -1,0 +1,103 @@
+package node
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/execution/executiontest"
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestIntersect(t *testing.T) {
+	ollama := executiontest.New("ollama", "llama3")
+	ollama.Meta.Adapter = "ollama"
+	ollama.Meta.Models = nil // discovers its models: any is allowed
+	vllm := executiontest.New("vllm", "qwen")
+	vllm.Meta.Models = []string{"qwen", "mistral"}
+	cli := executiontest.New("claude-cli", "")
+	cli.Meta.Adapter, cli.Meta.Category, cli.Meta.Models = "cli", execution.CategoryCLI, nil
+	allow := map[string]Hosted{
+		"ollama":     {Provider: ollama},
+		"vllm":       {Provider: vllm},
+		"claude-cli": {Provider: cli, AllowedModels: []string{"sonnet"}},
+	}
+	pc := func(id, adapter string, cat iopv1.ProviderCategory, models ...string) *iopv1.ProviderConfig {
+		return &iopv1.ProviderConfig{Id: id, Adapter: adapter, Category: cat, Models: models, Capacity: 2}
+	}
+	local, cliCat := iopv1.ProviderCategory_PROVIDER_CATEGORY_LOCAL, iopv1.ProviderCategory_PROVIDER_CATEGORY_CLI
+	plan := intersect(allow, &iopv1.NodeConfig{Revision: 9, Providers: []*iopv1.ProviderConfig{
+		pc("ollama", "ollama", local, "anything"),
+		pc("vllm", "openai", local, "qwen"),
+		pc("vllm-extra", "openai", local, "qwen"),
+		pc("claude-cli", "cli", cliCat, "opus"),
+		pc("vllm", "openai", local, "qwen"), // duplicate entry
+		pc("ollama2", "ollama", local),
+	}})
+	if plan.revision != 9 {
+		t.Errorf("revision %d", plan.revision)
+	}
+	if d := cmp.Diff([]string{"ollama", "vllm"}, plan.order); d != "" {
+		t.Errorf("hosted (-want +got):\n%s", d)
+	}
+	got := map[string]iopv1.RefusalReason{}
+	for _, r := range plan.refused {
+		got[r.GetProviderId()] = r.GetReason()
+	}
+	want := map[string]iopv1.RefusalReason{
+		"vllm-extra": iopv1.RefusalReason_REFUSAL_REASON_NOT_ALLOWED,
+		"claude-cli": iopv1.RefusalReason_REFUSAL_REASON_MODEL_NOT_ALLOWED,
+		"vllm":       iopv1.RefusalReason_REFUSAL_REASON_INVALID, // the duplicate
+		"ollama2":    iopv1.RefusalReason_REFUSAL_REASON_NOT_ALLOWED,
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("refused (-want +got):\n%s", d)
+	}
+	if h := plan.providers["vllm"]; !h.allows("qwen") || h.allows("mistral") {
+		t.Errorf("vllm should serve exactly the configured model")
+	}
+
+	// Adapter and category must both match.
+	plan = intersect(allow, &iopv1.NodeConfig{Providers: []*iopv1.ProviderConfig{
+		pc("vllm", "anthropic", local, "qwen"),
+		pc("ollama", "ollama", iopv1.ProviderCategory_PROVIDER_CATEGORY_API),
+	}})
+	if len(plan.order) != 0 || len(plan.refused) != 2 {
+		t.Fatalf("mismatches hosted: %+v", plan)
+	}
+	for _, r := range plan.refused {
+		if r.GetReason() != iopv1.RefusalReason_REFUSAL_REASON_ADAPTER_MISMATCH {
+			t.Errorf("%s refused for %v", r.GetProviderId(), r.GetReason())
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	p := executiontest.New("p", "m")
+	good := Config{EdgeAddr: "127.0.0.1:1", NodeID: "n", Token: "t", Providers: []Hosted{{Provider: p}}}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for i, mut := range []func(*Config){
+		func(c *Config) { c.EdgeAddr = "" },
+		func(c *Config) { c.NodeID = "" },
+		func(c *Config) { c.Token = "" },
+		func(c *Config) { c.Providers = append(c.Providers, Hosted{Provider: p}) },
+		func(c *Config) { c.Providers = []Hosted{{}} },
+		func(c *Config) { c.HealthInterval = -1 },
+	} {
+		c := good
+		c.Providers = append([]Hosted(nil), good.Providers...)
+		mut(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("mutation %d accepted", i)
+		}
+		if _, err := New(c); err == nil {
+			t.Errorf("New accepted mutation %d", i)
+		}
+	}
+}
