@@ -2,6 +2,7 @@ package nodes_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/execution/executiontest"
+	"github.com/iop-dev/iop/internal/testpki"
 	"github.com/iop-dev/iop/internal/testproxy"
 	"github.com/iop-dev/iop/node"
 	"github.com/iop-dev/iop/wire/iopv1"
@@ -551,5 +553,26 @@ func TestProviderCannotEmitTerminals(t *testing.T) {
 	}
 	if evs[1].Failure.Class != execution.FailureInternal {
 		t.Fatalf("failure %+v", evs[1].Failure)
+	}
+}
+
+func TestOverTLS(t *testing.T) {
+	ca := testpki.NewCA(t, "edge")
+	serverTLS := &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testpki.Leaf{})}}
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 1))), TLS: serverTLS})
+	runNode(t, e.addr, "n1", host(executiontest.New("p1", "m1")), func(c *node.Config) {
+		c.TLS = &tls.Config{RootCAs: ca.Pool, ServerName: "localhost"}
+	})
+	gen := waitReady(t, e, "n1", 0)
+	res, err := e.reg.Command(ctx(t), "n1", gen, &iopv1.NodeCommandRequest{Command: iopv1.NodeCommand_NODE_COMMAND_TRANSPORT_STATUS})
+	if err != nil || !res.GetTransportStatus().GetTls() {
+		t.Fatalf("transport status over TLS: %v %v", res, err)
+	}
+	// A plaintext Node cannot register with a TLS Edge.
+	rt, stop := runNode(t, e.addr, "n1", host(executiontest.New("p1", "m1")))
+	eventually(t, "plaintext attempt to fail", func() bool { return rt.Status().LastError != nil })
+	stop()
+	if got, _ := e.reg.Current("n1"); got != gen {
+		t.Fatalf("the TLS node's connection changed: %d", got)
 	}
 }
