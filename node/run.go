@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -195,7 +197,7 @@ func (s *session) command(st *wire.Stream, m *iopv1.NodeCommandRequest) {
 		res.Result = &iopv1.NodeCommandResult_Capabilities{Capabilities: &iopv1.Capabilities{
 			NodeId: s.rt.cfg.NodeID, Version: s.rt.version(), Os: hostOS, Arch: hostArch,
 			Generation: s.gen, ConfigRevision: plan.revision, Providers: snaps,
-			Commands: []iopv1.NodeCommand{iopv1.NodeCommand_NODE_COMMAND_CAPABILITIES, iopv1.NodeCommand_NODE_COMMAND_TRANSPORT_STATUS},
+			Commands: s.commands(plan),
 		}}
 	case iopv1.NodeCommand_NODE_COMMAND_TRANSPORT_STATUS:
 		stats := s.sess.Stats()
@@ -209,6 +211,13 @@ func (s *session) command(st *wire.Stream, m *iopv1.NodeCommandRequest) {
 			HeartbeatsSent: stats.HeartbeatsSent, HeartbeatsAcked: stats.HeartbeatsAcked,
 			ActiveRuns: uint32(active), Tls: isTLS,
 		}}
+	case iopv1.NodeCommand_NODE_COMMAND_OLLAMA_API:
+		b, note := s.providerCommand(m.GetProviderId(), "ollama", m.GetArgument())
+		if note != "" {
+			res.Ok, res.Error = false, note
+		} else {
+			res.Result = &iopv1.NodeCommandResult_ProviderResponse{ProviderResponse: b}
+		}
 	default:
 		res.Ok = false
 		res.Error = "unsupported command"
@@ -219,4 +228,49 @@ func (s *session) command(st *wire.Stream, m *iopv1.NodeCommandRequest) {
 	// cleanly rather than by reset.
 	st.SetReadDeadline(time.Now().Add(5 * time.Second))
 	st.ReadMessage(s.ctx)
+}
+
+// maxProviderAnswer bounds a provider command's answer on the wire.
+const maxProviderAnswer = 1 << 20
+
+// commands lists the node commands this Node answers under plan.
+func (s *session) commands(plan *hostingPlan) []iopv1.NodeCommand {
+	out := []iopv1.NodeCommand{iopv1.NodeCommand_NODE_COMMAND_CAPABILITIES, iopv1.NodeCommand_NODE_COMMAND_TRANSPORT_STATUS}
+	for _, id := range plan.order {
+		if h := plan.providers[id]; h.info.Adapter == "ollama" {
+			if _, ok := h.p.(execution.Commander); ok {
+				return append(out, iopv1.NodeCommand_NODE_COMMAND_OLLAMA_API)
+			}
+		}
+	}
+	return out
+}
+
+// providerCommand runs a closed, read-only provider command. The argument
+// is "name" or "name:selector" and must name a command the provider lists.
+func (s *session) providerCommand(id, adapter, argument string) ([]byte, string) {
+	s.mu.Lock()
+	h := s.plan.providers[id]
+	s.mu.Unlock()
+	if h == nil || h.info.Adapter != adapter {
+		return nil, "provider not hosted"
+	}
+	cmd, ok := h.p.(execution.Commander)
+	if !ok {
+		return nil, "provider has no commands"
+	}
+	name, sel, _ := strings.Cut(argument, ":")
+	if !slices.Contains(cmd.Commands(), name) {
+		return nil, "unsupported command"
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	b, err := cmd.Command(ctx, name, sel)
+	if err != nil {
+		return nil, failureNote(err)
+	}
+	if len(b) > maxProviderAnswer {
+		return nil, "answer too large"
+	}
+	return b, ""
 }

@@ -153,6 +153,8 @@ func (s *session) handle(st *wire.Stream) {
 		s.run(st, b.RunRequest)
 	case *iopv1.Envelope_NodeCommandRequest:
 		s.command(st, b.NodeCommandRequest)
+	case *iopv1.Envelope_ProviderTunnelRequest:
+		s.tunnel(st, b.ProviderTunnelRequest)
 	default:
 		st.Reset(wire.ResetUnsupported)
 	}

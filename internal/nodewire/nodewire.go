@@ -249,6 +249,12 @@ func Msg(body any) *iopv1.Envelope {
 		e.Body = &iopv1.Envelope_NodeCommandRequest{NodeCommandRequest: b}
 	case *iopv1.NodeCommandResult:
 		e.Body = &iopv1.Envelope_NodeCommandResult{NodeCommandResult: b}
+	case *iopv1.ProviderTunnelRequest:
+		e.Body = &iopv1.Envelope_ProviderTunnelRequest{ProviderTunnelRequest: b}
+	case *iopv1.ProviderTunnelResponse:
+		e.Body = &iopv1.Envelope_ProviderTunnelResponse{ProviderTunnelResponse: b}
+	case *iopv1.ProviderTunnelEnd:
+		e.Body = &iopv1.Envelope_ProviderTunnelEnd{ProviderTunnelEnd: b}
 	case *iopv1.Error:
 		e.Body = &iopv1.Envelope_Error{Error: b}
 	default:

@@ -116,6 +116,9 @@ type Envelope struct {
 	//	*Envelope_CancelRun
 	//	*Envelope_NodeCommandRequest
 	//	*Envelope_NodeCommandResult
+	//	*Envelope_ProviderTunnelRequest
+	//	*Envelope_ProviderTunnelResponse
+	//	*Envelope_ProviderTunnelEnd
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -275,6 +278,33 @@ func (x *Envelope) GetNodeCommandResult() *NodeCommandResult {
 	return nil
 }
 
+func (x *Envelope) GetProviderTunnelRequest() *ProviderTunnelRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_ProviderTunnelRequest); ok {
+			return x.ProviderTunnelRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetProviderTunnelResponse() *ProviderTunnelResponse {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_ProviderTunnelResponse); ok {
+			return x.ProviderTunnelResponse
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetProviderTunnelEnd() *ProviderTunnelEnd {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_ProviderTunnelEnd); ok {
+			return x.ProviderTunnelEnd
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -333,6 +363,19 @@ type Envelope_NodeCommandResult struct {
 	NodeCommandResult *NodeCommandResult `protobuf:"bytes,121,opt,name=node_command_result,json=nodeCommandResult,proto3,oneof"`
 }
 
+type Envelope_ProviderTunnelRequest struct {
+	// 300-399: provider tunnels (tunnel.proto).
+	ProviderTunnelRequest *ProviderTunnelRequest `protobuf:"bytes,300,opt,name=provider_tunnel_request,json=providerTunnelRequest,proto3,oneof"`
+}
+
+type Envelope_ProviderTunnelResponse struct {
+	ProviderTunnelResponse *ProviderTunnelResponse `protobuf:"bytes,301,opt,name=provider_tunnel_response,json=providerTunnelResponse,proto3,oneof"`
+}
+
+type Envelope_ProviderTunnelEnd struct {
+	ProviderTunnelEnd *ProviderTunnelEnd `protobuf:"bytes,302,opt,name=provider_tunnel_end,json=providerTunnelEnd,proto3,oneof"`
+}
+
 func (*Envelope_Error) isEnvelope_Body() {}
 
 func (*Envelope_RegisterRequest) isEnvelope_Body() {}
@@ -358,6 +401,12 @@ func (*Envelope_CancelRun) isEnvelope_Body() {}
 func (*Envelope_NodeCommandRequest) isEnvelope_Body() {}
 
 func (*Envelope_NodeCommandResult) isEnvelope_Body() {}
+
+func (*Envelope_ProviderTunnelRequest) isEnvelope_Body() {}
+
+func (*Envelope_ProviderTunnelResponse) isEnvelope_Body() {}
+
+func (*Envelope_ProviderTunnelEnd) isEnvelope_Body() {}
 
 // Error answers a request on a stream that cannot be served at all, in place
 // of the reply the request expected. Role-specific failures with richer
@@ -419,7 +468,7 @@ var File_iop_v1_envelope_proto protoreflect.FileDescriptor
 
 const file_iop_v1_envelope_proto_rawDesc = "" +
 	"\n" +
-	"\x15iop/v1/envelope.proto\x12\x06iop.v1\x1a\x11iop/v1/node.proto\"\xf8\x06\n" +
+	"\x15iop/v1/envelope.proto\x12\x06iop.v1\x1a\x11iop/v1/node.proto\x1a\x13iop/v1/tunnel.proto\"\xfd\b\n" +
 	"\bEnvelope\x12%\n" +
 	"\x05error\x18\x01 \x01(\v2\r.iop.v1.ErrorH\x00R\x05error\x12D\n" +
 	"\x10register_request\x18d \x01(\v2\x17.iop.v1.RegisterRequestH\x00R\x0fregisterRequest\x12G\n" +
@@ -435,7 +484,10 @@ const file_iop_v1_envelope_proto_rawDesc = "" +
 	"\n" +
 	"cancel_run\x18p \x01(\v2\x11.iop.v1.CancelRunH\x00R\tcancelRun\x12N\n" +
 	"\x14node_command_request\x18x \x01(\v2\x1a.iop.v1.NodeCommandRequestH\x00R\x12nodeCommandRequest\x12K\n" +
-	"\x13node_command_result\x18y \x01(\v2\x19.iop.v1.NodeCommandResultH\x00R\x11nodeCommandResultB\x06\n" +
+	"\x13node_command_result\x18y \x01(\v2\x19.iop.v1.NodeCommandResultH\x00R\x11nodeCommandResult\x12X\n" +
+	"\x17provider_tunnel_request\x18\xac\x02 \x01(\v2\x1d.iop.v1.ProviderTunnelRequestH\x00R\x15providerTunnelRequest\x12[\n" +
+	"\x18provider_tunnel_response\x18\xad\x02 \x01(\v2\x1e.iop.v1.ProviderTunnelResponseH\x00R\x16providerTunnelResponse\x12L\n" +
+	"\x13provider_tunnel_end\x18\xae\x02 \x01(\v2\x19.iop.v1.ProviderTunnelEndH\x00R\x11providerTunnelEndB\x06\n" +
 	"\x04body\"H\n" +
 	"\x05Error\x12%\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x11.iop.v1.ErrorCodeR\x04code\x12\x18\n" +
@@ -481,6 +533,9 @@ var file_iop_v1_envelope_proto_goTypes = []any{
 	(*CancelRun)(nil),              // 12: iop.v1.CancelRun
 	(*NodeCommandRequest)(nil),     // 13: iop.v1.NodeCommandRequest
 	(*NodeCommandResult)(nil),      // 14: iop.v1.NodeCommandResult
+	(*ProviderTunnelRequest)(nil),  // 15: iop.v1.ProviderTunnelRequest
+	(*ProviderTunnelResponse)(nil), // 16: iop.v1.ProviderTunnelResponse
+	(*ProviderTunnelEnd)(nil),      // 17: iop.v1.ProviderTunnelEnd
 }
 var file_iop_v1_envelope_proto_depIdxs = []int32{
 	2,  // 0: iop.v1.Envelope.error:type_name -> iop.v1.Error
@@ -496,12 +551,15 @@ var file_iop_v1_envelope_proto_depIdxs = []int32{
 	12, // 10: iop.v1.Envelope.cancel_run:type_name -> iop.v1.CancelRun
 	13, // 11: iop.v1.Envelope.node_command_request:type_name -> iop.v1.NodeCommandRequest
 	14, // 12: iop.v1.Envelope.node_command_result:type_name -> iop.v1.NodeCommandResult
-	0,  // 13: iop.v1.Error.code:type_name -> iop.v1.ErrorCode
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	15, // 13: iop.v1.Envelope.provider_tunnel_request:type_name -> iop.v1.ProviderTunnelRequest
+	16, // 14: iop.v1.Envelope.provider_tunnel_response:type_name -> iop.v1.ProviderTunnelResponse
+	17, // 15: iop.v1.Envelope.provider_tunnel_end:type_name -> iop.v1.ProviderTunnelEnd
+	0,  // 16: iop.v1.Error.code:type_name -> iop.v1.ErrorCode
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_iop_v1_envelope_proto_init() }
@@ -510,6 +568,7 @@ func file_iop_v1_envelope_proto_init() {
 		return
 	}
 	file_iop_v1_node_proto_init()
+	file_iop_v1_tunnel_proto_init()
 	file_iop_v1_envelope_proto_msgTypes[0].OneofWrappers = []any{
 		(*Envelope_Error)(nil),
 		(*Envelope_RegisterRequest)(nil),
@@ -524,6 +583,9 @@ func file_iop_v1_envelope_proto_init() {
 		(*Envelope_CancelRun)(nil),
 		(*Envelope_NodeCommandRequest)(nil),
 		(*Envelope_NodeCommandResult)(nil),
+		(*Envelope_ProviderTunnelRequest)(nil),
+		(*Envelope_ProviderTunnelResponse)(nil),
+		(*Envelope_ProviderTunnelEnd)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -397,6 +397,9 @@ const (
 	NodeCommand_NODE_COMMAND_UNSPECIFIED      NodeCommand = 0
 	NodeCommand_NODE_COMMAND_CAPABILITIES     NodeCommand = 1
 	NodeCommand_NODE_COMMAND_TRANSPORT_STATUS NodeCommand = 2
+	// OLLAMA_API: a read-only Ollama endpoint of provider_id; argument is one
+	// of "tags", "ps", "version", or "show:<model>".
+	NodeCommand_NODE_COMMAND_OLLAMA_API NodeCommand = 3
 )
 
 // Enum value maps for NodeCommand.
@@ -405,11 +408,13 @@ var (
 		0: "NODE_COMMAND_UNSPECIFIED",
 		1: "NODE_COMMAND_CAPABILITIES",
 		2: "NODE_COMMAND_TRANSPORT_STATUS",
+		3: "NODE_COMMAND_OLLAMA_API",
 	}
 	NodeCommand_value = map[string]int32{
 		"NODE_COMMAND_UNSPECIFIED":      0,
 		"NODE_COMMAND_CAPABILITIES":     1,
 		"NODE_COMMAND_TRANSPORT_STATUS": 2,
+		"NODE_COMMAND_OLLAMA_API":       3,
 	}
 )
 
@@ -2090,6 +2095,7 @@ type NodeCommandResult struct {
 	//
 	//	*NodeCommandResult_Capabilities
 	//	*NodeCommandResult_TransportStatus
+	//	*NodeCommandResult_ProviderResponse
 	Result        isNodeCommandResult_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2171,6 +2177,15 @@ func (x *NodeCommandResult) GetTransportStatus() *TransportStatus {
 	return nil
 }
 
+func (x *NodeCommandResult) GetProviderResponse() []byte {
+	if x != nil {
+		if x, ok := x.Result.(*NodeCommandResult_ProviderResponse); ok {
+			return x.ProviderResponse
+		}
+	}
+	return nil
+}
+
 type isNodeCommandResult_Result interface {
 	isNodeCommandResult_Result()
 }
@@ -2183,9 +2198,16 @@ type NodeCommandResult_TransportStatus struct {
 	TransportStatus *TransportStatus `protobuf:"bytes,5,opt,name=transport_status,json=transportStatus,proto3,oneof"`
 }
 
+type NodeCommandResult_ProviderResponse struct {
+	// provider_response is a provider command's JSON answer, bounded.
+	ProviderResponse []byte `protobuf:"bytes,6,opt,name=provider_response,json=providerResponse,proto3,oneof"`
+}
+
 func (*NodeCommandResult_Capabilities) isNodeCommandResult_Result() {}
 
 func (*NodeCommandResult_TransportStatus) isNodeCommandResult_Result() {}
+
+func (*NodeCommandResult_ProviderResponse) isNodeCommandResult_Result() {}
 
 type Capabilities struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -2530,13 +2552,14 @@ const file_iop_v1_node_proto_rawDesc = "" +
 	"\acommand\x18\x01 \x01(\x0e2\x13.iop.v1.NodeCommandR\acommand\x12\x1f\n" +
 	"\vprovider_id\x18\x02 \x01(\tR\n" +
 	"providerId\x12\x1a\n" +
-	"\bargument\x18\x03 \x01(\tR\bargument\"\xf4\x01\n" +
+	"\bargument\x18\x03 \x01(\tR\bargument\"\xa3\x02\n" +
 	"\x11NodeCommandResult\x12-\n" +
 	"\acommand\x18\x01 \x01(\x0e2\x13.iop.v1.NodeCommandR\acommand\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12:\n" +
 	"\fcapabilities\x18\x04 \x01(\v2\x14.iop.v1.CapabilitiesH\x00R\fcapabilities\x12D\n" +
-	"\x10transport_status\x18\x05 \x01(\v2\x17.iop.v1.TransportStatusH\x00R\x0ftransportStatusB\b\n" +
+	"\x10transport_status\x18\x05 \x01(\v2\x17.iop.v1.TransportStatusH\x00R\x0ftransportStatus\x12-\n" +
+	"\x11provider_response\x18\x06 \x01(\fH\x00R\x10providerResponseB\b\n" +
 	"\x06result\"\x97\x02\n" +
 	"\fCapabilities\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
@@ -2601,11 +2624,12 @@ const file_iop_v1_node_proto_rawDesc = "" +
 	"\x1dFAILURE_CLASS_INVALID_REQUEST\x10\x05\x12\x1b\n" +
 	"\x17FAILURE_CLASS_TRANSPORT\x10\x06\x12\x1a\n" +
 	"\x16FAILURE_CLASS_INTERNAL\x10\a\x12\x1e\n" +
-	"\x1aFAILURE_CLASS_RATE_LIMITED\x10\b*m\n" +
+	"\x1aFAILURE_CLASS_RATE_LIMITED\x10\b*\x8a\x01\n" +
 	"\vNodeCommand\x12\x1c\n" +
 	"\x18NODE_COMMAND_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19NODE_COMMAND_CAPABILITIES\x10\x01\x12!\n" +
-	"\x1dNODE_COMMAND_TRANSPORT_STATUS\x10\x02B)Z'github.com/iop-dev/iop/wire/iopv1;iopv1b\x06proto3"
+	"\x1dNODE_COMMAND_TRANSPORT_STATUS\x10\x02\x12\x1b\n" +
+	"\x17NODE_COMMAND_OLLAMA_API\x10\x03B)Z'github.com/iop-dev/iop/wire/iopv1;iopv1b\x06proto3"
 
 var (
 	file_iop_v1_node_proto_rawDescOnce sync.Once
@@ -2712,6 +2736,7 @@ func file_iop_v1_node_proto_init() {
 	file_iop_v1_node_proto_msgTypes[24].OneofWrappers = []any{
 		(*NodeCommandResult_Capabilities)(nil),
 		(*NodeCommandResult_TransportStatus)(nil),
+		(*NodeCommandResult_ProviderResponse)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

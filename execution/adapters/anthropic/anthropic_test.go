@@ -1,0 +1,89 @@
+package anthropic_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/execution/adapters/anthropic"
+	"github.com/iop-dev/iop/execution/upstreamtest"
+)
+
+type sink struct{ events []execution.Event }
+
+func (s *sink) WriteEvent(e execution.Event) error {
+	s.events = append(s.events, e)
+	return nil
+}
+
+func TestRun(t *testing.T) {
+	t.Setenv("IOP_TEST_ANTHROPIC_KEY", "node-key")
+	sc := upstreamtest.Script{
+		Reasoning: []string{"hmm"},
+		Text:      []string{"Bon", "jour"},
+		ToolCalls: []upstreamtest.ToolCall{{ID: "toolu_1", Name: "a", Arguments: `{"x":1}`}, {ID: "toolu_2", Name: "b", Arguments: `{"y":[1,2]}`}},
+		Usage:     upstreamtest.Usage{InputTokens: 20, OutputTokens: 9, CachedTokens: 4},
+	}
+	for _, stream := range []bool{false, true} {
+		srv := upstreamtest.New(upstreamtest.Config{Reply: func(*upstreamtest.Request) upstreamtest.Script { return sc }})
+		url := srv.Start()
+		a, err := anthropic.New(anthropic.Config{ID: "claude", BaseURL: url, Credential: execution.EnvCredential("IOP_TEST_ANTHROPIC_KEY")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s sink
+		res, err := a.Run(context.Background(), &execution.RunRequest{RunID: "r", ProviderID: "claude", Target: "claude-x", Options: execution.Options{Stream: stream},
+			Input: execution.Input{System: "sys", Messages: []execution.Message{{Role: "user", Content: "hi"}}}}, &s)
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text, thinking string
+		var calls []execution.ToolCall
+		var usage *execution.Usage
+		for _, e := range s.events {
+			switch e.Kind {
+			case execution.EventDelta:
+				if e.Reasoning {
+					thinking += e.Text
+				} else {
+					text += e.Text
+				}
+			case execution.EventToolCall:
+				calls = append(calls, *e.ToolCall)
+			case execution.EventUsage:
+				usage = e.Usage
+			}
+		}
+		if text != "Bonjour" || thinking != "hmm" || res.StopReason != "tool_calls" {
+			t.Fatalf("stream=%v: text %q thinking %q stop %q", stream, text, thinking, res.StopReason)
+		}
+		if d := cmp.Diff([]execution.ToolCall{{ID: "toolu_1", Name: "a", Arguments: `{"x":1}`}, {ID: "toolu_2", Name: "b", Arguments: `{"y":[1,2]}`}}, calls); d != "" {
+			t.Errorf("stream=%v tool calls (-want +got):\n%s", stream, d)
+		}
+		if usage == nil || usage.InputTokens != 24 || usage.CachedInputTokens != 4 || usage.OutputTokens != 9 {
+			t.Errorf("stream=%v usage %+v", stream, usage)
+		}
+		r := srv.Requests()[0]
+		if r.Header.Get("X-Api-Key") != "node-key" || r.Header.Get("Anthropic-Version") != anthropic.Version || r.Header.Get("Authorization") != "" {
+			t.Errorf("upstream headers %v", r.Header)
+		}
+	}
+}
+
+func TestErrorMidStream(t *testing.T) {
+	srv := upstreamtest.New(upstreamtest.Config{Reply: func(*upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{Text: []string{"a", "b", "c"}, ErrorAfter: 1}
+	}})
+	url := srv.Start()
+	defer srv.Close()
+	a, _ := anthropic.New(anthropic.Config{ID: "c", BaseURL: url})
+	_, err := a.Run(context.Background(), &execution.RunRequest{RunID: "r", ProviderID: "c", Target: "x", Options: execution.Options{Stream: true}}, &sink{})
+	var f *execution.Failure
+	if !errors.As(err, &f) || f.Class != execution.FailureProvider {
+		t.Fatalf("err %v", err)
+	}
+}

@@ -1,0 +1,250 @@
+// Package upstream holds what every HTTP adapter shares: the header
+// allow-lists of the raw tunnel, path allow-lists, the tunnel relay, and
+// JSON requests with the Node's own credential.
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/internal/tunnelhdr"
+)
+
+// Route is one method and path an adapter's API allows through the tunnel.
+// Path may end in "{id}" to allow one path segment of [A-Za-z0-9_-].
+type Route struct {
+	Method string
+	Path   string
+}
+
+var idSegment = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// Allowed reports whether method and path match one of routes exactly. A
+// path with a query, a fragment, an escape, a dot segment or a doubled
+// slash is never allowed.
+func Allowed(routes []Route, method, path string) bool {
+	if path == "" || path[0] != '/' || strings.ContainsAny(path, "?#%\\") || strings.Contains(path, "//") {
+		return false
+	}
+	for _, seg := range strings.Split(path[1:], "/") {
+		if seg == "." || seg == ".." || seg == "" {
+			return false
+		}
+	}
+	for _, r := range routes {
+		if r.Method != method {
+			continue
+		}
+		if prefix, ok := strings.CutSuffix(r.Path, "{id}"); ok {
+			if rest, ok := strings.CutPrefix(path, prefix); ok && idSegment.MatchString(rest) {
+				return true
+			}
+			continue
+		}
+		if r.Path == path {
+			return true
+		}
+	}
+	return false
+}
+
+// Client talks to one upstream base URL with the Node's credential.
+type Client struct {
+	Base *url.URL
+	HTTP *http.Client
+	// Auth sets the credential on a request (for example a Bearer token).
+	Auth func(ctx context.Context, r *http.Request) error
+}
+
+// NewClient parses base (scheme http or https, no query) and returns a
+// Client. A nil httpClient means a dedicated one with sane transport
+// limits and no overall timeout: a run ends on its context only.
+func NewClient(base string, httpClient *http.Client) (*Client, error) {
+	u, err := url.Parse(strings.TrimRight(base, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("upstream: base URL %q must be http(s)://host[:port][/path] without credentials or query", base)
+	}
+	if httpClient == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 256
+		tr.ResponseHeaderTimeout = 0 // prefill may be long; the run's context decides
+		httpClient = &http.Client{Transport: tr}
+	}
+	// Never follow redirects: a 3xx from an upstream goes back as it is,
+	// so a credential is never replayed to another host.
+	c := *httpClient
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &Client{Base: u, HTTP: &c}, nil
+}
+
+// URL joins path to the base.
+func (c *Client) URL(path string) string { return c.Base.String() + path }
+
+// Do sends a request with the Node's credential.
+func (c *Client) Do(ctx context.Context, method, path string, header http.Header, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.URL(path), body)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	if c.Auth != nil {
+		if err := c.Auth(ctx, req); err != nil {
+			return nil, &execution.Failure{Class: execution.FailureUnavailable, Message: "upstream credential unavailable"}
+		}
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, transportFailure(ctx, err)
+	}
+	return resp, nil
+}
+
+func transportFailure(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return execution.Classify(ctx, ctx.Err())
+	}
+	var f *execution.Failure
+	if errors.As(err, &f) {
+		return f
+	}
+	return &execution.Failure{Class: execution.FailureUnavailable, Message: "upstream unreachable"}
+}
+
+// PostJSON posts v and returns the response, mapping HTTP error statuses
+// to failures (the body of an error is read, bounded, and dropped: it may
+// echo the prompt).
+func (c *Client) PostJSON(ctx context.Context, path string, header http.Header, v any) (*http.Response, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, &execution.Failure{Class: execution.FailureInvalidRequest, Message: "cannot encode request"}
+	}
+	h := http.Header{"Content-Type": {"application/json"}}
+	for k, vs := range header {
+		h[k] = vs
+	}
+	resp, err := c.Do(ctx, http.MethodPost, path, h, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	if err := StatusFailure(resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// StatusFailure returns nil for a 2xx response and otherwise drains and
+// closes it and returns a classified failure.
+func StatusFailure(resp *http.Response) error {
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	class := execution.FailureProvider
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		class = execution.FailureRateLimited
+	case resp.StatusCode == 529 || resp.StatusCode == http.StatusServiceUnavailable:
+		class = execution.FailureUnavailable
+	case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusUnprocessableEntity:
+		class = execution.FailureInvalidRequest
+	}
+	return &execution.Failure{Class: class, Message: fmt.Sprintf("upstream answered %d", resp.StatusCode)}
+}
+
+// Tunnel relays one raw exchange: the route must be allowed, the headers are
+// filtered both ways, and the body streams as the upstream writes it.
+func (c *Client) Tunnel(ctx context.Context, routes []Route, req *execution.TunnelRequest, w execution.TunnelWriter) error {
+	if !Allowed(routes, req.Method, req.Path) {
+		return &execution.Failure{Class: execution.FailureInvalidRequest, Message: "route not allowed: " + req.Method + " " + pathForLog(req.Path)}
+	}
+	var body io.Reader = http.NoBody
+	if req.Body != nil && req.Method != http.MethodGet {
+		body = req.Body
+	}
+	resp, err := c.Do(ctx, req.Method, req.Path, tunnelhdr.FilterRequest(req.Header), body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := w.WriteHead(resp.StatusCode, tunnelhdr.FilterResponse(resp.Header)); err != nil {
+		return err
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if _, err := w.Write(buf[:n]); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			if ctx.Err() != nil {
+				return execution.Classify(ctx, ctx.Err())
+			}
+			return &execution.Failure{Class: execution.FailureProvider, Message: "upstream body broken"}
+		}
+	}
+}
+
+func pathForLog(p string) string {
+	if len(p) > 64 {
+		return p[:64] + "..."
+	}
+	return p
+}
+
+// BearerAuth sets "Authorization: Bearer <secret>" from cred (nil: none).
+func BearerAuth(cred execution.Credential) func(context.Context, *http.Request) error {
+	return headerAuth(cred, "Authorization", "Bearer ")
+}
+
+// HeaderAuth sets header to the secret from cred (nil: none).
+func HeaderAuth(cred execution.Credential, header string) func(context.Context, *http.Request) error {
+	return headerAuth(cred, header, "")
+}
+
+func headerAuth(cred execution.Credential, header, prefix string) func(context.Context, *http.Request) error {
+	if cred == nil {
+		return nil
+	}
+	return func(ctx context.Context, r *http.Request) error {
+		s, err := cred.Secret(ctx)
+		if err != nil {
+			return err
+		}
+		r.Header.Set(header, prefix+s)
+		return nil
+	}
+}
+
+// CheckGET is a health check: GET path must answer 2xx within ctx.
+func (c *Client) CheckGET(ctx context.Context, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := c.Do(ctx, http.MethodGet, path, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := StatusFailure(resp); err != nil {
+		return err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	return nil
+}

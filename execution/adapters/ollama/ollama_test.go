@@ -1,0 +1,103 @@
+package ollama_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/execution/adapters/ollama"
+	"github.com/iop-dev/iop/execution/upstreamtest"
+)
+
+type sink struct{ events []execution.Event }
+
+func (s *sink) WriteEvent(e execution.Event) error {
+	s.events = append(s.events, e)
+	return nil
+}
+
+func setup(t *testing.T, sc upstreamtest.Script) (*upstreamtest.Server, *ollama.Adapter) {
+	srv := upstreamtest.New(upstreamtest.Config{Models: []string{"llama3:latest", "qwen2:7b"}, Reply: func(*upstreamtest.Request) upstreamtest.Script { return sc }})
+	url := srv.Start()
+	t.Cleanup(srv.Close)
+	a, err := ollama.New(ollama.Config{ID: "ollama", BaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, a
+}
+
+func TestRun(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		srv, a := setup(t, upstreamtest.Script{Text: []string{"one", " two"}, ToolCalls: []upstreamtest.ToolCall{{Name: "f", Arguments: `{"a":1}`}}, Usage: upstreamtest.Usage{InputTokens: 5, OutputTokens: 2}})
+		var s sink
+		res, err := a.Run(context.Background(), &execution.RunRequest{RunID: "r", ProviderID: "ollama", Target: "llama3:latest", Options: execution.Options{Stream: stream, MaxOutputTokens: 50},
+			Input: execution.Input{Messages: []execution.Message{{Role: "user", Content: "count"}}}}, &s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text string
+		var calls int
+		var usage *execution.Usage
+		for _, e := range s.events {
+			switch e.Kind {
+			case execution.EventDelta:
+				text += e.Text
+			case execution.EventToolCall:
+				calls++
+				if e.ToolCall.Arguments != `{"a":1}` {
+					t.Errorf("arguments %q", e.ToolCall.Arguments)
+				}
+			case execution.EventUsage:
+				usage = e.Usage
+			}
+		}
+		if text != "one two" || calls != 1 || res.StopReason != "tool_calls" || usage == nil || usage.InputTokens != 5 {
+			t.Fatalf("stream=%v: text %q calls %d stop %q usage %+v", stream, text, calls, res.StopReason, usage)
+		}
+		r := srv.Requests()[0]
+		var body map[string]any
+		json.Unmarshal(r.Body, &body)
+		if r.Path != "/api/chat" || body["stream"] != stream || body["options"].(map[string]any)["num_predict"] != float64(50) {
+			t.Errorf("upstream request %s %v", r.Path, body)
+		}
+	}
+}
+
+func TestCommands(t *testing.T) {
+	_, a := setup(t, upstreamtest.Script{})
+	tags, err := a.Command(context.Background(), "tags", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		Models []struct{ Name string } `json:"models"`
+	}
+	if json.Unmarshal(tags, &parsed); len(parsed.Models) != 2 {
+		t.Fatalf("tags %s", tags)
+	}
+	for _, name := range []string{"ps", "version"} {
+		if _, err := a.Command(context.Background(), name, ""); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := a.Command(context.Background(), "show", "llama3:latest"); err != nil {
+		t.Errorf("show: %v", err)
+	}
+	for _, bad := range [][2]string{{"pull", "x"}, {"delete", "x"}, {"show", "../../etc"}, {"show", ""}, {"show", "a b"}} {
+		if _, err := a.Command(context.Background(), bad[0], bad[1]); !errors.Is(err, ollama.ErrUnknownCommand) {
+			t.Errorf("%v: err %v, want ErrUnknownCommand", bad, err)
+		}
+	}
+	ids, err := a.ListModels(context.Background())
+	if err != nil || !cmp.Equal(ids, []string{"llama3:latest", "qwen2:7b"}) {
+		t.Fatalf("models %v %v", ids, err)
+	}
+	if err := a.CheckHealth(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,180 @@
+package openai_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/execution/adapters/openai"
+	"github.com/iop-dev/iop/execution/upstreamtest"
+)
+
+// sink collects a run's events.
+type sink struct{ events []execution.Event }
+
+func (s *sink) WriteEvent(e execution.Event) error {
+	s.events = append(s.events, e)
+	return nil
+}
+
+func (s *sink) text(reasoning bool) string {
+	out := ""
+	for _, e := range s.events {
+		if e.Kind == execution.EventDelta && e.Reasoning == reasoning {
+			out += e.Text
+		}
+	}
+	return out
+}
+
+func (s *sink) calls() []execution.ToolCall {
+	var out []execution.ToolCall
+	for _, e := range s.events {
+		if e.Kind == execution.EventToolCall {
+			out = append(out, *e.ToolCall)
+		}
+	}
+	return out
+}
+
+func (s *sink) usage() *execution.Usage {
+	for _, e := range s.events {
+		if e.Kind == execution.EventUsage {
+			return e.Usage
+		}
+	}
+	return nil
+}
+
+func start(t *testing.T, sc upstreamtest.Script) (*upstreamtest.Server, *openai.Adapter) {
+	t.Helper()
+	srv := upstreamtest.New(upstreamtest.Config{Models: []string{"m1", "m2"}, Reply: func(*upstreamtest.Request) upstreamtest.Script { return sc }})
+	url := srv.Start()
+	t.Cleanup(srv.Close)
+	a, err := openai.New(openai.Config{ID: "p", BaseURL: url, Credential: execution.EnvCredential("IOP_TEST_OPENAI_KEY")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, a
+}
+
+func req(stream bool) *execution.RunRequest {
+	return &execution.RunRequest{RunID: "r", ProviderID: "p", Target: "m1", Options: execution.Options{Stream: stream},
+		Input: execution.Input{System: "be brief", Messages: []execution.Message{{Role: "user", Content: "hi"}}}}
+}
+
+func TestRun(t *testing.T) {
+	t.Setenv("IOP_TEST_OPENAI_KEY", "node-key")
+	sc := upstreamtest.Script{
+		Reasoning: []string{"think", "ing"},
+		Text:      []string{"Hel", "lo"},
+		ToolCalls: []upstreamtest.ToolCall{{ID: "c1", Name: "get", Arguments: `{"city":"Paris"}`}, {ID: "c2", Name: "put", Arguments: `{"n":2}`}},
+		Usage:     upstreamtest.Usage{InputTokens: 11, OutputTokens: 7, CachedTokens: 3, ReasoningTokens: 2},
+	}
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "buffered", true: "streamed"}[stream], func(t *testing.T) {
+			srv, a := start(t, sc)
+			var s sink
+			res, err := a.Run(context.Background(), req(stream), &s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StopReason != "tool_calls" || s.text(false) != "Hello" || s.text(true) != "thinking" {
+				t.Fatalf("result %+v text %q reasoning %q", res, s.text(false), s.text(true))
+			}
+			want := []execution.ToolCall{{ID: "c1", Name: "get", Arguments: `{"city":"Paris"}`}, {ID: "c2", Name: "put", Arguments: `{"n":2}`}}
+			if d := cmp.Diff(want, s.calls()); d != "" {
+				t.Errorf("tool calls (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(&execution.Usage{InputTokens: 11, OutputTokens: 7, CachedInputTokens: 3, ReasoningTokens: 2}, s.usage()); d != "" {
+				t.Errorf("usage (-want +got):\n%s", d)
+			}
+			r := srv.Requests()[0]
+			if r.Header.Get("Authorization") != "Bearer node-key" || r.Model != "m1" || r.Stream != stream || r.IncludeUsage != stream {
+				t.Errorf("upstream saw auth %q model %q stream %v include_usage %v", r.Header.Get("Authorization"), r.Model, r.Stream, r.IncludeUsage)
+			}
+		})
+	}
+}
+
+func TestRunFailures(t *testing.T) {
+	t.Setenv("IOP_TEST_OPENAI_KEY", "node-key")
+	cases := []struct {
+		name  string
+		sc    upstreamtest.Script
+		class execution.FailureClass
+	}{
+		{"rate limited", upstreamtest.Script{Status: 429}, execution.FailureRateLimited},
+		{"server error", upstreamtest.Script{Status: 500}, execution.FailureProvider},
+		{"error mid-stream", upstreamtest.Script{Text: []string{"a", "b", "c"}, ErrorAfter: 2}, execution.FailureProvider},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, a := start(t, tc.sc)
+			_, err := a.Run(context.Background(), req(true), &sink{})
+			var f *execution.Failure
+			if !errors.As(err, &f) || f.Class != tc.class {
+				t.Fatalf("err %v, want class %v", err, tc.class)
+			}
+		})
+	}
+	t.Run("no credential", func(t *testing.T) {
+		t.Setenv("IOP_TEST_OPENAI_KEY", "")
+		srv, a := start(t, upstreamtest.Script{Text: []string{"x"}})
+		_, err := a.Run(context.Background(), req(false), &sink{})
+		var f *execution.Failure
+		if !errors.As(err, &f) || f.Class != execution.FailureUnavailable || len(srv.Requests()) != 0 {
+			t.Fatalf("err %v, %d upstream requests; want unavailable before any request", err, len(srv.Requests()))
+		}
+	})
+}
+
+func TestCancelReachesUpstream(t *testing.T) {
+	t.Setenv("IOP_TEST_OPENAI_KEY", "node-key")
+	for _, sc := range []upstreamtest.Script{{HangBeforeHeaders: true}, {Text: []string{"a", "b"}, ChunkDelay: time.Hour}} {
+		srv, a := start(t, sc)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.Run(ctx, req(true), &sink{})
+			done <- err
+		}()
+		for len(srv.Requests()) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		var f *execution.Failure
+		if err := <-done; !errors.As(err, &f) || f.Class != execution.FailureCanceled {
+			t.Fatalf("Run = %v, want canceled", err)
+		}
+		<-srv.Requests()[0].Canceled // the upstream saw the request go away
+	}
+}
+
+func TestListModelsAndHealth(t *testing.T) {
+	t.Setenv("IOP_TEST_OPENAI_KEY", "node-key")
+	srv, a := start(t, upstreamtest.Script{})
+	ids, err := a.ListModels(context.Background())
+	if err != nil || !cmp.Equal(ids, []string{"m1", "m2"}) {
+		t.Fatalf("ListModels = %v, %v", ids, err)
+	}
+	if err := a.CheckHealth(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	if err := a.CheckHealth(context.Background()); err == nil {
+		t.Fatal("health passed with the server down")
+	}
+}
+
+func TestConfig(t *testing.T) {
+	for _, base := range []string{"", "ftp://x", "http://user:pw@host", "http://host/?q=1"} {
+		if _, err := openai.New(openai.Config{ID: "p", BaseURL: base}); err == nil {
+			t.Errorf("base %q accepted", base)
+		}
+	}
+}

@@ -1,0 +1,56 @@
+package execution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Credential yields the secret for one upstream call. It is read at the
+// time of the call (so a rotated file takes effect without a restart) and
+// must never be logged, formatted or sent anywhere but the upstream.
+type Credential interface {
+	Secret(ctx context.Context) (string, error)
+}
+
+// ErrNoCredential is returned when a credential source is empty or missing.
+var ErrNoCredential = errors.New("execution: credential unavailable")
+
+// FileCredential reads the secret from a file (trailing whitespace
+// trimmed), such as a mounted secret.
+type FileCredential string
+
+// Secret implements Credential.
+func (f FileCredential) Secret(context.Context) (string, error) {
+	b, err := os.ReadFile(string(f))
+	if err != nil {
+		// The path is the operator's own configuration; the content is
+		// never part of an error.
+		return "", fmt.Errorf("%w: %s: %v", ErrNoCredential, string(f), errors.Unwrap(err))
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%w: %s is empty", ErrNoCredential, string(f))
+	}
+	return s, nil
+}
+
+// String never shows the secret.
+func (f FileCredential) String() string { return "file:" + string(f) }
+
+// EnvCredential reads the secret from an environment variable.
+type EnvCredential string
+
+// Secret implements Credential.
+func (e EnvCredential) Secret(context.Context) (string, error) {
+	s := strings.TrimSpace(os.Getenv(string(e)))
+	if s == "" {
+		return "", fmt.Errorf("%w: $%s is unset or empty", ErrNoCredential, string(e))
+	}
+	return s, nil
+}
+
+// String never shows the secret.
+func (e EnvCredential) String() string { return "env:" + string(e) }

@@ -1,0 +1,305 @@
+package upstreamtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	req, ok := s.record(w, r, "chat")
+	if !ok {
+		return
+	}
+	defer s.watch(r, req)()
+	sc := s.cfg.Reply(req)
+	if !prelude(w, r, "chat", &sc) {
+		return
+	}
+	id := fmt.Sprintf("chatcmpl-%d", s.nextID())
+	created := time.Now().Unix()
+	u := usage(&sc, req)
+	finish := "stop"
+	if len(sc.ToolCalls) > 0 {
+		finish = "tool_calls"
+	}
+	if sc.StopReason != "" {
+		finish = sc.StopReason
+	}
+	usageObj := map[string]any{
+		"prompt_tokens":             u.InputTokens,
+		"completion_tokens":         u.OutputTokens,
+		"total_tokens":              u.InputTokens + u.OutputTokens,
+		"prompt_tokens_details":     map[string]any{"cached_tokens": u.CachedTokens},
+		"completion_tokens_details": map[string]any{"reasoning_tokens": u.ReasoningTokens},
+	}
+	if !req.Stream {
+		if !sleep(r.Context(), sc.TTFT) {
+			return
+		}
+		msg := map[string]any{"role": "assistant", "content": strings.Join(sc.Text, ""), "refusal": nil}
+		if len(sc.Reasoning) > 0 {
+			msg["reasoning_content"] = strings.Join(sc.Reasoning, "")
+		}
+		if len(sc.ToolCalls) > 0 {
+			if len(sc.Text) == 0 {
+				msg["content"] = nil
+			}
+			var calls []map[string]any
+			for _, tc := range sc.ToolCalls {
+				calls = append(calls, map[string]any{"id": tc.ID, "type": "function", "function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}})
+			}
+			msg["tool_calls"] = calls
+		}
+		req.finished.Store(true)
+		writeJSON(w, map[string]any{
+			"id": id, "object": "chat.completion", "created": created, "model": req.Model,
+			"choices":            []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil}},
+			"usage":              usageObj,
+			"system_fingerprint": "fp_upstreamtest",
+		})
+		return
+	}
+	e := newSSE(w, r)
+	chunk := func(delta map[string]any, finish any) map[string]any {
+		return map[string]any{
+			"id": id, "object": "chat.completion.chunk", "created": created, "model": req.Model,
+			"system_fingerprint": "fp_upstreamtest",
+			"choices":            []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}},
+		}
+	}
+	if !sleep(r.Context(), sc.TTFT) {
+		return
+	}
+	if e.event("", chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil)) != nil {
+		return
+	}
+	n := 0
+	step := func(delta map[string]any) bool {
+		if n > 0 && !sleep(r.Context(), sc.ChunkDelay) {
+			return false
+		}
+		n++
+		if sc.ErrorAfter > 0 && n > sc.ErrorAfter {
+			e.event("", map[string]any{"error": map[string]any{"message": "scripted mid-stream error", "type": "server_error", "param": nil, "code": nil}})
+			return false
+		}
+		return e.event("", chunk(delta, nil)) == nil
+	}
+	for _, t := range sc.Reasoning {
+		if !step(map[string]any{"reasoning_content": t}) {
+			return
+		}
+	}
+	for _, t := range sc.Text {
+		if !step(map[string]any{"content": t}) {
+			return
+		}
+	}
+	for i, tc := range sc.ToolCalls {
+		head := map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": tc.ID, "type": "function", "function": map[string]any{"name": tc.Name, "arguments": ""}}}}
+		if !step(head) {
+			return
+		}
+		for _, frag := range argFragments(tc.Arguments, sc.ArgumentsInChunks) {
+			if !step(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": frag}}}}) {
+				return
+			}
+		}
+	}
+	if e.event("", chunk(map[string]any{}, finish)) != nil {
+		return
+	}
+	if req.IncludeUsage {
+		c := chunk(nil, nil)
+		c["choices"] = []any{}
+		c["usage"] = usageObj
+		if e.event("", c) != nil {
+			return
+		}
+	}
+	if e.raw("data: [DONE]\n\n") == nil {
+		req.finished.Store(true)
+	}
+}
+
+func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
+	req, ok := s.record(w, r, "responses")
+	if !ok {
+		return
+	}
+	defer s.watch(r, req)()
+	sc := s.cfg.Reply(req)
+	if !prelude(w, r, "responses", &sc) {
+		return
+	}
+	n := s.nextID()
+	id := fmt.Sprintf("resp_%d", n)
+	created := time.Now().Unix()
+	u := usage(&sc, req)
+	usageObj := map[string]any{
+		"input_tokens":          u.InputTokens,
+		"input_tokens_details":  map[string]any{"cached_tokens": u.CachedTokens},
+		"output_tokens":         u.OutputTokens,
+		"output_tokens_details": map[string]any{"reasoning_tokens": u.ReasoningTokens},
+		"total_tokens":          u.InputTokens + u.OutputTokens,
+	}
+	var output []any
+	if len(sc.Reasoning) > 0 {
+		output = append(output, map[string]any{"type": "reasoning", "id": fmt.Sprintf("rs_%d", n), "summary": []any{map[string]any{"type": "summary_text", "text": strings.Join(sc.Reasoning, "")}}})
+	}
+	msgID := fmt.Sprintf("msg_%d", n)
+	text := strings.Join(sc.Text, "")
+	if len(sc.Text) > 0 {
+		output = append(output, map[string]any{
+			"type": "message", "id": msgID, "status": "completed", "role": "assistant",
+			"content": []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}},
+		})
+	}
+	for i, tc := range sc.ToolCalls {
+		output = append(output, map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%d_%d", n, i), "call_id": tc.ID, "name": tc.Name, "arguments": tc.Arguments, "status": "completed"})
+	}
+	response := func(status string, out []any, usage any) map[string]any {
+		if out == nil {
+			out = []any{}
+		}
+		return map[string]any{"id": id, "object": "response", "created_at": created, "status": status, "model": req.Model, "output": out, "usage": usage, "error": nil, "incomplete_details": nil}
+	}
+	if !req.Stream {
+		if !sleep(r.Context(), sc.TTFT) {
+			return
+		}
+		req.finished.Store(true)
+		writeJSON(w, response("completed", output, usageObj))
+		return
+	}
+	e := newSSE(w, r)
+	seq := 0
+	ev := func(typ string, fields map[string]any) bool {
+		fields["type"] = typ
+		fields["sequence_number"] = seq
+		seq++
+		return e.event(typ, fields) == nil
+	}
+	if !ev("response.created", map[string]any{"response": response("in_progress", nil, nil)}) ||
+		!ev("response.in_progress", map[string]any{"response": response("in_progress", nil, nil)}) {
+		return
+	}
+	if !sleep(r.Context(), sc.TTFT) {
+		return
+	}
+	chunks := 0
+	step := func() bool {
+		if chunks > 0 && !sleep(r.Context(), sc.ChunkDelay) {
+			return false
+		}
+		chunks++
+		if sc.ErrorAfter > 0 && chunks > sc.ErrorAfter {
+			ev("error", map[string]any{"code": "server_error", "message": "scripted mid-stream error", "param": nil})
+			return false
+		}
+		return true
+	}
+	idx := 0
+	if len(sc.Reasoning) > 0 {
+		item := output[0].(map[string]any)
+		if !ev("response.output_item.added", map[string]any{"output_index": idx, "item": map[string]any{"type": "reasoning", "id": item["id"], "summary": []any{}}}) {
+			return
+		}
+		for _, t := range sc.Reasoning {
+			if !step() || !ev("response.reasoning_summary_text.delta", map[string]any{"item_id": item["id"], "output_index": idx, "summary_index": 0, "delta": t}) {
+				return
+			}
+		}
+		if !ev("response.output_item.done", map[string]any{"output_index": idx, "item": item}) {
+			return
+		}
+		idx++
+	}
+	if len(sc.Text) > 0 {
+		if !ev("response.output_item.added", map[string]any{"output_index": idx, "item": map[string]any{"type": "message", "id": msgID, "status": "in_progress", "role": "assistant", "content": []any{}}}) ||
+			!ev("response.content_part.added", map[string]any{"item_id": msgID, "output_index": idx, "content_index": 0, "part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}}}) {
+			return
+		}
+		for _, t := range sc.Text {
+			if !step() || !ev("response.output_text.delta", map[string]any{"item_id": msgID, "output_index": idx, "content_index": 0, "delta": t}) {
+				return
+			}
+		}
+		part := map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
+		if !ev("response.output_text.done", map[string]any{"item_id": msgID, "output_index": idx, "content_index": 0, "text": text}) ||
+			!ev("response.content_part.done", map[string]any{"item_id": msgID, "output_index": idx, "content_index": 0, "part": part}) ||
+			!ev("response.output_item.done", map[string]any{"output_index": idx, "item": output[idx]}) {
+			return
+		}
+		idx++
+	}
+	for _, tc := range sc.ToolCalls {
+		item := output[idx].(map[string]any)
+		added := map[string]any{"type": "function_call", "id": item["id"], "call_id": tc.ID, "name": tc.Name, "arguments": "", "status": "in_progress"}
+		if !ev("response.output_item.added", map[string]any{"output_index": idx, "item": added}) {
+			return
+		}
+		for _, frag := range argFragments(tc.Arguments, sc.ArgumentsInChunks) {
+			if !step() || !ev("response.function_call_arguments.delta", map[string]any{"item_id": item["id"], "output_index": idx, "delta": frag}) {
+				return
+			}
+		}
+		if !ev("response.function_call_arguments.done", map[string]any{"item_id": item["id"], "output_index": idx, "arguments": tc.Arguments}) ||
+			!ev("response.output_item.done", map[string]any{"output_index": idx, "item": item}) {
+			return
+		}
+		idx++
+	}
+	if ev("response.completed", map[string]any{"response": response("completed", output, usageObj)}) {
+		req.finished.Store(true)
+	}
+}
+
+func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
+	req, ok := s.record(w, r, "embeddings")
+	if !ok {
+		return
+	}
+	defer s.watch(r, req)()
+	sc := s.cfg.Reply(req)
+	if !prelude(w, r, "embeddings", &sc) || !sleep(r.Context(), sc.TTFT) {
+		return
+	}
+	var body struct {
+		Input json.RawMessage `json:"input"`
+	}
+	json.Unmarshal(req.Body, &body)
+	var inputs []string
+	if json.Unmarshal(body.Input, &inputs) != nil {
+		var one string
+		json.Unmarshal(body.Input, &one)
+		inputs = []string{one}
+	}
+	var data []any
+	tokens := 0
+	for i, in := range inputs {
+		data = append(data, map[string]any{"object": "embedding", "index": i, "embedding": embed(in, 16)})
+		tokens += max(1, len(in)/4)
+	}
+	req.finished.Store(true)
+	writeJSON(w, map[string]any{"object": "list", "data": data, "model": req.Model, "usage": map[string]any{"prompt_tokens": tokens, "total_tokens": tokens}})
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.record(w, r, "models"); !ok {
+		return
+	}
+	var data []any
+	for _, m := range s.cfg.Models {
+		data = append(data, map[string]any{"id": m, "object": "model", "created": 1700000000, "owned_by": "upstreamtest"})
+	}
+	writeJSON(w, map[string]any{"object": "list", "data": data})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,151 @@
+// Package sse reads and writes Server-Sent Events as the HTML standard
+// defines them (the "event stream" format that OpenAI, Anthropic and others
+// stream over). The reader is strict about bounds, since it reads bytes from
+// upstreams and clients: a line or an event larger than the limit is an
+// error, never an unbounded allocation.
+package sse
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+)
+
+// Event is one dispatched event.
+type Event struct {
+	// Type is the "event:" field; empty means the default "message".
+	Type string
+	// Data is the "data:" lines joined with "\n".
+	Data []byte
+	// ID is the last "id:" field seen.
+	ID string
+}
+
+// ErrTooLarge is returned for a line or event beyond the reader's limit.
+var ErrTooLarge = errors.New("sse: event too large")
+
+// DefaultMaxEvent bounds one event's data.
+const DefaultMaxEvent = 8 << 20
+
+// Reader parses an event stream.
+type Reader struct {
+	br     *bufio.Reader
+	max    int
+	lastID string
+	data   []byte
+	typ    []byte
+	line   []byte
+}
+
+// NewReader returns a Reader of r with events of at most maxEvent bytes (0
+// means DefaultMaxEvent).
+func NewReader(r io.Reader, maxEvent int) *Reader {
+	if maxEvent <= 0 {
+		maxEvent = DefaultMaxEvent
+	}
+	return &Reader{br: bufio.NewReaderSize(r, 16<<10), max: maxEvent}
+}
+
+// Next returns the next event. Comments and events without data are
+// skipped, as the standard says. It returns io.EOF at the end of the stream
+// (an incomplete final event is discarded, as the standard says).
+func (r *Reader) Next() (Event, error) {
+	r.data = r.data[:0]
+	r.typ = r.typ[:0]
+	hasData := false
+	for {
+		line, err := r.readLine()
+		if err != nil {
+			return Event{}, err
+		}
+		if len(line) == 0 {
+			if !hasData {
+				r.typ = r.typ[:0]
+				continue
+			}
+			ev := Event{Type: string(r.typ), Data: bytes.Clone(r.data), ID: r.lastID}
+			return ev, nil
+		}
+		if line[0] == ':' {
+			continue
+		}
+		field, value := line, []byte(nil)
+		if i := bytes.IndexByte(line, ':'); i >= 0 {
+			field, value = line[:i], line[i+1:]
+			if len(value) > 0 && value[0] == ' ' {
+				value = value[1:]
+			}
+		}
+		switch string(field) {
+		case "event":
+			r.typ = append(r.typ[:0], value...)
+		case "data":
+			if hasData {
+				r.data = append(r.data, '\n')
+			}
+			if len(r.data)+len(value) > r.max {
+				return Event{}, ErrTooLarge
+			}
+			r.data = append(r.data, value...)
+			hasData = true
+		case "id":
+			if bytes.IndexByte(value, 0) < 0 {
+				r.lastID = string(value)
+			}
+		}
+		// "retry" and unknown fields are ignored.
+	}
+}
+
+// readLine returns one line without its terminator (CRLF, LF or CR).
+func (r *Reader) readLine() ([]byte, error) {
+	r.line = r.line[:0]
+	for {
+		b, err := r.br.ReadByte()
+		if err != nil {
+			if err == io.EOF && len(r.line) > 0 {
+				// A final line without a terminator cannot complete an
+				// event; the event is discarded.
+				return nil, io.EOF
+			}
+			return nil, err
+		}
+		switch b {
+		case '\n':
+			return r.line, nil
+		case '\r':
+			if next, err := r.br.Peek(1); err == nil && next[0] == '\n' {
+				r.br.ReadByte()
+			}
+			return r.line, nil
+		}
+		if len(r.line) >= r.max+64 {
+			return nil, ErrTooLarge
+		}
+		r.line = append(r.line, b)
+	}
+}
+
+// AppendEvent appends the wire form of an event: an optional "event:" line,
+// one "data:" line per line of data, and the blank line.
+func AppendEvent(b []byte, typ string, data []byte) []byte {
+	if typ != "" {
+		b = append(b, "event: "...)
+		b = append(b, typ...)
+		b = append(b, '\n')
+	}
+	for {
+		i := bytes.IndexByte(data, '\n')
+		b = append(b, "data: "...)
+		if i < 0 {
+			b = append(b, data...)
+			b = append(b, '\n')
+			break
+		}
+		b = append(b, data[:i]...)
+		b = append(b, '\n')
+		data = data[i+1:]
+	}
+	return append(b, '\n')
+}

@@ -1,0 +1,199 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/internal/nodewire"
+	"github.com/iop-dev/iop/internal/tunnelhdr"
+	"github.com/iop-dev/iop/wire"
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+// tunnel relays one raw HTTP exchange for the Edge: the request body
+// arrives as stream data, the upstream's answer leaves as a response head,
+// body data, and exactly one ProviderTunnelEnd. It ends on the upstream's
+// end or error, a reset of the stream (the Edge cancelled), the deadline or
+// the connection's end; never on silence.
+func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
+	out := &tunnelWriter{st: st}
+	if m.GetGeneration() != s.gen {
+		out.end(iopv1.TunnelError_TUNNEL_ERROR_STALE_GENERATION, "generation fenced")
+		return
+	}
+	tn, note := s.admitTunnel(m.GetProviderId())
+	if tn == nil {
+		out.end(iopv1.TunnelError_TUNNEL_ERROR_REFUSED, note)
+		return
+	}
+	defer s.releaseTunnel(m.GetProviderId())
+
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	if ms := m.GetDeadlineUnixMs(); ms > 0 {
+		var c2 context.CancelFunc
+		ctx, c2 = context.WithDeadline(ctx, time.UnixMilli(ms))
+		defer c2()
+	}
+	var watch sync.WaitGroup
+	defer watch.Wait()
+	defer cancel()
+	watch.Go(func() {
+		select {
+		case <-st.Done():
+			if st.Terminal() != nil {
+				cancel() // reset by the Edge or the connection ended
+			}
+		case <-ctx.Done():
+		}
+	})
+
+	header := http.Header{}
+	for _, kv := range m.GetHeaders() {
+		header.Add(kv.GetName(), kv.GetValue())
+	}
+	req := &execution.TunnelRequest{
+		ProviderID: m.GetProviderId(),
+		Method:     m.GetMethod(),
+		Path:       m.GetPath(),
+		Header:     tunnelhdr.FilterRequest(header),
+		Body:       &streamBody{st: st},
+	}
+	err := tn.Tunnel(ctx, req, out)
+	if err == nil {
+		out.finish(&iopv1.ProviderTunnelEnd{Ok: true})
+		return
+	}
+	out.end(tunnelCode(ctx, err, out.headSent()), failureNote(err))
+}
+
+func (s *session) admitTunnel(id string) (execution.Tunneler, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.plan.providers[id]
+	if h == nil {
+		return nil, "provider not hosted"
+	}
+	tn, ok := h.p.(execution.Tunneler)
+	if !ok {
+		return nil, "provider has no raw tunnel"
+	}
+	if h.cap > 0 && s.inflight[id] >= h.cap {
+		return nil, "provider at capacity"
+	}
+	s.inflight[id]++
+	return tn, ""
+}
+
+func (s *session) releaseTunnel(id string) {
+	s.mu.Lock()
+	if n := s.inflight[id]; n > 0 {
+		s.inflight[id] = n - 1
+	}
+	s.mu.Unlock()
+}
+
+func failureNote(err error) string {
+	var f *execution.Failure
+	if errors.As(err, &f) {
+		return nodewire.Note(f.Message)
+	}
+	return "failed"
+}
+
+func tunnelCode(ctx context.Context, err error, headSent bool) iopv1.TunnelError {
+	f := execution.Classify(ctx, err)
+	switch f.Class {
+	case execution.FailureCanceled, execution.FailureTransport:
+		return iopv1.TunnelError_TUNNEL_ERROR_CANCELED
+	case execution.FailureDeadline:
+		return iopv1.TunnelError_TUNNEL_ERROR_DEADLINE_EXCEEDED
+	case execution.FailureInvalidRequest:
+		if !headSent {
+			return iopv1.TunnelError_TUNNEL_ERROR_REFUSED
+		}
+	case execution.FailureUnavailable, execution.FailureRateLimited:
+		if !headSent {
+			return iopv1.TunnelError_TUNNEL_ERROR_UPSTREAM_UNREACHABLE
+		}
+	case execution.FailureInternal:
+		return iopv1.TunnelError_TUNNEL_ERROR_INTERNAL
+	}
+	return iopv1.TunnelError_TUNNEL_ERROR_UPSTREAM_BROKEN
+}
+
+// streamBody reads the request body from the stream's data.
+type streamBody struct{ st *wire.Stream }
+
+var errTunnelProtocol = errors.New("node: message inside a tunnel request body")
+
+func (b *streamBody) Read(p []byte) (int, error) {
+	n, err := b.st.Read(p)
+	if errors.Is(err, wire.ErrMessageNext) {
+		b.st.Reset(wire.ResetProtocolError)
+		return n, errTunnelProtocol
+	}
+	return n, err
+}
+
+// tunnelWriter sends the upstream's answer on the stream.
+type tunnelWriter struct {
+	st   *wire.Stream
+	mu   sync.Mutex
+	head bool
+	done bool
+}
+
+var errHeadTwice = errors.New("node: tunnel head written twice")
+
+func (w *tunnelWriter) headSent() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.head
+}
+
+// WriteHead implements execution.TunnelWriter.
+func (w *tunnelWriter) WriteHead(status int, header http.Header) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.head || w.done {
+		return errHeadTwice
+	}
+	w.head = true
+	resp := &iopv1.ProviderTunnelResponse{Status: uint32(status)}
+	for k, vs := range tunnelhdr.FilterResponse(header) {
+		for _, v := range vs {
+			resp.Headers = append(resp.Headers, &iopv1.Header{Name: k, Value: v})
+		}
+	}
+	return w.st.WriteMessage(nodewire.Msg(resp))
+}
+
+// Write implements execution.TunnelWriter.
+func (w *tunnelWriter) Write(p []byte) (int, error) {
+	if !w.headSent() {
+		return 0, io.ErrClosedPipe
+	}
+	return w.st.Write(p)
+}
+
+func (w *tunnelWriter) end(code iopv1.TunnelError, msg string) {
+	w.finish(&iopv1.ProviderTunnelEnd{Error: code, Message: nodewire.Note(msg)})
+}
+
+// finish writes the one terminal and ends the direction.
+func (w *tunnelWriter) finish(e *iopv1.ProviderTunnelEnd) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return
+	}
+	w.done = true
+	w.st.WriteMessage(nodewire.Msg(e))
+	w.st.CloseWrite()
+}
