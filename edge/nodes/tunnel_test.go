@@ -1,0 +1,295 @@
+package nodes_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/execution/adapters/ollama"
+	"github.com/iop-dev/iop/execution/adapters/openai"
+	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/internal/sse"
+	"github.com/iop-dev/iop/node"
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+// upstreamNode starts a fake upstream, a Node hosting an openai adapter for
+// it, and an Edge registry.
+func upstreamNode(t *testing.T, reply func(*upstreamtest.Request) upstreamtest.Script, mutate ...func(*node.Config)) (*edge, *upstreamtest.Server, uint64) {
+	t.Helper()
+	t.Setenv("IOP_TEST_NODE_KEY", "node-secret")
+	srv := upstreamtest.New(upstreamtest.Config{Models: []string{"m1"}, Reply: reply})
+	url := srv.Start()
+	t.Cleanup(srv.Close)
+	a, err := openai.New(openai.Config{ID: "llm", BaseURL: url, Credential: execution.EnvCredential("IOP_TEST_NODE_KEY"), Models: []string{"m1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecfg := nodes.Config{Store: store(t, record("n1", nodes.ProviderSpec{ID: "llm", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"m1"}, Capacity: 200}))}
+	probe := &node.Config{}
+	for _, m := range mutate {
+		m(probe)
+	}
+	ecfg.Wire = probe.Wire // the Edge uses the same test heartbeat profile
+	e := startEdge(t, "", 1, ecfg)
+	runNode(t, e.addr, "n1", []node.Hosted{{Provider: a}}, mutate...)
+	return e, srv, waitReady(t, e, "n1", 0)
+}
+
+// calls returns the upstream requests other than the Node's health checks.
+func calls(srv *upstreamtest.Server) []*upstreamtest.Request {
+	var out []*upstreamtest.Request
+	for _, r := range srv.Requests() {
+		if r.API != "models" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func chatBody(prompt string, stream bool) []byte {
+	b, _ := json.Marshal(map[string]any{"model": "m1", "stream": stream, "messages": []any{map[string]any{"role": "user", "content": prompt}}})
+	return b
+}
+
+func chatTunnel(prompt string, stream bool) *nodes.TunnelRequest {
+	return &nodes.TunnelRequest{ProviderID: "llm", Method: "POST", Path: "/v1/chat/completions",
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: bytes.NewReader(chatBody(prompt, stream))}
+}
+
+// streamedText reads a Chat Completions SSE body and returns the content
+// and whether it ended with [DONE].
+func streamedText(t *testing.T, body io.Reader) (string, bool, error) {
+	r := sse.NewReader(body, 0)
+	var text strings.Builder
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			return text.String(), false, nil
+		}
+		if err != nil {
+			return text.String(), false, err
+		}
+		if string(ev.Data) == "[DONE]" {
+			_, err := r.Next()
+			if err != io.EOF {
+				return text.String(), true, fmt.Errorf("data after [DONE]: %v", err)
+			}
+			return text.String(), true, nil
+		}
+		var c struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(ev.Data, &c); err != nil {
+			return "", false, err
+		}
+		for _, ch := range c.Choices {
+			text.WriteString(ch.Delta.Content)
+		}
+	}
+}
+
+func TestTunnelConcurrentOrdering(t *testing.T) {
+	e, srv, gen := upstreamNode(t, func(r *upstreamtest.Request) upstreamtest.Script {
+		sc := upstreamtest.Echo(r)
+		sc.ChunkDelay = time.Millisecond
+		return sc
+	})
+	const n = 100
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			prompt := fmt.Sprintf("stream %d says %s", i, strings.Repeat(fmt.Sprintf("w%d ", i), 20))
+			tn, err := e.reg.OpenTunnel(ctx(t), "n1", gen, chatTunnel(prompt, true))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer tn.Close()
+			status, h, err := tn.Response(ctx(t))
+			if err != nil || status != 200 || h.Get("Content-Type") != "text/event-stream" {
+				t.Errorf("head %d %v %v", status, h, err)
+				return
+			}
+			text, done, err := streamedText(t, tn)
+			want := strings.Join(strings.Fields("echo: "+prompt), " ")
+			if err != nil || !done || text != want {
+				t.Errorf("tunnel %d: done=%v err=%v\n got %q\nwant %q", i, done, err, text, want)
+			}
+			if _, err := tn.Read(make([]byte, 1)); err != io.EOF {
+				t.Errorf("after the end: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := len(calls(srv)); got != n {
+		t.Fatalf("upstream saw %d requests, want %d", got, n)
+	}
+	eventually(t, "slots released", func() bool {
+		n1, _ := e.reg.Node("n1")
+		return n1.Providers[0].InFlight == 0
+	})
+}
+
+func TestTunnelNeverForwardsClientCredentials(t *testing.T) {
+	e, srv, gen := upstreamNode(t, upstreamtest.Echo)
+	req := chatTunnel("hi", false)
+	req.Header.Set("Authorization", "Bearer client-key")
+	req.Header.Set("X-Api-Key", "client-key")
+	req.Header.Set("Cookie", "session=client")
+	req.Header.Set("Connection", "close")
+	tn, err := e.reg.OpenTunnel(ctx(t), "n1", gen, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tn.Close()
+	if status, _, err := tn.Response(ctx(t)); err != nil || status != 200 {
+		t.Fatalf("head %d %v", status, err)
+	}
+	io.Copy(io.Discard, tn)
+	h := calls(srv)[0].Header
+	if h.Get("Authorization") != "Bearer node-secret" || h.Get("X-Api-Key") != "" || h.Get("Cookie") != "" {
+		t.Fatalf("upstream saw Authorization %q X-Api-Key %q Cookie %q", h.Get("Authorization"), h.Get("X-Api-Key"), h.Get("Cookie"))
+	}
+}
+
+func TestTunnelRefusesOtherRoutes(t *testing.T) {
+	e, srv, gen := upstreamNode(t, upstreamtest.Echo)
+	for _, path := range []string{"/v1/files", "/v1/chat/completions?x=1", "/v1/../admin", "/api/pull"} {
+		tn, err := e.reg.OpenTunnel(ctx(t), "n1", gen, &nodes.TunnelRequest{ProviderID: "llm", Method: "POST", Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = tn.Response(ctx(t))
+		var te *nodes.TunnelError
+		if !errors.As(err, &te) || te.Code != nodes.TunnelRefused {
+			t.Errorf("%s: %v, want refused", path, err)
+		}
+		tn.Close()
+	}
+	if c := calls(srv); len(c) != 0 {
+		t.Fatalf("a refused route reached the upstream: %s %s", c[0].Method, c[0].Path)
+	}
+}
+
+func TestTunnelCancelReachesUpstream(t *testing.T) {
+	for _, sc := range []upstreamtest.Script{{HangBeforeHeaders: true}, {Text: []string{"a", "b"}, ChunkDelay: time.Hour}} {
+		e, srv, gen := upstreamNode(t, func(*upstreamtest.Request) upstreamtest.Script { return sc })
+		tn, err := e.reg.OpenTunnel(ctx(t), "n1", gen, chatTunnel("x", true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "upstream request", func() bool { return len(calls(srv)) == 1 })
+		if !sc.HangBeforeHeaders {
+			if _, _, err := tn.Response(ctx(t)); err != nil {
+				t.Fatal(err)
+			}
+			tn.Read(make([]byte, 64))
+		}
+		tn.Close() // the client went away
+		select {
+		case <-calls(srv)[0].Canceled:
+		case <-ctx(t).Done():
+			t.Fatal("the upstream request was not cancelled")
+		}
+		var te *nodes.TunnelError
+		if _, err := tn.Read(make([]byte, 1)); !errors.As(err, &te) || te.Code != nodes.TunnelCanceled {
+			t.Fatalf("Read after Close = %v", err)
+		}
+		eventually(t, "slot released", func() bool {
+			n1, _ := e.reg.Node("n1")
+			return n1.Providers[0].InFlight == 0
+		})
+	}
+}
+
+// TestLongPrefill: a time to first token far beyond the heartbeat wait is
+// normal traffic: the Node stays connected and healthy, the answers end
+// with their normal terminal, and no heartbeat_timeout occurs.
+func TestLongPrefill(t *testing.T) {
+	hb := shortHeartbeat() // 30 ms interval, 150 ms wait
+	e, _, gen := upstreamNode(t, func(r *upstreamtest.Request) upstreamtest.Script {
+		sc := upstreamtest.Echo(r)
+		sc.TTFT = 800 * time.Millisecond
+		return sc
+	}, func(c *node.Config) { c.Wire = hb })
+	sub := e.reg.Subscribe()
+	defer sub.Close()
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tn, err := e.reg.OpenTunnel(ctx(t), "n1", gen, chatTunnel("slow prefill", true))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer tn.Close()
+		if _, _, err := tn.Response(ctx(t)); err != nil {
+			t.Error(err)
+			return
+		}
+		if text, done, err := streamedText(t, tn); err != nil || !done || text != "echo: slow prefill" {
+			t.Errorf("tunnel: %q %v %v", text, done, err)
+		}
+	})
+	wg.Go(func() {
+		run, err := e.reg.StartRun(ctx(t), "n1", gen, &execution.RunRequest{RunID: "slow", ProviderID: "llm", Target: "m1", Options: execution.Options{Stream: true},
+			Input: execution.Input{Messages: []execution.Message{{Role: "user", Content: "slow run"}}}})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		evs := collect(t, run)
+		if last := evs[len(evs)-1]; last.Kind != execution.EventCompleted {
+			t.Errorf("run ended %+v", last)
+		}
+	})
+	wg.Wait()
+	if cur, ok := e.reg.Current("n1"); !ok || cur != gen {
+		t.Fatalf("node reconnected during the prefill: %d/%v", cur, ok)
+	}
+	n1, _ := e.reg.Node("n1")
+	if n1.Providers[0].Health != nodes.HealthHealthy {
+		t.Fatalf("provider %+v", n1.Providers[0])
+	}
+	if ev, err := sub.Poll(); !errors.Is(err, nodes.ErrNoEvent) {
+		t.Fatalf("lifecycle event during a long prefill: %+v %v", ev, err)
+	}
+}
+
+func TestOllamaCommand(t *testing.T) {
+	srv := upstreamtest.New(upstreamtest.Config{Models: []string{"llama3:latest"}})
+	url := srv.Start()
+	defer srv.Close()
+	a, _ := ollama.New(ollama.Config{ID: "ollama", BaseURL: url})
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", nodes.ProviderSpec{ID: "ollama", Adapter: "ollama", Category: execution.CategoryLocal, Capacity: 1}))})
+	runNode(t, e.addr, "n1", []node.Hosted{{Provider: a}})
+	gen := waitReady(t, e, "n1", 0)
+	res, err := e.reg.Command(ctx(t), "n1", gen, &iopv1.NodeCommandRequest{Command: iopv1.NodeCommand_NODE_COMMAND_OLLAMA_API, ProviderId: "ollama", Argument: "tags"})
+	if err != nil || !res.GetOk() || !bytes.Contains(res.GetProviderResponse(), []byte("llama3:latest")) {
+		t.Fatalf("tags: %v %v", res, err)
+	}
+	for _, arg := range []string{"pull", "delete", "show:../x", "create"} {
+		res, err := e.reg.Command(ctx(t), "n1", gen, &iopv1.NodeCommandRequest{Command: iopv1.NodeCommand_NODE_COMMAND_OLLAMA_API, ProviderId: "ollama", Argument: arg})
+		if err != nil || res.GetOk() {
+			t.Errorf("%s: %v %v, want a refusal", arg, res, err)
+		}
+	}
+	caps, _ := e.reg.Command(ctx(t), "n1", gen, &iopv1.NodeCommandRequest{Command: iopv1.NodeCommand_NODE_COMMAND_CAPABILITIES})
+	if len(caps.GetCapabilities().GetCommands()) != 3 {
+		t.Errorf("commands %v", caps.GetCapabilities().GetCommands())
+	}
+}
