@@ -226,8 +226,8 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, api string) (*Re
 	req := &Request{API: api, Method: r.Method, Path: r.URL.RequestURI(), Header: r.Header.Clone(), Body: body, Canceled: make(chan struct{})}
 	if len(body) > 0 {
 		var probe struct {
-			Model         string          `json:"model"`
-			Stream        *bool           `json:"stream"`
+			Model         string `json:"model"`
+			Stream        *bool  `json:"stream"`
 			StreamOptions *struct {
 				IncludeUsage bool `json:"include_usage"`
 			} `json:"stream_options"`
