@@ -429,6 +429,22 @@ func (r *Registry) Current(id string) (uint64, bool) {
 	return ns.cur.gen, true
 }
 
+// Available reports whether a provider can take work now (its Node is
+// dispatch-ready and reports it available) and on which generation.
+func (r *Registry) Available(nodeID, providerID string) (uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ns := r.nodes[nodeID]
+	if ns == nil || ns.cur == nil || !ns.cur.ready {
+		return 0, false
+	}
+	rep, ok := ns.cur.providers[providerID]
+	if !ok || rep.status != StatusAvailable {
+		return 0, false
+	}
+	return ns.cur.gen, true
+}
+
 // Disconnect closes the node's connection of the given generation (an
 // operator action). It fails with ErrStaleGeneration when that generation
 // is not current.

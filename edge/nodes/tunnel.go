@@ -212,6 +212,8 @@ func (t *Tunnel) Read(p []byte) (int, error) {
 	switch {
 	case rerr == nil:
 		return n, nil
+	case errors.Is(rerr, wire.ErrDeadlineExceeded):
+		return n, rerr // not a terminal: the caller's read deadline passed
 	case errors.Is(rerr, wire.ErrMessageNext):
 		env, err := t.st.ReadMessage(context.Background())
 		if err != nil {
@@ -266,6 +268,10 @@ func (t *Tunnel) finish(e *TunnelError) {
 	t.mu.Unlock()
 	t.claim.release()
 }
+
+// SetReadDeadline makes Read return wire.ErrDeadlineExceeded (which is not
+// a terminal) when no body byte arrives before t; a zero t clears it.
+func (t *Tunnel) SetReadDeadline(d time.Time) error { return t.st.SetReadDeadline(d) }
 
 // Close ends the tunnel: if it has not ended, its stream is reset (the
 // Node cancels the upstream request). Safe to call more than once.

@@ -28,14 +28,18 @@ var ErrTooLarge = errors.New("sse: event too large")
 // DefaultMaxEvent bounds one event's data.
 const DefaultMaxEvent = 8 << 20
 
-// Reader parses an event stream.
+// Reader parses an event stream. It is resumable: when the underlying
+// reader returns an error such as a read deadline, Next returns it and the
+// partial line and event are kept, so a later Next continues where it
+// stopped.
 type Reader struct {
-	br     *bufio.Reader
-	max    int
-	lastID string
-	data   []byte
-	typ    []byte
-	line   []byte
+	br      *bufio.Reader
+	max     int
+	lastID  string
+	data    []byte
+	typ     []byte
+	hasData bool
+	line    []byte
 }
 
 // NewReader returns a Reader of r with events of at most maxEvent bytes (0
@@ -51,20 +55,18 @@ func NewReader(r io.Reader, maxEvent int) *Reader {
 // skipped, as the standard says. It returns io.EOF at the end of the stream
 // (an incomplete final event is discarded, as the standard says).
 func (r *Reader) Next() (Event, error) {
-	r.data = r.data[:0]
-	r.typ = r.typ[:0]
-	hasData := false
 	for {
 		line, err := r.readLine()
 		if err != nil {
 			return Event{}, err
 		}
 		if len(line) == 0 {
-			if !hasData {
+			if !r.hasData {
 				r.typ = r.typ[:0]
 				continue
 			}
 			ev := Event{Type: string(r.typ), Data: bytes.Clone(r.data), ID: r.lastID}
+			r.data, r.typ, r.hasData = r.data[:0], r.typ[:0], false
 			return ev, nil
 		}
 		if line[0] == ':' {
@@ -81,14 +83,14 @@ func (r *Reader) Next() (Event, error) {
 		case "event":
 			r.typ = append(r.typ[:0], value...)
 		case "data":
-			if hasData {
+			if r.hasData {
 				r.data = append(r.data, '\n')
 			}
 			if len(r.data)+len(value) > r.max {
 				return Event{}, ErrTooLarge
 			}
 			r.data = append(r.data, value...)
-			hasData = true
+			r.hasData = true
 		case "id":
 			if bytes.IndexByte(value, 0) < 0 {
 				r.lastID = string(value)
@@ -98,27 +100,31 @@ func (r *Reader) Next() (Event, error) {
 	}
 }
 
-// readLine returns one line without its terminator (CRLF, LF or CR).
+// readLine returns one line without its terminator (CRLF, LF or CR). On
+// an error the partial line is kept for the next call.
 func (r *Reader) readLine() ([]byte, error) {
-	r.line = r.line[:0]
 	for {
 		b, err := r.br.ReadByte()
 		if err != nil {
 			if err == io.EOF && len(r.line) > 0 {
 				// A final line without a terminator cannot complete an
 				// event; the event is discarded.
-				return nil, io.EOF
+				r.line = r.line[:0]
 			}
 			return nil, err
 		}
 		switch b {
 		case '\n':
-			return r.line, nil
+			line := r.line
+			r.line = r.line[:0]
+			return line, nil
 		case '\r':
 			if next, err := r.br.Peek(1); err == nil && next[0] == '\n' {
 				r.br.ReadByte()
 			}
-			return r.line, nil
+			line := r.line
+			r.line = r.line[:0]
+			return line, nil
 		}
 		if len(r.line) >= r.max+64 {
 			return nil, ErrTooLarge

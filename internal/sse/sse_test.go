@@ -103,3 +103,47 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// flaky returns a timeout error between every byte.
+type flaky struct {
+	b   []byte
+	odd bool
+}
+
+var errTimeout = errors.New("timeout")
+
+func (f *flaky) Read(p []byte) (int, error) {
+	f.odd = !f.odd
+	if f.odd {
+		return 0, errTimeout
+	}
+	if len(f.b) == 0 {
+		return 0, io.EOF
+	}
+	p[0] = f.b[0]
+	f.b = f.b[1:]
+	return 1, nil
+}
+
+func TestReaderResumesAfterErrors(t *testing.T) {
+	in := "event: a\ndata: one\ndata: two\n\ndata: three\r\n\r\n"
+	r := NewReader(&flaky{b: []byte(in)}, 0)
+	var got []Event
+	for {
+		ev, err := r.Next()
+		if errors.Is(err, errTimeout) {
+			continue
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ev)
+	}
+	want := []Event{{Type: "a", Data: []byte("one\ntwo")}, {Data: []byte("three")}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("(-want +got):\n%s", d)
+	}
+}

@@ -1,0 +1,405 @@
+package edge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/edge/pool"
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/internal/llmapi"
+)
+
+// api is a client API the Edge serves.
+type api uint8
+
+const (
+	apiChat api = iota + 1
+	apiResponses
+	apiEmbeddings
+)
+
+func (a api) path() string {
+	switch a {
+	case apiChat:
+		return "/v1/chat/completions"
+	case apiResponses:
+		return "/v1/responses"
+	}
+	return "/v1/embeddings"
+}
+
+// dispatchPath is how a provider serves an API: relaying its own HTTP
+// (tunnel) or through a normalized run and a projector.
+type dispatchPath uint8
+
+const (
+	pathNone dispatchPath = iota
+	pathTunnel
+	pathRun
+)
+
+// capability says how a provider adapter serves a client API.
+func capability(adapter string, a api) dispatchPath {
+	switch adapter {
+	case "openai":
+		return pathTunnel
+	case "ollama":
+		if a == apiResponses {
+			return pathRun
+		}
+		return pathTunnel
+	case "anthropic", "cli":
+		if a == apiEmbeddings {
+			return pathNone
+		}
+		return pathRun
+	}
+	return pathNone
+}
+
+func (s *Server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/chat/completions", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiChat) }))
+	mux.Handle("POST /v1/responses", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiResponses) }))
+	mux.Handle("POST /v1/embeddings", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiEmbeddings) }))
+	mux.Handle("GET /v1/models", s.wrap(s.models))
+	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request, _ string) {
+		apiError(w, http.StatusNotFound, "Unknown path "+r.Method+" "+r.URL.Path, "invalid_request_error", "not_found")
+	}))
+	return mux
+}
+
+// wrap gives every response a request id and turns a panic into a 500
+// without leaking it.
+func (s *Server) wrap(h func(http.ResponseWriter, *http.Request, string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rid := s.newRequestID()
+		w.Header().Set("X-Request-Id", rid)
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error("handler panic", "request_id", rid, "panic", fmt.Sprint(p))
+				apiError(w, http.StatusInternalServerError, "Internal error.", "server_error", nil)
+			}
+		}()
+		h(w, r, rid)
+	})
+}
+
+func apiError(w http.ResponseWriter, status int, msg, typ string, code any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(llmapi.OpenAIErrorBody(msg, typ, code))
+}
+
+// presentedKey reads "Authorization: Bearer <key>" (or x-api-key).
+func presentedKey(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if k, ok := strings.CutPrefix(h, "Bearer "); ok {
+			return strings.TrimSpace(k)
+		}
+		return ""
+	}
+	return r.Header.Get("X-Api-Key")
+}
+
+func (s *Server) auth(w http.ResponseWriter, r *http.Request, snap *snapshot) *APIKey {
+	k := snap.authenticate(presentedKey(r))
+	if k == nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="iop"`)
+		apiError(w, http.StatusUnauthorized, "Incorrect or missing API key.", "invalid_request_error", "invalid_api_key")
+	}
+	return k
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request, _ string) {
+	snap := s.snap.Load()
+	key := s.auth(w, r, snap)
+	if key == nil {
+		return
+	}
+	var data []any
+	for _, rt := range snap.sortedRoutes() {
+		if key.allows(rt.Model) {
+			data = append(data, map[string]any{"id": rt.Model, "object": "model", "created": 0, "owned_by": "iop"})
+		}
+	}
+	if data == nil {
+		data = []any{}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+}
+
+func (snap *snapshot) sortedRoutes() []*Route {
+	out := make([]*Route, 0, len(snap.routes))
+	for _, r := range snap.routes {
+		out = append(out, r)
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].Model < out[j-1].Model; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// request is one admitted-or-about-to-be API request.
+type request struct {
+	rid          string
+	api          api
+	key          *APIKey
+	route        *Route
+	snap         *snapshot
+	body         []byte
+	fields       *llmapi.Fields
+	stream       bool
+	includeUsage bool
+	// input is the normalized conversation, or why there is none.
+	input    execution.Input
+	opts     execution.Options
+	inputErr error
+}
+
+// generate is the one handler of the generation APIs: authenticate, read
+// and check the body, find the route, admit, dispatch, answer.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, rid string, a api) {
+	snap := s.snap.Load()
+	key := s.auth(w, r, snap)
+	if key == nil {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, snap.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			apiError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body larger than %d bytes.", snap.maxBody), "invalid_request_error", "request_too_large")
+			return
+		}
+		return // the client went away
+	}
+	f, err := llmapi.Scan(body, "model", "stream", "stream_options")
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "Request body must be a JSON object: "+err.Error(), "invalid_request_error", nil)
+		return
+	}
+	model, ok := f.String("model")
+	if !ok || model == "" {
+		apiError(w, http.StatusBadRequest, "model is required.", "invalid_request_error", nil)
+		return
+	}
+	rt := snap.routes[model]
+	if rt == nil || !key.allows(model) {
+		apiError(w, http.StatusNotFound, fmt.Sprintf("The model %q does not exist or you do not have access to it.", model), "invalid_request_error", "model_not_found")
+		return
+	}
+	stream, ok := f.Bool("stream")
+	if !ok || (stream && a == apiEmbeddings) {
+		apiError(w, http.StatusBadRequest, "stream must be a boolean (and false for embeddings).", "invalid_request_error", nil)
+		return
+	}
+	req := &request{rid: rid, api: a, key: key, route: rt, snap: snap, body: body, fields: f, stream: stream}
+	if so := f.Raw("stream_options"); so != nil {
+		var opt struct {
+			IncludeUsage bool `json:"include_usage"`
+		}
+		if string(so) != "null" && json.Unmarshal(so, &opt) != nil {
+			apiError(w, http.StatusBadRequest, "stream_options must be an object.", "invalid_request_error", nil)
+			return
+		}
+		req.includeUsage = opt.IncludeUsage
+	}
+	switch a {
+	case apiChat:
+		req.input, req.opts, req.inputErr = llmapi.ChatToInput(body)
+	case apiResponses:
+		req.input, req.opts, req.inputErr = llmapi.ResponsesToInput(body)
+	}
+	if req.inputErr != nil && !errors.Is(req.inputErr, llmapi.ErrUnsupported) {
+		apiError(w, http.StatusBadRequest, req.inputErr.Error(), "invalid_request_error", nil)
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(r.Context(), snap.requestTimeout)
+	defer cancel()
+	x, status, err := s.dispatch(ctx, req)
+	if err != nil {
+		s.refuse(w, req, status, err)
+		return
+	}
+	defer x.close()
+	s.usage.request(key.Name)
+	if x.tunnel != nil {
+		s.relayTunnel(ctx, w, req, x)
+	} else {
+		s.relayRun(ctx, w, req, x)
+	}
+}
+
+func (s *Server) refuse(w http.ResponseWriter, req *request, status int, err error) {
+	switch {
+	case errors.Is(err, pool.ErrQueueTimeout), errors.Is(err, pool.ErrNoCandidate), errors.Is(err, pool.ErrClosed):
+		w.Header().Set("Retry-After", "1")
+		msg := "No provider for this model is available right now."
+		if errors.Is(err, pool.ErrQueueTimeout) {
+			w.Header().Set("Retry-After", fmt.Sprint(int(req.snap.queueTimeout.Seconds())+1))
+			msg = "All providers for this model are busy; the request waited its full queue timeout."
+		}
+		apiError(w, http.StatusServiceUnavailable, msg, "server_error", "overloaded")
+	case errors.Is(err, llmapi.ErrUnsupported):
+		apiError(w, http.StatusBadRequest, "This model's providers cannot serve this request: "+err.Error(), "invalid_request_error", "unsupported")
+	case errors.Is(err, context.Canceled):
+		// The client went away while queued: nobody to answer.
+	case errors.Is(err, context.DeadlineExceeded):
+		apiError(w, http.StatusGatewayTimeout, "The request exceeded its deadline.", "timeout", nil)
+	default:
+		s.log.Warn("dispatch failed", "request_id", req.rid, "error", err)
+		if status == 0 {
+			status = http.StatusBadGateway
+		}
+		apiError(w, status, "The model provider could not be reached.", "server_error", nil)
+	}
+}
+
+// exchange is a dispatched request: the lease and the tunnel or run that
+// holds it. close releases the lease exactly once.
+type exchange struct {
+	lease  *pool.Lease
+	target Target
+	tunnel *nodes.Tunnel
+	run    *nodes.Run
+}
+
+func (x *exchange) close() {
+	if x.tunnel != nil {
+		x.tunnel.Close()
+	}
+	if x.run != nil {
+		x.run.Close()
+	}
+	x.lease.Release()
+}
+
+// dispatch is the seam every API goes through: candidates from the route
+// (filtered by capability and health), admission in FIFO order, then the
+// tunnel or the run on the exact generation the lease belongs to. Once
+// dispatched, a request is never replayed or moved.
+func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, error) {
+	cands := func() []pool.Candidate {
+		var out []pool.Candidate
+		for _, t := range req.route.Targets {
+			pi, ok := req.snap.providers[t.ProviderID]
+			if !ok {
+				continue
+			}
+			p := capability(pi.adapter, req.api)
+			if p == pathNone || (p == pathRun && req.inputErr != nil) {
+				continue
+			}
+			gen, ok := s.reg.Available(pi.nodeID, t.ProviderID)
+			if !ok {
+				continue
+			}
+			out = append(out, pool.Candidate{Key: pool.Key{NodeID: pi.nodeID, ProviderID: t.ProviderID}, Generation: gen, Capacity: pi.capacity, Weight: t.Weight, Target: t})
+		}
+		return out
+	}
+	if len(cands()) == 0 && req.inputErr != nil {
+		// Only providers that need a normalized input could serve this
+		// route, and the request cannot be normalized.
+		return nil, http.StatusBadRequest, req.inputErr
+	}
+	lease, err := s.pool.Acquire(ctx, cands, req.route.Strategy == Weighted, req.snap.queueTimeout)
+	if err != nil {
+		return nil, 0, err
+	}
+	t := lease.Target.(Target)
+	pi := req.snap.providers[t.ProviderID]
+	x := &exchange{lease: lease, target: t}
+	deadline, _ := ctx.Deadline()
+	if capability(pi.adapter, req.api) == pathTunnel {
+		body, err := tunnelBody(req, t.Model)
+		if err != nil {
+			lease.Release()
+			return nil, http.StatusBadRequest, err
+		}
+		path := req.api.path()
+		tn, err := s.reg.OpenTunnel(ctx, lease.NodeID, lease.Generation, &nodes.TunnelRequest{
+			ProviderID: t.ProviderID, Method: http.MethodPost, Path: path, Deadline: deadline,
+			Header: http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json, text/event-stream"}},
+			Body:   bytes.NewReader(body),
+		})
+		if err != nil {
+			lease.Release()
+			return nil, http.StatusServiceUnavailable, err
+		}
+		x.tunnel = tn
+		return x, 0, nil
+	}
+	opts := req.opts
+	opts.Stream = true // a projector streams or buffers; the provider may always stream
+	run, err := s.reg.StartRun(ctx, lease.NodeID, lease.Generation, &execution.RunRequest{
+		RunID: req.rid, ProviderID: t.ProviderID, Adapter: pi.adapter, Target: t.Model,
+		Input: req.input, Options: opts, Deadline: deadline,
+	})
+	if err != nil {
+		lease.Release()
+		return nil, http.StatusServiceUnavailable, err
+	}
+	x.run = run
+	return x, 0, nil
+}
+
+// tunnelBody rewrites only the model (a byte splice, no re-encode) and, for
+// a streamed chat, asks the upstream for usage.
+func tunnelBody(req *request, upstreamModel string) ([]byte, error) {
+	body := req.fields.Splice("model", llmapi.Quote(upstreamModel))
+	if req.api != apiChat || !req.stream || req.includeUsage {
+		return body, nil
+	}
+	f, err := llmapi.Scan(body, "stream_options")
+	if err != nil {
+		return nil, err
+	}
+	opts := map[string]any{}
+	if raw := f.Raw("stream_options"); raw != nil && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &opts); err != nil {
+			return nil, err
+		}
+	}
+	opts["include_usage"] = true
+	raw, _ := json.Marshal(opts)
+	return f.Splice("stream_options", raw), nil
+}
+
+// keepAliveComment keeps proxies from cutting a silent stream.
+var keepAliveComment = []byte(": keep-alive\n\n")
+
+func flush(w http.ResponseWriter) {
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func usageFromChat(raw []byte) *execution.Usage {
+	var u struct {
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
+		InputTokens      int64 `json:"input_tokens"`
+		OutputTokens     int64 `json:"output_tokens"`
+	}
+	if json.Unmarshal(raw, &u) != nil {
+		return nil
+	}
+	return &execution.Usage{InputTokens: u.PromptTokens + u.InputTokens, OutputTokens: u.CompletionTokens + u.OutputTokens}
+}
+

@@ -1,0 +1,185 @@
+package edge
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/wire"
+)
+
+// Defaults applied when a Config field is zero.
+const (
+	DefaultMaxBodyBytes   = 16 << 20
+	DefaultQueueTimeout   = 30 * time.Second
+	DefaultRequestTimeout = 10 * time.Minute
+	DefaultKeepAlive      = 15 * time.Second
+)
+
+// Config configures a Server: the Edge's side of edge.yaml as Go values.
+// Reload takes a whole new Config; only the fields marked "reloadable"
+// change on Reload, the rest are fixed at New.
+type Config struct {
+	// Nodes are the Nodes this Edge owns, with their providers
+	// (reloadable).
+	Nodes []nodes.Record
+	// APIKeys are the keys clients present (reloadable).
+	APIKeys []APIKey
+	// Routes map public model names to provider targets (reloadable).
+	Routes []Route
+	// MaxBodyBytes bounds request bodies; larger ones get 413. Zero means
+	// DefaultMaxBodyBytes (reloadable).
+	MaxBodyBytes int64
+	// QueueTimeout bounds how long a request waits for a free slot before
+	// 503. Zero means DefaultQueueTimeout (reloadable).
+	QueueTimeout time.Duration
+	// RequestTimeout is every request's hard deadline. Zero means
+	// DefaultRequestTimeout (reloadable).
+	RequestTimeout time.Duration
+	// KeepAlive is how often a silent stream gets an SSE comment so that
+	// proxies keep it open. Zero means DefaultKeepAlive (reloadable).
+	KeepAlive time.Duration
+
+	// Epoch is this Edge run's boot epoch (nodes.NextEpoch). Required.
+	Epoch uint32
+	// NodeTLS, when set, makes Node sessions TLS 1.3 (mutual with
+	// ClientCAs). Nil means plaintext.
+	NodeTLS *tls.Config
+	// NodeWire tunes Node sessions. Nil means wire defaults.
+	NodeWire *wire.Config
+	// Logger receives server events (ids and classes; never keys, prompts
+	// or output). Nil means silent.
+	Logger hclog.Logger
+}
+
+// APIKey is one client credential.
+type APIKey struct {
+	// Name is the principal the key authenticates, used in logs and
+	// usage (never the key).
+	Name string
+	// Hash is the SHA-256 of the key (HashKey). The key itself, at least
+	// 128 random bits, is never stored.
+	Hash [32]byte
+	// Models the key may use: public route names, or "*" for all.
+	Models []string
+}
+
+// Strategy says how a route picks among its targets.
+type Strategy string
+
+// Route strategies.
+const (
+	// Ordered prefers the first target with a free slot.
+	Ordered Strategy = "ordered"
+	// Weighted chooses among targets with free slots by weight.
+	Weighted Strategy = "weighted"
+)
+
+// Route maps a public model name to provider targets.
+type Route struct {
+	Model    string
+	Strategy Strategy
+	Targets  []Target
+}
+
+// Target is one provider and the upstream model name to send it.
+type Target struct {
+	ProviderID string
+	Model      string
+	Weight     int
+}
+
+// Validate reports the first invalid field, naming it.
+func (c *Config) Validate() error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("edge: config: %w", err)
+	}
+	return nil
+}
+
+func (c *Config) validate() error {
+	if c.Epoch == 0 {
+		return errors.New("Epoch is required (see nodes.NextEpoch)")
+	}
+	if _, err := nodes.NewStaticStore(c.Nodes); err != nil {
+		return fmt.Errorf("Nodes: %w", err)
+	}
+	providers := map[string]string{} // provider id -> node id
+	for _, n := range c.Nodes {
+		for _, p := range n.Providers {
+			if other, dup := providers[p.ID]; dup {
+				return fmt.Errorf("Nodes: provider id %q is on both %q and %q; provider ids are unique per Edge", p.ID, other, n.ID)
+			}
+			providers[p.ID] = n.ID
+		}
+	}
+	names := map[string]bool{}
+	for i, k := range c.APIKeys {
+		switch {
+		case k.Name == "":
+			return fmt.Errorf("APIKeys[%d].Name is empty", i)
+		case k.Hash == [32]byte{}:
+			return fmt.Errorf("APIKeys[%d] (%s): Hash is empty", i, k.Name)
+		case len(k.Models) == 0:
+			return fmt.Errorf("APIKeys[%d] (%s): Models is empty (use [\"*\"] for every model)", i, k.Name)
+		}
+		if names[k.Name] {
+			return fmt.Errorf("APIKeys[%d]: duplicate name %q", i, k.Name)
+		}
+		names[k.Name] = true
+	}
+	routes := map[string]bool{}
+	for i, r := range c.Routes {
+		switch {
+		case r.Model == "":
+			return fmt.Errorf("Routes[%d].Model is empty", i)
+		case routes[r.Model]:
+			return fmt.Errorf("Routes[%d]: duplicate model %q", i, r.Model)
+		case r.Strategy != "" && r.Strategy != Ordered && r.Strategy != Weighted:
+			return fmt.Errorf("Routes[%d] (%s): Strategy %q is not ordered or weighted", i, r.Model, r.Strategy)
+		case len(r.Targets) == 0:
+			return fmt.Errorf("Routes[%d] (%s): no Targets", i, r.Model)
+		}
+		routes[r.Model] = true
+		for j, t := range r.Targets {
+			node, ok := providers[t.ProviderID]
+			switch {
+			case !ok:
+				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: unknown provider %q", i, r.Model, j, t.ProviderID)
+			case t.Model == "":
+				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: Model is empty", i, r.Model, j)
+			case t.Weight < 0:
+				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: negative Weight", i, r.Model, j)
+			}
+			for _, n := range c.Nodes {
+				if n.ID != node {
+					continue
+				}
+				for _, p := range n.Providers {
+					if p.ID == t.ProviderID && len(p.Models) > 0 && !slices.Contains(p.Models, t.Model) {
+						return fmt.Errorf("Routes[%d] (%s).Targets[%d]: provider %q does not list model %q", i, r.Model, j, t.ProviderID, t.Model)
+					}
+				}
+			}
+		}
+	}
+	for i, k := range c.APIKeys {
+		for _, m := range k.Models {
+			if m != "*" && !routes[m] {
+				return fmt.Errorf("APIKeys[%d] (%s): unknown model %q", i, k.Name, m)
+			}
+		}
+	}
+	if c.MaxBodyBytes < 0 || c.QueueTimeout < 0 || c.RequestTimeout < 0 || c.KeepAlive < 0 {
+		return errors.New("MaxBodyBytes, QueueTimeout, RequestTimeout and KeepAlive must not be negative")
+	}
+	if err := c.NodeWire.Validate(); err != nil {
+		return fmt.Errorf("NodeWire: %w", err)
+	}
+	return nil
+}

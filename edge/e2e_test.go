@@ -1,0 +1,413 @@
+package edge_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+	"go.uber.org/goleak"
+
+	"github.com/iop-dev/iop/edge"
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/execution/adapters/anthropic"
+	oaadapter "github.com/iop-dev/iop/execution/adapters/openai"
+	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/node"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	nodeToken = "node-token-0123456789abcdef0123"
+	apiKey    = "sk-test-0123456789abcdef0123456789abcdef"
+)
+
+// rig is an Edge, one Node and a fake upstream, all real, on loopback.
+type rig struct {
+	t        *testing.T
+	srv      *edge.Server
+	url      string
+	upstream *upstreamtest.Server
+	client   openai.Client
+}
+
+type rigOpts struct {
+	reply        func(*upstreamtest.Request) upstreamtest.Script
+	capacity     int
+	queueTimeout time.Duration
+	keepAlive    time.Duration
+	maxBody      int64
+}
+
+func newRig(t *testing.T, o rigOpts) *rig {
+	t.Helper()
+	if o.capacity == 0 {
+		o.capacity = 8
+	}
+	up := upstreamtest.New(upstreamtest.Config{Models: []string{"up-model"}, Reply: o.reply})
+	upURL := up.Start()
+	t.Cleanup(up.Close)
+	oa, _ := oaadapter.New(oaadapter.Config{ID: "local", BaseURL: upURL, Models: []string{"up-model"}})
+	an, _ := anthropic.New(anthropic.Config{ID: "claude", BaseURL: upURL, Models: []string{"up-model"}})
+
+	cfg := edge.Config{
+		Epoch: 1,
+		Nodes: []nodes.Record{{ID: "box", TokenHash: nodes.HashToken(nodeToken), Providers: []nodes.ProviderSpec{
+			{ID: "local", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"up-model"}, Capacity: o.capacity},
+			{ID: "claude", Adapter: "anthropic", Category: execution.CategoryAPI, Models: []string{"up-model"}, Capacity: o.capacity},
+		}}},
+		APIKeys: []edge.APIKey{
+			{Name: "alice", Hash: edge.HashKey(apiKey), Models: []string{"*"}},
+			{Name: "bob", Hash: edge.HashKey(apiKey + "-bob"), Models: []string{"via-anthropic"}},
+		},
+		Routes: []edge.Route{
+			{Model: "gpt-local", Targets: []edge.Target{{ProviderID: "local", Model: "up-model"}}},
+			{Model: "via-anthropic", Targets: []edge.Target{{ProviderID: "claude", Model: "up-model"}}},
+		},
+		QueueTimeout: o.queueTimeout,
+		KeepAlive:    o.keepAlive,
+		MaxBodyBytes: o.maxBody,
+	}
+	srv, err := edge.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	nodeLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.Serve(apiLn) })
+	wg.Go(func() { srv.ServeNodes(nodeLn) })
+	rt, _ := node.New(node.Config{EdgeAddr: nodeLn.Addr().String(), NodeID: "box", Token: nodeToken,
+		Providers: []node.Hosted{{Provider: oa}, {Provider: an}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	wg.Go(func() { rt.Run(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		srv.Close()
+		wg.Wait()
+	})
+	for {
+		if _, ok := srv.Registry().Current("box"); ok {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	url := "http://" + apiLn.Addr().String()
+	return &rig{t: t, srv: srv, url: url, upstream: up,
+		client: openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey(apiKey), option.WithMaxRetries(0))}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// calls returns the upstream requests other than health checks.
+func (r *rig) calls() []*upstreamtest.Request {
+	var out []*upstreamtest.Request
+	for _, q := range r.upstream.Requests() {
+		if q.API != "models" {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// settled waits until every lease was released and nothing is in flight.
+func (r *rig) settled() {
+	r.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := r.srv.PoolStats()
+		inflight := 0
+		for _, n := range r.srv.Nodes() {
+			for _, p := range n.Providers {
+				inflight += p.InFlight + p.Queued
+			}
+		}
+		if st.Granted == st.Released && inflight == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("leases not settled: %+v, %d in flight or queued", st, inflight)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func chatParams(model, prompt string) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{Model: model, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)}}
+}
+
+func TestChat(t *testing.T) {
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		sc := upstreamtest.Echo(q)
+		sc.Usage = upstreamtest.Usage{InputTokens: 12, OutputTokens: 3}
+		return sc
+	}})
+	for _, model := range []string{"gpt-local", "via-anthropic"} {
+		t.Run(model+"/buffered", func(t *testing.T) {
+			c, err := r.client.Chat.Completions.New(ctx(t), chatParams(model, "hello there"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Choices[0].Message.Content; got != "echo: hello there" || c.Choices[0].FinishReason != "stop" || c.Usage.PromptTokens != 12 {
+				t.Fatalf("answer %q finish %q usage %+v", got, c.Choices[0].FinishReason, c.Usage)
+			}
+		})
+		t.Run(model+"/streamed", func(t *testing.T) {
+			for _, includeUsage := range []bool{false, true} {
+				p := chatParams(model, "stream me")
+				if includeUsage {
+					p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+				}
+				s := r.client.Chat.Completions.NewStreaming(ctx(t), p)
+				acc := openai.ChatCompletionAccumulator{}
+				sawUsageChunk := false
+				for s.Next() {
+					ch := s.Current()
+					acc.AddChunk(ch)
+					if len(ch.Choices) == 0 && ch.Usage.TotalTokens > 0 {
+						sawUsageChunk = true
+					}
+				}
+				if err := s.Err(); err != nil {
+					t.Fatal(err)
+				}
+				if got := acc.Choices[0].Message.Content; got != "echo: stream me" || acc.Choices[0].FinishReason != "stop" {
+					t.Fatalf("accumulated %q finish %q", got, acc.Choices[0].FinishReason)
+				}
+				if sawUsageChunk != includeUsage {
+					t.Fatalf("include_usage=%v but usage chunk seen=%v", includeUsage, sawUsageChunk)
+				}
+			}
+		})
+	}
+	// The tunnel path always asked the upstream for usage and rewrote only
+	// the model.
+	for _, q := range r.calls() {
+		if q.API == "chat" && (q.Model != "up-model" || (q.Stream && !q.IncludeUsage)) {
+			t.Errorf("upstream saw model %q stream %v include_usage %v", q.Model, q.Stream, q.IncludeUsage)
+		}
+	}
+	r.settled()
+	var alice edge.Usage
+	for _, u := range r.srv.Usage() {
+		if u.Key == "alice" {
+			alice = u
+		}
+	}
+	if alice.Requests != 6 || alice.InputTokens != 6*12 || alice.OutputTokens != 6*3 {
+		t.Fatalf("usage %+v", alice)
+	}
+}
+
+func TestResponses(t *testing.T) {
+	r := newRig(t, rigOpts{reply: upstreamtest.Echo})
+	for _, model := range []string{"gpt-local", "via-anthropic"} {
+		t.Run(model+"/buffered", func(t *testing.T) {
+			resp, err := r.client.Responses.New(ctx(t), responses.ResponseNewParams{Model: model, Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi responses")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.OutputText() != "echo: hi responses" || resp.Status != "completed" {
+				t.Fatalf("output %q status %q", resp.OutputText(), resp.Status)
+			}
+		})
+		t.Run(model+"/streamed", func(t *testing.T) {
+			s := r.client.Responses.NewStreaming(ctx(t), responses.ResponseNewParams{Model: model, Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("stream responses")}})
+			var text string
+			var completed *responses.Response
+			for s.Next() {
+				ev := s.Current()
+				switch ev.Type {
+				case "response.output_text.delta":
+					text += ev.Delta
+				case "response.completed":
+					c := ev.Response
+					completed = &c
+				}
+			}
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if text != "echo: stream responses" || completed == nil || completed.OutputText() != text {
+				t.Fatalf("streamed %q completed %v", text, completed)
+			}
+		})
+	}
+	r.settled()
+}
+
+func TestEmbeddingsAndModels(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	e, err := r.client.Embeddings.New(ctx(t), openai.EmbeddingNewParams{Model: "gpt-local", Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"a", "b"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Data) != 2 || len(e.Data[0].Embedding) != 16 {
+		t.Fatalf("embeddings %+v", e.Data)
+	}
+	// Embeddings on a route whose provider cannot embed: refused, not sent.
+	_, err = r.client.Embeddings.New(ctx(t), openai.EmbeddingNewParams{Model: "via-anthropic", Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("a")}})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 503 {
+		t.Fatalf("embeddings on an anthropic route: %v", err)
+	}
+	page, err := r.client.Models.List(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+	}
+	if strings.Join(ids, ",") != "gpt-local,via-anthropic" {
+		t.Fatalf("models %v", ids)
+	}
+	bob := openai.NewClient(option.WithBaseURL(r.url+"/v1/"), option.WithAPIKey(apiKey+"-bob"), option.WithMaxRetries(0))
+	page, _ = bob.Models.List(ctx(t))
+	if len(page.Data) != 1 || page.Data[0].ID != "via-anthropic" {
+		t.Fatalf("bob sees %+v", page.Data)
+	}
+	if _, err := bob.Chat.Completions.New(ctx(t), chatParams("gpt-local", "x")); !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
+		t.Fatalf("bob on a model he may not use: %v", err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	r := newRig(t, rigOpts{maxBody: 1 << 10})
+	for _, tc := range []struct {
+		name, key, body string
+		status          int
+		typ             string
+	}{
+		{"missing key", "", `{"model":"gpt-local","messages":[]}`, 401, "invalid_request_error"},
+		{"wrong key", "sk-wrong", `{"model":"gpt-local","messages":[]}`, 401, "invalid_request_error"},
+		{"unknown model", apiKey, `{"model":"nope","messages":[{"role":"user","content":"x"}]}`, 404, "invalid_request_error"},
+		{"not json", apiKey, `{"model":`, 400, "invalid_request_error"},
+		{"case-smuggled model", apiKey, `{"model":"gpt-local","Model":"other","messages":[]}`, 400, "invalid_request_error"},
+		{"too large", apiKey, `{"model":"gpt-local","messages":[{"role":"user","content":"` + strings.Repeat("x", 2048) + `"}]}`, 413, "invalid_request_error"},
+		{"tools to a text-only provider", apiKey, `{"model":"via-anthropic","tools":[{"type":"function","function":{"name":"f"}}],"messages":[{"role":"user","content":"x"}]}`, 400, "invalid_request_error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", r.url+"/v1/chat/completions", strings.NewReader(tc.body))
+			if tc.key != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.status || !strings.Contains(string(body), `"type":"`+tc.typ+`"`) || resp.Header.Get("X-Request-Id") == "" {
+				t.Fatalf("status %d body %s request id %q", resp.StatusCode, body, resp.Header.Get("X-Request-Id"))
+			}
+		})
+	}
+	if len(r.calls()) != 0 {
+		t.Fatalf("a refused request reached the upstream")
+	}
+}
+
+func TestQueueTimeout(t *testing.T) {
+	release := make(chan struct{})
+	r := newRig(t, rigOpts{capacity: 1, queueTimeout: 50 * time.Millisecond, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		sc := upstreamtest.Echo(q)
+		if strings.Contains(q.Prompt, "hold") {
+			<-release
+		}
+		return sc
+	}})
+	held := make(chan error, 1)
+	go func() {
+		_, err := r.client.Chat.Completions.New(context.Background(), chatParams("gpt-local", "hold the slot"))
+		held <- err
+	}()
+	for len(r.calls()) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	req, _ := http.NewRequest("POST", r.url+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-local","messages":[{"role":"user","content":"x"}]}`))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "queue timeout") {
+		t.Fatalf("status %d retry-after %q body %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	r.settled()
+}
+
+func TestClientDisconnectMidStream(t *testing.T) {
+	for _, model := range []string{"gpt-local", "via-anthropic"} {
+		t.Run(model, func(t *testing.T) {
+			r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+				return upstreamtest.Script{Text: []string{"first", " second", " third"}, ChunkDelay: time.Hour}
+			}})
+			c, cancel := context.WithCancel(ctx(t))
+			s := r.client.Chat.Completions.NewStreaming(c, chatParams(model, "long"))
+			got := ""
+			for s.Next() {
+				for _, ch := range s.Current().Choices {
+					got += ch.Delta.Content
+				}
+				if got == "first" {
+					break
+				}
+			}
+			cancel() // the client goes away mid-stream
+			s.Close()
+			calls := r.calls()
+			if len(calls) != 1 {
+				t.Fatalf("%d upstream calls", len(calls))
+			}
+			select {
+			case <-calls[0].Canceled:
+			case <-ctx(t).Done():
+				t.Fatal("the upstream request was not cancelled")
+			}
+			r.settled()
+		})
+	}
+}
+
+func TestSilentStreamKeepAlive(t *testing.T) {
+	r := newRig(t, rigOpts{keepAlive: 20 * time.Millisecond, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		sc := upstreamtest.Echo(q)
+		sc.TTFT = 200 * time.Millisecond
+		return sc
+	}})
+	for _, model := range []string{"gpt-local", "via-anthropic"} {
+		req, _ := http.NewRequest("POST", r.url+"/v1/chat/completions", strings.NewReader(`{"model":"`+model+`","stream":true,"messages":[{"role":"user","content":"wait"}]}`))
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), ": keep-alive") || !strings.Contains(string(body), "data: [DONE]") {
+			t.Fatalf("%s: stream without keep-alive comments or [DONE]:\n%s", model, body)
+		}
+	}
+	r.settled()
+}

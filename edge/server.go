@@ -1,0 +1,306 @@
+package edge
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/edge/pool"
+	"github.com/iop-dev/iop/execution"
+)
+
+// ErrServerClosed is returned by Serve and ServeNodes after Shutdown or
+// Close.
+var ErrServerClosed = errors.New("edge: server closed")
+
+// Server is an Edge: the OpenAI-compatible HTTP API (Handler, Serve), the
+// listener for Node sessions (ServeNodes), admission and leases, and the
+// one dispatch path every API goes through.
+type Server struct {
+	log  hclog.Logger
+	reg  *nodes.Registry
+	pool *pool.Pool
+	snap atomic.Pointer[snapshot]
+	mux  *http.ServeMux
+
+	mu      sync.Mutex
+	closed  bool
+	servers map[*http.Server]struct{}
+	watch   sync.WaitGroup
+	sub     *nodes.Subscription
+	reqSeq  atomic.Uint64
+	usage   usageBook
+}
+
+// snapshot is the immutable, reloadable part of the configuration. A
+// request keeps the snapshot it was admitted under.
+type snapshot struct {
+	keys           []APIKey
+	routes         map[string]*Route
+	providers      map[string]providerInfo
+	maxBody        int64
+	queueTimeout   time.Duration
+	requestTimeout time.Duration
+	keepAlive      time.Duration
+}
+
+type providerInfo struct {
+	nodeID   string
+	adapter  string
+	category execution.Category
+	capacity int
+}
+
+func newSnapshot(c *Config) *snapshot {
+	s := &snapshot{
+		keys:           c.APIKeys,
+		routes:         make(map[string]*Route, len(c.Routes)),
+		providers:      map[string]providerInfo{},
+		maxBody:        orDefault(c.MaxBodyBytes, DefaultMaxBodyBytes),
+		queueTimeout:   orDefault(c.QueueTimeout, DefaultQueueTimeout),
+		requestTimeout: orDefault(c.RequestTimeout, DefaultRequestTimeout),
+		keepAlive:      orDefault(c.KeepAlive, DefaultKeepAlive),
+	}
+	for i := range c.Routes {
+		r := c.Routes[i]
+		if r.Strategy == "" {
+			r.Strategy = Ordered
+		}
+		s.routes[r.Model] = &r
+	}
+	for _, n := range c.Nodes {
+		for _, p := range n.Providers {
+			s.providers[p.ID] = providerInfo{nodeID: n.ID, adapter: p.Adapter, category: p.Category, capacity: p.Capacity}
+		}
+	}
+	return s
+}
+
+func orDefault[T int64 | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// New validates cfg and returns a Server. It listens nowhere until Serve
+// and ServeNodes.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	st, _ := nodes.NewStaticStore(cfg.Nodes)
+	reg, err := nodes.New(nodes.Config{Store: st, Epoch: cfg.Epoch, TLS: cfg.NodeTLS, Wire: cfg.NodeWire, Logger: log.Named("nodes")})
+	if err != nil {
+		return nil, fmt.Errorf("edge: %w", err)
+	}
+	s := &Server{log: log, reg: reg, pool: pool.New(), servers: map[*http.Server]struct{}{}}
+	s.snap.Store(newSnapshot(&cfg))
+	s.usage.init()
+	s.mux = s.routes()
+	// Capacity can change when a Node connects or reports health: queued
+	// requests are re-evaluated then.
+	s.sub = reg.Subscribe()
+	s.watch.Go(func() {
+		for {
+			if _, err := s.sub.Next(context.Background()); errors.Is(err, nodes.ErrSubscriptionClosed) {
+				return
+			}
+			s.pool.Kick()
+		}
+	})
+	return s, nil
+}
+
+// Reload swaps in a new configuration: keys, routes, limits and Node
+// records. Requests already admitted keep what they were admitted under;
+// new requests see the change; connected Nodes receive config updates.
+func (s *Server) Reload(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	st, _ := nodes.NewStaticStore(cfg.Nodes)
+	s.snap.Store(newSnapshot(&cfg))
+	s.reg.Refresh(st)
+	s.pool.Kick()
+	s.log.Info("configuration reloaded", "nodes", len(cfg.Nodes), "routes", len(cfg.Routes), "keys", len(cfg.APIKeys))
+	return nil
+}
+
+// Handler returns the HTTP API, for mounting in the caller's own server.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Serve serves the HTTP API on ln (wrap ln with tls.NewListener, or use
+// ServeTLS, for HTTPS) until Shutdown or Close.
+func (s *Server) Serve(ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.servers[hs] = struct{}{}
+	s.mu.Unlock()
+	err := hs.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return ErrServerClosed
+	}
+	return err
+}
+
+// ServeTLS serves the HTTP API over HTTPS with the given certificate.
+func (s *Server) ServeTLS(ln net.Listener, cfg *tls.Config) error {
+	c := cfg.Clone()
+	if c.MinVersion < tls.VersionTLS12 {
+		c.MinVersion = tls.VersionTLS12
+	}
+	if len(c.NextProtos) == 0 {
+		c.NextProtos = []string{"h2", "http/1.1"}
+	}
+	return s.Serve(tls.NewListener(ln, c))
+}
+
+// ServeNodes accepts Node sessions on ln until Shutdown or Close.
+func (s *Server) ServeNodes(ln net.Listener) error {
+	err := s.reg.Serve(ln)
+	if errors.Is(err, nodes.ErrClosed) {
+		return ErrServerClosed
+	}
+	return err
+}
+
+// Registry returns the node registry, for status and lifecycle events.
+func (s *Server) Registry() *nodes.Registry { return s.reg }
+
+// Shutdown stops accepting requests, lets in-flight ones finish until ctx
+// ends, then closes Node sessions gracefully.
+func (s *Server) Shutdown(ctx context.Context) error {
+	servers := s.stop()
+	var errs []error
+	for _, hs := range servers {
+		if err := hs.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, s.reg.Shutdown(ctx))
+	s.finish()
+	return errors.Join(errs...)
+}
+
+// Close stops everything at once: requests in flight end with an error.
+func (s *Server) Close() error {
+	for _, hs := range s.stop() {
+		hs.Close()
+	}
+	s.reg.Close()
+	s.finish()
+	return nil
+}
+
+func (s *Server) stop() []*http.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	var out []*http.Server
+	for hs := range s.servers {
+		out = append(out, hs)
+	}
+	return out
+}
+
+func (s *Server) finish() {
+	s.pool.Close()
+	s.sub.Close()
+	s.watch.Wait()
+}
+
+// Nodes returns every configured Node with its providers, the pressure
+// figures (in flight, queued) coming from admission.
+func (s *Server) Nodes() []nodes.NodeSnapshot {
+	snaps := s.reg.Snapshot()
+	for i := range snaps {
+		n := &snaps[i]
+		for j := range n.Providers {
+			p := &n.Providers[j]
+			load := s.pool.Load(pool.Key{NodeID: n.ID, ProviderID: p.ID}, n.Generation)
+			p.Queued = load.Queued
+			if n.Connected {
+				p.InFlight = load.InFlight
+			} else {
+				p.InFlight, p.Queued = 0, 0
+			}
+		}
+	}
+	return snaps
+}
+
+// PoolStats returns the admission counters (leases granted and released).
+func (s *Server) PoolStats() pool.Stats { return s.pool.Stats() }
+
+// HashKey returns the value to store in APIKey.Hash for a key.
+func HashKey(key string) [32]byte { return sha256.Sum256([]byte(key)) }
+
+// GenerateKey returns a new API key with 256 random bits.
+func GenerateKey() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "sk-iop-" + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// authenticate returns the key matching a presented secret. Every
+// configured key is compared, in constant time, whether or not an earlier
+// one matched.
+func (snap *snapshot) authenticate(presented string) *APIKey {
+	if presented == "" {
+		return nil
+	}
+	sum := sha256.Sum256([]byte(presented))
+	var found *APIKey
+	for i := range snap.keys {
+		if subtle.ConstantTimeCompare(sum[:], snap.keys[i].Hash[:]) == 1 {
+			found = &snap.keys[i]
+		}
+	}
+	return found
+}
+
+func (k *APIKey) allows(model string) bool {
+	for _, m := range k.Models {
+		if m == "*" || m == model {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) newRequestID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,62 @@
+package edge
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/iop-dev/iop/execution"
+)
+
+// Usage is one API key's consumption since the Edge started.
+type Usage struct {
+	Key          string
+	Requests     int64
+	InputTokens  int64
+	OutputTokens int64
+}
+
+type usageBook struct {
+	mu   sync.Mutex
+	byID map[string]*Usage
+}
+
+func (b *usageBook) init() { b.byID = map[string]*Usage{} }
+
+func (b *usageBook) entry(key string) *Usage {
+	u := b.byID[key]
+	if u == nil {
+		u = &Usage{Key: key}
+		b.byID[key] = u
+	}
+	return u
+}
+
+func (b *usageBook) request(key string) {
+	b.mu.Lock()
+	b.entry(key).Requests++
+	b.mu.Unlock()
+}
+
+func (b *usageBook) tokens(key string, u *execution.Usage) {
+	if u == nil {
+		return
+	}
+	b.mu.Lock()
+	e := b.entry(key)
+	e.InputTokens += u.InputTokens
+	e.OutputTokens += u.OutputTokens
+	b.mu.Unlock()
+}
+
+// Usage returns per-key usage (requests admitted, and tokens from the
+// usage providers reported), sorted by key name.
+func (s *Server) Usage() []Usage {
+	s.usage.mu.Lock()
+	defer s.usage.mu.Unlock()
+	out := make([]Usage, 0, len(s.usage.byID))
+	for _, u := range s.usage.byID {
+		out = append(out, *u)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}

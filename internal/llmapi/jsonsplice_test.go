@@ -1,0 +1,70 @@
+package llmapi
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestScanSplice(t *testing.T) {
+	body := []byte(` {"messages":[{"role":"user","content":"model \"x\" {}"}], "model" : "public-name","stream":true, "n":1} `)
+	f, err := Scan(body, "model", "stream", "stream_options")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := f.String("model"); !ok || m != "public-name" {
+		t.Fatalf("model %q %v", m, ok)
+	}
+	if s, _ := f.Bool("stream"); !s || f.Has("stream_options") {
+		t.Fatal("stream fields")
+	}
+	out := f.Splice("model", Quote("upstream/qwen"))
+	want := ` {"messages":[{"role":"user","content":"model \"x\" {}"}], "model" : "upstream/qwen","stream":true, "n":1} `
+	if string(out) != want {
+		t.Fatalf("splice:\n%s\nwant\n%s", out, want)
+	}
+	out2 := f.Splice("stream_options", []byte(`{"include_usage":true}`))
+	var v map[string]any
+	if err := json.Unmarshal(out2, &v); err != nil || v["stream_options"].(map[string]any)["include_usage"] != true {
+		t.Fatalf("insert: %s %v", out2, err)
+	}
+	empty, _ := Scan([]byte(`{}`), "model")
+	if got := string(empty.Splice("model", Quote("m"))); got != `{"model":"m"}` {
+		t.Fatalf("insert into empty: %s", got)
+	}
+}
+
+func TestScanRefuses(t *testing.T) {
+	for _, b := range []string{`[]`, `"x"`, `{"model":"a","model":"b"}`, `{"model":"a","Model":"b"}`, `{"MODEL":"b"}`, `{"model":`, `{} {}`, ``} {
+		if _, err := Scan([]byte(b), "model"); err == nil {
+			t.Errorf("Scan(%q) accepted", b)
+		}
+	}
+}
+
+func FuzzScanSplice(f *testing.F) {
+	f.Add([]byte(`{"model":"m","stream":true}`))
+	f.Add([]byte(`{"a":{"model":"inner"},"model":"outer"}`))
+	f.Add([]byte(`{"model":"\u00e9\"","x":[1,{"y":"}"}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fs, err := Scan(body, "model", "stream")
+		if err != nil {
+			return
+		}
+		out := fs.Splice("model", Quote("replaced"))
+		var v map[string]json.RawMessage
+		if err := json.Unmarshal(out, &v); err != nil {
+			t.Fatalf("splice made invalid JSON: %s", out)
+		}
+		var m string
+		if json.Unmarshal(v["model"], &m) != nil || m != "replaced" {
+			t.Fatalf("model after splice: %s", v["model"])
+		}
+		var before map[string]json.RawMessage
+		json.Unmarshal(body, &before)
+		for k := range before {
+			if _, ok := v[k]; !ok {
+				t.Fatalf("key %q lost", k)
+			}
+		}
+	})
+}
