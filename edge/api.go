@@ -402,4 +402,3 @@ func usageFromChat(raw []byte) *execution.Usage {
 	}
 	return &execution.Usage{InputTokens: u.PromptTokens + u.InputTokens, OutputTokens: u.CompletionTokens + u.OutputTokens}
 }
-
