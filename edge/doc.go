@@ -1,14 +1,29 @@
-// Package edge will hold edge.Server, the gateway and composition root of an
-// Edge: OpenAI- and Anthropic-compatible HTTP APIs (also mountable as an
-// http.Handler), API keys and principals, model routes, provider admission
-// and leases, cancellation, API-format translation, credential leases, Node
-// enrollment, the Control Plane connector, and the single-request
-// pipeline's dispatch. Its sub-packages make the parts visible:
-// edge/nodes is the node registry (connection generations, readiness,
-// lifecycle events) and the dispatch seam to Nodes.
+// Package edge holds edge.Server, the gateway and composition root of an
+// Edge: the OpenAI-compatible HTTP API (Chat Completions, Responses,
+// Embeddings, Models; also mountable as an http.Handler in your own
+// server), API keys and principals, model routes, admission and leases,
+// the listener for Node sessions, and the one dispatch path every API goes
+// through.
+//
+// A request is authenticated by its API key (stored only as a SHA-256
+// hash, compared in constant time), matched to a route, and admitted: it
+// waits in FIFO order until a candidate provider (filtered by the route,
+// by whether it can serve the API, and by health) has a free slot of its
+// configured capacity, or its queue timeout passes (503 with Retry-After).
+// The slot is a lease bound to the provider and to the Node connection
+// generation; it is released exactly once on every terminal path. The
+// request then runs on that exact generation, either as a raw tunnel (the
+// provider speaks the client's format: only "model" is rewritten, by a
+// byte splice) or as a normalized run rendered by the client format's
+// projector. A client that disconnects cancels the upstream call; a silent
+// stream gets a keep-alive comment every 15 s; silence is never a terminal.
+//
+// Sub-packages make the parts visible: edge/nodes is the node registry and
+// the dispatch seam to Nodes, edge/pool is admission.
 //
 // The Edge is the source of truth for its Nodes and their providers. It
 // must never replay a request or move it to another provider once
-// dispatched, never let a lease be released twice or not at all, and never
-// let work bound to an ended connection generation complete.
+// dispatched, never let a lease be released twice or not at all, never let
+// work bound to an ended connection generation complete, and never log a
+// key, a prompt or model output.
 package edge

@@ -247,15 +247,36 @@ func (r *Registry) releasePending() {
 // Subscribe returns a subscription to lifecycle events from now on.
 func (r *Registry) Subscribe() *Subscription { return r.hub.subscribe() }
 
-// Shutdown stops accepting, asks every Node session to drain (GOAWAY; runs
-// in progress finish), and closes when they have or ctx ends.
+// Shutdown stops accepting, tells every Node session that no new work
+// will come (GOAWAY), waits until the runs and tunnels in progress have
+// finished or ctx ends, and then closes the sessions.
 func (r *Registry) Shutdown(ctx context.Context) error {
 	sessions := r.stop()
-	var wg sync.WaitGroup
 	for _, s := range sessions {
-		wg.Go(func() { s.Shutdown(ctx) })
+		s.GoAway("edge shutting down")
 	}
-	wg.Wait()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for busy := true; busy; {
+		busy = false
+		for _, s := range sessions {
+			// The control stream stays open for the session's life.
+			if s.Err() == nil && s.Stats().StreamsOpen > 1 {
+				busy = true
+			}
+		}
+		if !busy {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			busy = false
+		case <-t.C:
+		}
+	}
+	for _, s := range sessions {
+		s.Close()
+	}
 	return r.finish(ctx.Err())
 }
 

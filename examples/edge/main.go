@@ -1,0 +1,124 @@
+// Command edge is the reference Edge daemon: it reads edge.yaml, serves the
+// OpenAI-compatible API and accepts Node sessions. SIGHUP reloads the
+// configuration (requests already admitted keep theirs); SIGINT and SIGTERM
+// shut down gracefully, letting requests in flight finish for up to 30 s.
+//
+//	go run ./examples/edge -config examples/edge/edge.yaml
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/iop-dev/iop/edge"
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/internal/config"
+)
+
+func main() {
+	path := flag.String("config", "edge.yaml", "path to edge.yaml")
+	grace := flag.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests may finish on shutdown")
+	flag.Parse()
+	log := hclog.New(&hclog.LoggerOptions{Name: "edge", Level: hclog.Info})
+	if err := run(*path, *grace, log); err != nil {
+		log.Error("edge stopped", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(path string, grace time.Duration, log hclog.Logger) error {
+	f, err := config.LoadEdge(path)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(f.StatePath(""), 0o700); err != nil {
+		return err
+	}
+	epoch, err := nodes.NextEpoch(f.StatePath("epoch"))
+	if err != nil {
+		return err
+	}
+	cfg, err := f.Config(epoch)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	srv, err := edge.New(cfg)
+	if err != nil {
+		return err
+	}
+	apiTLS, err := f.APITLS()
+	if err != nil {
+		return err
+	}
+	apiLn, err := net.Listen("tcp", f.API.Listen)
+	if err != nil {
+		return err
+	}
+	nodeLn, err := net.Listen("tcp", f.NodesListen)
+	if err != nil {
+		apiLn.Close()
+		return err
+	}
+	errc := make(chan error, 2)
+	go func() {
+		if apiTLS != nil {
+			errc <- srv.ServeTLS(apiLn, apiTLS)
+		} else {
+			errc <- srv.Serve(apiLn)
+		}
+	}()
+	go func() { errc <- srv.ServeNodes(nodeLn) }()
+	scheme := "http"
+	if apiTLS != nil {
+		scheme = "https"
+	}
+	log.Info("edge running", "api", fmt.Sprintf("%s://%s/v1", scheme, apiLn.Addr()), "nodes", nodeLn.Addr().String(), "epoch", epoch)
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	for {
+		select {
+		case err := <-errc:
+			srv.Close()
+			return err
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				if err := reload(srv, path, epoch); err != nil {
+					log.Error("reload refused; the running configuration stays", "error", err)
+				}
+				continue
+			}
+			log.Info("shutting down", "signal", sig.String(), "grace", grace)
+			ctx, cancel := context.WithTimeout(context.Background(), grace)
+			err := srv.Shutdown(ctx)
+			cancel()
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			return nil
+		}
+	}
+}
+
+func reload(srv *edge.Server, path string, epoch uint32) error {
+	f, err := config.LoadEdge(path)
+	if err != nil {
+		return err
+	}
+	cfg, err := f.Config(epoch)
+	if err != nil {
+		return err
+	}
+	return srv.Reload(cfg)
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestQuickstart runs the quickstart and the request it prints.
+func TestQuickstart(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuf
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, options{addr: "127.0.0.1:0"}, &out) }()
+	var url, key string
+	urlRe := regexp.MustCompile(`OpenAI-compatible API\s+(\S+)/v1`)
+	keyRe := regexp.MustCompile(`API key\s+(sk-iop-\S+)`)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if m := urlRe.FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+			key = keyRe.FindStringSubmatch(out.String())[1]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no banner:\n%s", out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(`{"model":"iop-echo","messages":[{"role":"user","content":"Hello, IOP!"}]}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "echo: Hello, IOP!") {
+		t.Fatalf("status %d body %s", resp.StatusCode, body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

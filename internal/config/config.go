@@ -1,0 +1,124 @@
+// Package config reads the daemons' YAML files, edge.yaml and node.yaml,
+// strictly (an unknown key is an error naming its line), validates them
+// naming the field, and turns them into the library's Go configuration. The
+// ownership split is the architecture's: edge.yaml holds identity (Nodes,
+// providers, capacity, routes, keys); node.yaml holds local facts
+// (endpoints, local credentials, CLI templates) and the allow-lists.
+// Secrets are never inline: they come from files or environment variables,
+// or appear only as SHA-256 hashes.
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// decodeStrict decodes exactly one YAML document into v, refusing unknown
+// keys.
+func decodeStrict(b []byte, v any) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return errors.New("empty document")
+		}
+		return err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return errors.New("more than one YAML document")
+	}
+	return nil
+}
+
+// Secret names where a secret comes from: exactly one of a SHA-256 hash
+// (hex), a file, or an environment variable.
+type Secret struct {
+	SHA256 string `yaml:"sha256"`
+	File   string `yaml:"file"`
+	Env    string `yaml:"env"`
+}
+
+// minSecretLen is the shortest secret accepted from a file or the
+// environment: 22 characters carry 128 bits when random base64url.
+const minSecretLen = 22
+
+// hash returns the SHA-256 of the secret, reading it if needed.
+func (s Secret) hash(base string) ([32]byte, error) {
+	var zero [32]byte
+	n := 0
+	for _, v := range []string{s.SHA256, s.File, s.Env} {
+		if v != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return zero, errors.New("exactly one of sha256, file, env is required")
+	}
+	if s.SHA256 != "" {
+		b, err := hex.DecodeString(s.SHA256)
+		if err != nil || len(b) != 32 {
+			return zero, errors.New("sha256 must be 64 hex digits")
+		}
+		return [32]byte(b), nil
+	}
+	v, err := s.read(base)
+	if err != nil {
+		return zero, err
+	}
+	if len(v) < minSecretLen {
+		return zero, fmt.Errorf("secret shorter than %d characters (use at least 128 random bits)", minSecretLen)
+	}
+	return sha256.Sum256([]byte(v)), nil
+}
+
+// read returns the secret's value from its file or variable.
+func (s Secret) read(base string) (string, error) {
+	switch {
+	case s.File != "":
+		b, err := os.ReadFile(resolve(base, s.File))
+		if err != nil {
+			return "", fmt.Errorf("file: %v", errors.Unwrap(err))
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "" {
+			return "", fmt.Errorf("file %s is empty", s.File)
+		}
+		return v, nil
+	case s.Env != "":
+		v := strings.TrimSpace(os.Getenv(s.Env))
+		if v == "" {
+			return "", fmt.Errorf("$%s is unset or empty", s.Env)
+		}
+		return v, nil
+	}
+	return "", errors.New("no file or env given")
+}
+
+// resolve makes a relative path relative to the config file's directory.
+func resolve(base, p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(base, p)
+}
+
+func readFile(path string) ([]byte, string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(b) > 4<<20 {
+		return nil, "", fmt.Errorf("%s: larger than 4 MiB", path)
+	}
+	return b, filepath.Dir(path), nil
+}

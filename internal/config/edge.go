@@ -1,0 +1,231 @@
+package config
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/iop-dev/iop/edge"
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution"
+)
+
+// EdgeFile is edge.yaml.
+type EdgeFile struct {
+	API struct {
+		Listen string    `yaml:"listen"`
+		TLS    *TLSFiles `yaml:"tls"`
+	} `yaml:"api"`
+	NodesListen string    `yaml:"nodes_listen"`
+	NodeTLS     *TLSFiles `yaml:"node_tls"`
+	StateDir    string    `yaml:"state_dir"`
+	Limits      struct {
+		MaxBodyBytes   int64         `yaml:"max_body_bytes"`
+		QueueTimeout   time.Duration `yaml:"queue_timeout"`
+		RequestTimeout time.Duration `yaml:"request_timeout"`
+	} `yaml:"limits"`
+	APIKeys []struct {
+		Name   string   `yaml:"name"`
+		Key    Secret   `yaml:"key"`
+		Models []string `yaml:"models"`
+	} `yaml:"api_keys"`
+	Nodes []struct {
+		ID        string `yaml:"id"`
+		Token     Secret `yaml:"token"`
+		Providers []struct {
+			ID                  string   `yaml:"id"`
+			Adapter             string   `yaml:"adapter"`
+			Category            string   `yaml:"category"`
+			Models              []string `yaml:"models"`
+			Capacity            int      `yaml:"capacity"`
+			LongContextCapacity int      `yaml:"long_context_capacity"`
+		} `yaml:"providers"`
+	} `yaml:"nodes"`
+	Routes []struct {
+		Model    string `yaml:"model"`
+		Strategy string `yaml:"strategy"`
+		Targets  []struct {
+			Provider string `yaml:"provider"`
+			Model    string `yaml:"model"`
+			Weight   int    `yaml:"weight"`
+		} `yaml:"targets"`
+	} `yaml:"routes"`
+
+	dir string
+}
+
+// TLSFiles names PEM files. For a server: cert and key (and client_ca for
+// mutual TLS). For a client: ca (the server's), server_name, and cert and
+// key for mutual TLS.
+type TLSFiles struct {
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+	CAFile     string `yaml:"ca_file"`
+	ClientCA   string `yaml:"client_ca_file"`
+	ServerName string `yaml:"server_name"`
+}
+
+// LoadEdge reads and validates edge.yaml.
+func LoadEdge(path string) (*EdgeFile, error) {
+	b, dir, err := readFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("edge config: %w", err)
+	}
+	f, err := ParseEdge(b, dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
+}
+
+// ParseEdge parses edge.yaml from bytes; relative paths resolve against dir.
+func ParseEdge(b []byte, dir string) (*EdgeFile, error) {
+	var f EdgeFile
+	if err := decodeStrict(b, &f); err != nil {
+		return nil, err
+	}
+	f.dir = dir
+	if f.API.Listen == "" {
+		return nil, fmt.Errorf("api.listen is required")
+	}
+	if f.NodesListen == "" {
+		return nil, fmt.Errorf("nodes_listen is required")
+	}
+	if f.StateDir == "" {
+		return nil, fmt.Errorf("state_dir is required (the boot epoch lives there)")
+	}
+	// Build once to validate everything that can be checked now.
+	if _, err := f.Config(1); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// StatePath returns a path inside the state directory (the directory
+// itself for an empty name).
+func (f *EdgeFile) StatePath(name string) string {
+	dir := resolve(f.dir, f.StateDir)
+	if name == "" {
+		return dir
+	}
+	return filepath.Join(dir, name)
+}
+
+// Config builds the library configuration for a boot epoch.
+func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
+	cfg := edge.Config{
+		Epoch:          epoch,
+		MaxBodyBytes:   f.Limits.MaxBodyBytes,
+		QueueTimeout:   f.Limits.QueueTimeout,
+		RequestTimeout: f.Limits.RequestTimeout,
+	}
+	for i, k := range f.APIKeys {
+		h, err := k.Key.hash(f.dir)
+		if err != nil {
+			return cfg, fmt.Errorf("api_keys[%d].key: %w", i, err)
+		}
+		cfg.APIKeys = append(cfg.APIKeys, edge.APIKey{Name: k.Name, Hash: h, Models: k.Models})
+	}
+	for i, n := range f.Nodes {
+		h, err := n.Token.hash(f.dir)
+		if err != nil {
+			return cfg, fmt.Errorf("nodes[%d].token: %w", i, err)
+		}
+		rec := nodes.Record{ID: n.ID, TokenHash: h}
+		for j, p := range n.Providers {
+			cat := execution.Category(p.Category)
+			if p.Category == "" {
+				return cfg, fmt.Errorf("nodes[%d].providers[%d].category is required (cli, api or local)", i, j)
+			}
+			rec.Providers = append(rec.Providers, nodes.ProviderSpec{ID: p.ID, Adapter: p.Adapter, Category: cat, Models: p.Models, Capacity: p.Capacity, LongContextCapacity: p.LongContextCapacity})
+		}
+		cfg.Nodes = append(cfg.Nodes, rec)
+	}
+	for _, r := range f.Routes {
+		rt := edge.Route{Model: r.Model, Strategy: edge.Strategy(r.Strategy)}
+		for _, t := range r.Targets {
+			rt.Targets = append(rt.Targets, edge.Target{ProviderID: t.Provider, Model: t.Model, Weight: t.Weight})
+		}
+		cfg.Routes = append(cfg.Routes, rt)
+	}
+	if f.NodeTLS != nil {
+		tc, err := f.NodeTLS.server(f.dir)
+		if err != nil {
+			return cfg, fmt.Errorf("node_tls: %w", err)
+		}
+		cfg.NodeTLS = tc
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// APITLS returns the HTTPS configuration, or nil for plain HTTP.
+func (f *EdgeFile) APITLS() (*tls.Config, error) {
+	if f.API.TLS == nil {
+		return nil, nil
+	}
+	tc, err := f.API.TLS.server(f.dir)
+	if err != nil {
+		return nil, fmt.Errorf("api.tls: %w", err)
+	}
+	return tc, nil
+}
+
+func (t *TLSFiles) server(dir string) (*tls.Config, error) {
+	if t.CertFile == "" || t.KeyFile == "" {
+		return nil, fmt.Errorf("cert_file and key_file are required")
+	}
+	cert, err := tls.LoadX509KeyPair(resolve(dir, t.CertFile), resolve(dir, t.KeyFile))
+	if err != nil {
+		return nil, err
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}}
+	if t.ClientCA != "" {
+		pool, err := loadPool(resolve(dir, t.ClientCA))
+		if err != nil {
+			return nil, fmt.Errorf("client_ca_file: %w", err)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
+func (t *TLSFiles) client(dir string) (*tls.Config, error) {
+	tc := &tls.Config{ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pool, err := loadPool(resolve(dir, t.CAFile))
+		if err != nil {
+			return nil, fmt.Errorf("ca_file: %w", err)
+		}
+		tc.RootCAs = pool
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return nil, fmt.Errorf("cert_file and key_file go together")
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(resolve(dir, t.CertFile), resolve(dir, t.KeyFile))
+		if err != nil {
+			return nil, err
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+func loadPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
+}

@@ -1,0 +1,128 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/execution/adapters/anthropic"
+	"github.com/iop-dev/iop/execution/adapters/cli"
+	"github.com/iop-dev/iop/execution/adapters/ollama"
+	"github.com/iop-dev/iop/execution/adapters/openai"
+	"github.com/iop-dev/iop/node"
+)
+
+// NodeFile is node.yaml.
+type NodeFile struct {
+	Edge           string        `yaml:"edge"`
+	NodeID         string        `yaml:"node_id"`
+	Token          Secret        `yaml:"token"`
+	TLS            *TLSFiles     `yaml:"tls"`
+	Plaintext      bool          `yaml:"plaintext"`
+	HealthInterval time.Duration `yaml:"health_interval"`
+	Providers      []struct {
+		ID       string   `yaml:"id"`
+		Adapter  string   `yaml:"adapter"`
+		Category string   `yaml:"category"`
+		BaseURL  string   `yaml:"base_url"`
+		APIKey   *Secret  `yaml:"api_key"`
+		Models   []string `yaml:"models"`
+		// cli only
+		Argv        []string `yaml:"argv"`
+		Placeholder string   `yaml:"placeholder"`
+		Env         []string `yaml:"env"`
+		Dir         string   `yaml:"dir"`
+		MaxOutput   int64    `yaml:"max_output_bytes"`
+	} `yaml:"providers"`
+
+	dir string
+}
+
+// LoadNode reads and validates node.yaml.
+func LoadNode(path string) (*NodeFile, error) {
+	b, dir, err := readFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("node config: %w", err)
+	}
+	f, err := ParseNode(b, dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
+}
+
+// ParseNode parses node.yaml from bytes; relative paths resolve against dir.
+func ParseNode(b []byte, dir string) (*NodeFile, error) {
+	var f NodeFile
+	if err := decodeStrict(b, &f); err != nil {
+		return nil, err
+	}
+	f.dir = dir
+	if f.TLS == nil && !f.Plaintext {
+		return nil, fmt.Errorf("tls is required; set plaintext: true to connect without it (loopback and development only)")
+	}
+	if f.TLS != nil && f.Plaintext {
+		return nil, fmt.Errorf("tls and plaintext: true exclude each other")
+	}
+	return &f, nil
+}
+
+// Config builds the node runtime configuration, constructing each provider
+// adapter. Secrets are read at call time by the adapters, never here.
+func (f *NodeFile) Config() (node.Config, error) {
+	cfg := node.Config{EdgeAddr: f.Edge, NodeID: f.NodeID, HealthInterval: f.HealthInterval}
+	tok, err := f.Token.read(f.dir)
+	if err != nil {
+		return cfg, fmt.Errorf("token: %w", err)
+	}
+	cfg.Token = tok
+	if f.TLS != nil {
+		tc, err := f.TLS.client(f.dir)
+		if err != nil {
+			return cfg, fmt.Errorf("tls: %w", err)
+		}
+		cfg.TLS = tc
+	}
+	for i, p := range f.Providers {
+		var cred execution.Credential
+		if p.APIKey != nil {
+			switch {
+			case p.APIKey.File != "" && p.APIKey.Env == "" && p.APIKey.SHA256 == "":
+				cred = execution.FileCredential(resolve(f.dir, p.APIKey.File))
+			case p.APIKey.Env != "" && p.APIKey.File == "" && p.APIKey.SHA256 == "":
+				cred = execution.EnvCredential(p.APIKey.Env)
+			default:
+				return cfg, fmt.Errorf("providers[%d].api_key: exactly one of file or env is required", i)
+			}
+		}
+		var prov execution.Provider
+		var err error
+		cliOnly := len(p.Argv) > 0 || p.Placeholder != "" || len(p.Env) > 0 || p.Dir != "" || p.MaxOutput != 0
+		if p.Adapter != cli.Kind && cliOnly {
+			return cfg, fmt.Errorf("providers[%d]: argv, placeholder, env, dir and max_output_bytes are for adapter cli only", i)
+		}
+		switch p.Adapter {
+		case openai.Kind:
+			prov, err = openai.New(openai.Config{ID: p.ID, BaseURL: p.BaseURL, Credential: cred, Category: execution.Category(p.Category), Models: p.Models})
+		case ollama.Kind:
+			prov, err = ollama.New(ollama.Config{ID: p.ID, BaseURL: p.BaseURL, Credential: cred, Models: p.Models})
+		case anthropic.Kind:
+			prov, err = anthropic.New(anthropic.Config{ID: p.ID, BaseURL: p.BaseURL, Credential: cred, Category: execution.Category(p.Category), Models: p.Models})
+		case cli.Kind:
+			if p.BaseURL != "" || cred != nil {
+				return cfg, fmt.Errorf("providers[%d]: base_url and api_key are not for adapter cli", i)
+			}
+			prov, err = cli.New(cli.Config{ID: p.ID, Argv: p.Argv, Placeholder: p.Placeholder, Env: p.Env, Dir: resolve(f.dir, p.Dir), Models: p.Models, MaxOutput: p.MaxOutput})
+		default:
+			return cfg, fmt.Errorf("providers[%d].adapter %q is not openai, ollama, anthropic or cli", i, p.Adapter)
+		}
+		if err != nil {
+			return cfg, fmt.Errorf("providers[%d]: %w", i, err)
+		}
+		cfg.Providers = append(cfg.Providers, node.Hosted{Provider: prov, AllowedModels: p.Models})
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
