@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"github.com/iop-dev/iop/execution/adapters/anthropic"
 	oaadapter "github.com/iop-dev/iop/execution/adapters/openai"
 	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/internal/testpki"
 	"github.com/iop-dev/iop/node"
 )
 
@@ -410,4 +412,88 @@ func TestSilentStreamKeepAlive(t *testing.T) {
 		}
 	}
 	r.settled()
+}
+
+func TestReload(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		if strings.Contains(q.Prompt, "slow") {
+			<-release
+		}
+		return upstreamtest.Echo(q)
+	}})
+	defer once.Do(func() { close(release) })
+	inflight := make(chan error, 1)
+	go func() {
+		_, err := r.client.Chat.Completions.New(context.Background(), chatParams("gpt-local", "slow request"))
+		inflight <- err
+	}()
+	for len(r.calls()) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// Reload without the gpt-local route and with a new key.
+	newKey := apiKey + "-rotated"
+	err := r.srv.Reload(edge.Config{
+		Epoch: 1,
+		Nodes: []nodes.Record{{ID: "box", TokenHash: nodes.HashToken(nodeToken), Providers: []nodes.ProviderSpec{
+			{ID: "local", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"up-model"}, Capacity: 8},
+			{ID: "claude", Adapter: "anthropic", Category: execution.CategoryAPI, Models: []string{"up-model"}, Capacity: 8},
+		}}},
+		APIKeys: []edge.APIKey{{Name: "alice", Hash: edge.HashKey(newKey), Models: []string{"*"}}},
+		Routes:  []edge.Route{{Model: "via-anthropic", Targets: []edge.Target{{ProviderID: "claude", Model: "up-model"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var apiErr *openai.Error
+	if _, err := r.client.Chat.Completions.New(ctx(t), chatParams("via-anthropic", "x")); !errors.As(err, &apiErr) || apiErr.StatusCode != 401 {
+		t.Fatalf("old key after reload: %v", err)
+	}
+	rotated := openai.NewClient(option.WithBaseURL(r.url+"/v1/"), option.WithAPIKey(newKey), option.WithMaxRetries(0))
+	if _, err := rotated.Chat.Completions.New(ctx(t), chatParams("gpt-local", "x")); !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
+		t.Fatalf("removed route after reload: %v", err)
+	}
+	if _, err := rotated.Chat.Completions.New(ctx(t), chatParams("via-anthropic", "x")); err != nil {
+		t.Fatalf("kept route after reload: %v", err)
+	}
+	once.Do(func() { close(release) })
+	if err := <-inflight; err != nil {
+		t.Fatalf("the request admitted before the reload: %v", err)
+	}
+	// An invalid configuration is refused and changes nothing.
+	if err := r.srv.Reload(edge.Config{Epoch: 1, Routes: []edge.Route{{Model: "x"}}}); err == nil {
+		t.Fatal("invalid reload accepted")
+	}
+	if _, err := rotated.Chat.Completions.New(ctx(t), chatParams("via-anthropic", "still")); err != nil {
+		t.Fatalf("after a refused reload: %v", err)
+	}
+	r.settled()
+}
+
+func TestHTTPS(t *testing.T) {
+	ca := testpki.NewCA(t, "api")
+	srv, err := edge.New(edge.Config{Epoch: 1, APIKeys: []edge.APIKey{{Name: "a", Hash: edge.HashKey(apiKey), Models: []string{"*"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeTLS(ln, &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testpki.Leaf{})}}) }()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}}
+	req, _ := http.NewRequest("GET", "https://"+ln.Addr().String()+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	client.CloseIdleConnections()
+	if resp.StatusCode != 200 || resp.TLS == nil {
+		t.Fatalf("status %d tls %v", resp.StatusCode, resp.TLS != nil)
+	}
+	srv.Close()
+	if err := <-done; !errors.Is(err, edge.ErrServerClosed) {
+		t.Fatalf("ServeTLS after Close = %v", err)
+	}
 }
