@@ -479,7 +479,9 @@ func TestHTTPS(t *testing.T) {
 	}
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	done := make(chan error, 1)
-	go func() { done <- srv.ServeTLS(ln, &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testpki.Leaf{})}}) }()
+	go func() {
+		done <- srv.ServeTLS(ln, &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testpki.Leaf{})}})
+	}()
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}}
 	req, _ := http.NewRequest("GET", "https://"+ln.Addr().String()+"/v1/models", nil)
 	req.Header.Set("Authorization", "Bearer "+apiKey)

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,7 @@ type Stream struct {
 	finSent    bool // our FIN was flushed
 	term       bool
 	termErr    error
+	discarded  bool // unread data was dropped by an abortive terminal
 	readDL     time.Time
 	writeDL    time.Time
 	readWake   chan struct{}
@@ -122,11 +124,18 @@ func (st *Stream) terminate(err error) bool {
 	}
 	st.term = true
 	st.termErr = err
-	abort := err != nil
-	if abort {
+	// A reset discards what was not read. A session that closes after the
+	// peer finished its direction keeps that direction's data readable:
+	// it arrived whole, and its end (FIN) raced only our own FIN's
+	// bookkeeping.
+	var ce *CloseError
+	keep := st.recvFin && errors.As(err, &ce)
+	if err != nil && !keep {
 		st.rb.reset()
 		st.assembling = nil
+		st.discarded = true
 	}
+	abort := err != nil
 	close(st.done)
 	st.mu.Unlock()
 	st.sess.stats.streamsEnded.Add(1)
@@ -353,7 +362,9 @@ func (st *Stream) queueWindowUpdate() {
 // Read reads stream data. It returns io.EOF after the peer ended its
 // direction, ErrMessageNext when the next item is a role message (call
 // ReadMessage, then keep reading), and the terminal error after a reset or
-// session close (unread data is then discarded).
+// session close. A reset discards unread data; a session close that came
+// after the peer ended its direction leaves that data readable, then
+// io.EOF.
 func (st *Stream) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
@@ -383,14 +394,14 @@ func (st *Stream) Read(p []byte) (int, error) {
 			}
 			return n, nil
 		}
+		if st.recvFin && !st.discarded {
+			st.mu.Unlock()
+			return 0, io.EOF
+		}
 		if st.term && st.termErr != nil {
 			err := st.termErr
 			st.mu.Unlock()
 			return 0, err
-		}
-		if st.recvFin {
-			st.mu.Unlock()
-			return 0, io.EOF
 		}
 		dl := st.readDL
 		st.mu.Unlock()
@@ -446,14 +457,14 @@ func (st *Stream) ReadMessage(ctx context.Context) (*iopv1.Envelope, error) {
 			}
 			return st.decode(whole)
 		}
+		if st.recvFin && !st.discarded {
+			st.mu.Unlock()
+			return nil, io.EOF
+		}
 		if st.term && st.termErr != nil {
 			err := st.termErr
 			st.mu.Unlock()
 			return nil, err
-		}
-		if st.recvFin {
-			st.mu.Unlock()
-			return nil, io.EOF
 		}
 		dl := st.readDL
 		st.mu.Unlock()
