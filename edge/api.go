@@ -9,6 +9,9 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/edge/pool"
@@ -70,10 +73,42 @@ func (s *Server) routes() *http.ServeMux {
 	mux.Handle("POST /v1/responses", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiResponses) }))
 	mux.Handle("POST /v1/embeddings", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiEmbeddings) }))
 	mux.Handle("GET /v1/models", s.wrap(s.models))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	if s.reg2 != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg2, promhttp.HandlerOpts{}))
+	}
 	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request, _ string) {
 		apiError(w, http.StatusNotFound, "Unknown path "+r.Method+" "+r.URL.Path, "invalid_request_error", "not_found")
 	}))
 	return mux
+}
+
+// readyz answers 200 while the Edge is serving and at least one route has
+// a provider that can take work now, and 503 otherwise.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain")
+	if s.closing.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "shutting down\n")
+		return
+	}
+	snap := s.snap.Load()
+	for _, rt := range snap.routes {
+		for _, t := range rt.Targets {
+			if pi, ok := snap.providers[t.ProviderID]; ok {
+				if _, ok := s.reg.Available(pi.nodeID, t.ProviderID); ok {
+					io.WriteString(w, "ready\n")
+					return
+				}
+			}
+		}
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	io.WriteString(w, "no provider available\n")
 }
 
 // wrap gives every response a request id and turns a panic into a 500
@@ -172,8 +207,18 @@ type request struct {
 
 // generate is the one handler of the generation APIs: authenticate, read
 // and check the body, find the route, admit, dispatch, answer.
-func (s *Server) generate(w http.ResponseWriter, r *http.Request, rid string, a api) {
+func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a api) {
+	start := time.Now()
+	w := &recorder{ResponseWriter: rw}
 	snap := s.snap.Load()
+	routeLabel := "unknown"
+	defer func() {
+		s.metrics.requests.WithLabelValues(routeLabel, a.String(), w.outcomeOf()).Inc()
+		s.metrics.duration.WithLabelValues(routeLabel, a.String()).Observe(time.Since(start).Seconds())
+		if !w.first.IsZero() && w.status == http.StatusOK {
+			s.metrics.ttft.WithLabelValues(routeLabel, a.String()).Observe(w.first.Sub(start).Seconds())
+		}
+	}()
 	key := s.auth(w, r, snap)
 	if key == nil {
 		return
@@ -202,6 +247,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rid string, a 
 		apiError(w, http.StatusNotFound, fmt.Sprintf("The model %q does not exist or you do not have access to it.", model), "invalid_request_error", "model_not_found")
 		return
 	}
+	routeLabel = rt.Model
 	stream, ok := f.Bool("stream")
 	if !ok || (stream && a == apiEmbeddings) {
 		apiError(w, http.StatusBadRequest, "stream must be a boolean (and false for embeddings).", "invalid_request_error", nil)
@@ -229,6 +275,15 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rid string, a 
 		return
 	}
 
+	done, refusal := s.limits.admit(key, time.Now())
+	if refusal != nil {
+		secs := int(refusal.retry.Seconds() + 0.999)
+		w.Header().Set("Retry-After", fmt.Sprint(max(secs, 1)))
+		apiError(w, http.StatusTooManyRequests, fmt.Sprintf("Rate limit reached for key %q (%s).", key.Name, refusal.kind), refusal.kind, "rate_limit_exceeded")
+		return
+	}
+	defer done()
+
 	ctx, cancel := context.WithTimeout(r.Context(), snap.requestTimeout)
 	defer cancel()
 	x, status, err := s.dispatch(ctx, req)
@@ -238,6 +293,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rid string, a 
 	}
 	defer x.close()
 	s.usage.request(key.Name)
+	s.metrics.queueWait.WithLabelValues(rt.Model).Observe(x.lease.Waited.Seconds())
 	if x.tunnel != nil {
 		s.relayTunnel(ctx, w, req, x)
 	} else {
@@ -255,6 +311,9 @@ func (s *Server) refuse(w http.ResponseWriter, req *request, status int, err err
 			msg = "All providers for this model are busy; the request waited its full queue timeout."
 		}
 		apiError(w, http.StatusServiceUnavailable, msg, "server_error", "overloaded")
+		if rec, ok := w.(*recorder); ok {
+			rec.outcome = "overloaded"
+		}
 	case errors.Is(err, llmapi.ErrUnsupported):
 		apiError(w, http.StatusBadRequest, "This model's providers cannot serve this request: "+err.Error(), "invalid_request_error", "unsupported")
 	case errors.Is(err, context.Canceled):
@@ -309,7 +368,8 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			if !ok {
 				continue
 			}
-			out = append(out, pool.Candidate{Key: pool.Key{NodeID: pi.nodeID, ProviderID: t.ProviderID}, Generation: gen, Capacity: pi.capacity, Weight: t.Weight, Target: t})
+			out = append(out, pool.Candidate{Key: pool.Key{NodeID: pi.nodeID, ProviderID: t.ProviderID}, Generation: gen,
+				Capacity: pi.capacity, LongContextCapacity: pi.longCapacity, Weight: t.Weight, Target: t})
 		}
 		return out
 	}
@@ -318,7 +378,13 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 		// route, and the request cannot be normalized.
 		return nil, http.StatusBadRequest, req.inputErr
 	}
-	lease, err := s.pool.Acquire(ctx, cands, req.route.Strategy == Weighted, req.snap.queueTimeout)
+	lease, err := s.pool.Acquire(ctx, pool.Request{
+		Candidates:  cands,
+		Weighted:    req.route.Strategy == Weighted,
+		Priority:    req.key.Priority,
+		LongContext: EstimateTokens(req.body) >= req.snap.longContext,
+		Timeout:     req.snap.queueTimeout,
+	})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -358,6 +424,11 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 	x.run = run
 	return x, 0, nil
 }
+
+// EstimateTokens is the Edge's cheap prompt-size rule, used for
+// long-context admission: the request body's UTF-8 bytes divided by 4,
+// rounded up. It runs no tokenizer.
+func EstimateTokens(body []byte) int { return (len(body) + 3) / 4 }
 
 // tunnelBody rewrites only the model (a byte splice, no re-encode) and, for
 // a streamed chat, asks the upstream for usage.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/wire"
@@ -19,6 +20,8 @@ const (
 	DefaultQueueTimeout   = 30 * time.Second
 	DefaultRequestTimeout = 10 * time.Minute
 	DefaultKeepAlive      = 15 * time.Second
+
+	DefaultLongContextTokens = 32 << 10
 )
 
 // Config configures a Server: the Edge's side of edge.yaml as Go values.
@@ -44,6 +47,17 @@ type Config struct {
 	// KeepAlive is how often a silent stream gets an SSE comment so that
 	// proxies keep it open. Zero means DefaultKeepAlive (reloadable).
 	KeepAlive time.Duration
+	// LongContextTokens is the estimated prompt size from which a request
+	// needs one of its provider's long-context slots. The estimate is the
+	// request body's bytes divided by 4, rounded up: no tokenizer runs on
+	// the request path. Zero means DefaultLongContextTokens (reloadable).
+	LongContextTokens int
+	// AgingStep is how long a queued request takes to climb one priority
+	// class. Zero means pool.DefaultAgingStep.
+	AgingStep time.Duration
+	// Metrics, when set, receives the Edge's Prometheus metrics and is
+	// served on /metrics. Nil means no metrics.
+	Metrics *prometheus.Registry
 
 	// Epoch is this Edge run's boot epoch (nodes.NextEpoch). Required.
 	Epoch uint32
@@ -67,6 +81,15 @@ type APIKey struct {
 	Hash [32]byte
 	// Models the key may use: public route names, or "*" for all.
 	Models []string
+	// Priority is the key's admission class: higher classes are served
+	// first when providers are busy; zero is the lowest.
+	Priority int
+	// RequestsPerMinute, TokensPerMinute (input plus output, counted from
+	// the usage providers report) and MaxConcurrent limit the key; beyond
+	// them a request gets 429 with Retry-After. Zero means no limit.
+	RequestsPerMinute int
+	TokensPerMinute   int
+	MaxConcurrent     int
 }
 
 // Strategy says how a route picks among its targets.
@@ -127,6 +150,10 @@ func (c *Config) validate() error {
 			return fmt.Errorf("APIKeys[%d] (%s): Hash is empty", i, k.Name)
 		case len(k.Models) == 0:
 			return fmt.Errorf("APIKeys[%d] (%s): Models is empty (use [\"*\"] for every model)", i, k.Name)
+		case k.Priority < 0 || k.Priority > 100:
+			return fmt.Errorf("APIKeys[%d] (%s): Priority %d outside 0..100", i, k.Name, k.Priority)
+		case k.RequestsPerMinute < 0 || k.TokensPerMinute < 0 || k.MaxConcurrent < 0:
+			return fmt.Errorf("APIKeys[%d] (%s): negative limit", i, k.Name)
 		}
 		if names[k.Name] {
 			return fmt.Errorf("APIKeys[%d]: duplicate name %q", i, k.Name)
@@ -175,8 +202,8 @@ func (c *Config) validate() error {
 			}
 		}
 	}
-	if c.MaxBodyBytes < 0 || c.QueueTimeout < 0 || c.RequestTimeout < 0 || c.KeepAlive < 0 {
-		return errors.New("MaxBodyBytes, QueueTimeout, RequestTimeout and KeepAlive must not be negative")
+	if c.MaxBodyBytes < 0 || c.QueueTimeout < 0 || c.RequestTimeout < 0 || c.KeepAlive < 0 || c.LongContextTokens < 0 || c.AgingStep < 0 {
+		return errors.New("MaxBodyBytes, QueueTimeout, RequestTimeout, KeepAlive, LongContextTokens and AgingStep must not be negative")
 	}
 	if err := c.NodeWire.Validate(); err != nil {
 		return fmt.Errorf("NodeWire: %w", err)

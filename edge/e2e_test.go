@@ -36,6 +36,7 @@ const (
 
 // rig is an Edge, one Node and a fake upstream, all real, on loopback.
 type rig struct {
+	cfg      edge.Config
 	t        *testing.T
 	srv      *edge.Server
 	url      string
@@ -49,6 +50,7 @@ type rigOpts struct {
 	queueTimeout time.Duration
 	keepAlive    time.Duration
 	maxBody      int64
+	mutate       func(*edge.Config)
 }
 
 func newRig(t *testing.T, o rigOpts) *rig {
@@ -80,6 +82,9 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		KeepAlive:    o.keepAlive,
 		MaxBodyBytes: o.maxBody,
 	}
+	if o.mutate != nil {
+		o.mutate(&cfg)
+	}
 	srv, err := edge.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +95,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	wg.Go(func() { srv.Serve(apiLn) })
 	wg.Go(func() { srv.ServeNodes(nodeLn) })
 	rt, _ := node.New(node.Config{EdgeAddr: nodeLn.Addr().String(), NodeID: "box", Token: nodeToken,
-		Providers: []node.Hosted{{Provider: oa}, {Provider: an}}})
+		Providers: []node.Hosted{{Provider: oa}, {Provider: an}}, Backoff: node.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
 	ctx, cancel := context.WithCancel(context.Background())
 	wg.Go(func() { rt.Run(ctx) })
 	t.Cleanup(func() {
@@ -105,7 +110,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		time.Sleep(2 * time.Millisecond)
 	}
 	url := "http://" + apiLn.Addr().String()
-	return &rig{t: t, srv: srv, url: url, upstream: up,
+	return &rig{cfg: cfg, t: t, srv: srv, url: url, upstream: up,
 		client: openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey(apiKey), option.WithMaxRetries(0))}
 }
 
@@ -498,4 +503,18 @@ func TestHTTPS(t *testing.T) {
 	if err := <-done; !errors.Is(err, edge.ErrServerClosed) {
 		t.Fatalf("ServeTLS after Close = %v", err)
 	}
+}
+
+// config returns the rig's configuration with every provider's capacity
+// set to c.
+func (r *rig) config(c int) edge.Config {
+	cfg := r.cfg
+	cfg.Nodes = append([]nodes.Record(nil), r.cfg.Nodes...)
+	for i := range cfg.Nodes {
+		cfg.Nodes[i].Providers = append([]nodes.ProviderSpec(nil), cfg.Nodes[i].Providers...)
+		for j := range cfg.Nodes[i].Providers {
+			cfg.Nodes[i].Providers[j].Capacity = c
+		}
+	}
+	return cfg
 }

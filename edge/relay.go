@@ -26,6 +26,11 @@ const maxCapture = 32 << 20
 // ask for.
 func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *request, x *exchange) {
 	tn := x.tunnel
+	s.metrics.tunnelBytes.WithLabelValues("upstream").Add(float64(len(req.body)))
+	if rec, ok := w.(*recorder); ok {
+		before := rec.written
+		defer func() { s.metrics.tunnelBytes.WithLabelValues("downstream").Add(float64(rec.written - before)) }()
+	}
 	stop := context.AfterFunc(ctx, func() { tn.Close() }) // a client that leaves cancels the upstream
 	defer stop()
 	status, hdr, err := tn.Response(ctx)
@@ -50,7 +55,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		}
 		if status == http.StatusOK {
 			if f, err := llmapi.Scan(capture.Bytes(), "usage"); err == nil && f.Raw("usage") != nil {
-				s.usage.tokens(req.key.Name, usageFromChat(f.Raw("usage")))
+				s.recordUsage(req, usageFromChat(f.Raw("usage")))
 			}
 		}
 		return
@@ -81,7 +86,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		}
 		if bytes.Contains(ev.Data, []byte(`"usage":{`)) {
 			if u, usageOnly := streamUsage(req, ev); u != nil {
-				s.usage.tokens(req.key.Name, u)
+				s.recordUsage(req, u)
 				if usageOnly && req.api == apiChat && !req.includeUsage {
 					continue // asked for by the Edge, not by the client
 				}
@@ -193,7 +198,7 @@ func (s *Server) relayRun(ctx context.Context, w http.ResponseWriter, req *reque
 			return // io.EOF after a terminal cannot happen here
 		}
 		if ev.Kind == execution.EventUsage {
-			s.usage.tokens(req.key.Name, ev.Usage)
+			s.recordUsage(req, ev.Usage)
 		}
 		out := proj.Event(ev)
 		if req.stream {
@@ -235,4 +240,16 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 		l.buf.Write(p[:min(room, len(p))])
 	}
 	return len(p), nil
+}
+
+// recordUsage books reported usage: per-key usage, the key's token budget,
+// and the token metrics.
+func (s *Server) recordUsage(req *request, u *execution.Usage) {
+	if u == nil {
+		return
+	}
+	s.usage.tokens(req.key.Name, u)
+	s.limits.spend(req.key, u.InputTokens+u.OutputTokens)
+	s.metrics.tokens.WithLabelValues(req.key.Name, "input").Add(float64(u.InputTokens))
+	s.metrics.tokens.WithLabelValues(req.key.Name, "output").Add(float64(u.OutputTokens))
 }

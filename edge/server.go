@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/edge/pool"
@@ -44,6 +45,10 @@ type Server struct {
 	sub     *nodes.Subscription
 	reqSeq  atomic.Uint64
 	usage   usageBook
+	limits  limiter
+	metrics *metrics
+	reg2    *prometheus.Registry
+	closing atomic.Bool
 }
 
 // snapshot is the immutable, reloadable part of the configuration. A
@@ -56,13 +61,15 @@ type snapshot struct {
 	queueTimeout   time.Duration
 	requestTimeout time.Duration
 	keepAlive      time.Duration
+	longContext    int
 }
 
 type providerInfo struct {
-	nodeID   string
-	adapter  string
-	category execution.Category
-	capacity int
+	nodeID       string
+	adapter      string
+	category     execution.Category
+	capacity     int
+	longCapacity int
 }
 
 func newSnapshot(c *Config) *snapshot {
@@ -74,6 +81,10 @@ func newSnapshot(c *Config) *snapshot {
 		queueTimeout:   orDefault(c.QueueTimeout, DefaultQueueTimeout),
 		requestTimeout: orDefault(c.RequestTimeout, DefaultRequestTimeout),
 		keepAlive:      orDefault(c.KeepAlive, DefaultKeepAlive),
+		longContext:    c.LongContextTokens,
+	}
+	if s.longContext == 0 {
+		s.longContext = DefaultLongContextTokens
 	}
 	for i := range c.Routes {
 		r := c.Routes[i]
@@ -84,7 +95,7 @@ func newSnapshot(c *Config) *snapshot {
 	}
 	for _, n := range c.Nodes {
 		for _, p := range n.Providers {
-			s.providers[p.ID] = providerInfo{nodeID: n.ID, adapter: p.Adapter, category: p.Category, capacity: p.Capacity}
+			s.providers[p.ID] = providerInfo{nodeID: n.ID, adapter: p.Adapter, category: p.Category, capacity: p.Capacity, longCapacity: p.LongContextCapacity}
 		}
 	}
 	return s
@@ -112,9 +123,11 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
-	s := &Server{log: log, reg: reg, pool: pool.New(), servers: map[*http.Server]struct{}{}}
+	s := &Server{log: log, reg: reg, pool: pool.New(), servers: map[*http.Server]struct{}{}, reg2: cfg.Metrics}
+	s.pool.AgingStep = cfg.AgingStep
 	s.snap.Store(newSnapshot(&cfg))
 	s.usage.init()
+	s.metrics = newMetrics(s, cfg.Metrics)
 	s.mux = s.routes()
 	// Capacity can change when a Node connects or reports health: queued
 	// requests are re-evaluated then.
@@ -222,6 +235,7 @@ func (s *Server) Close() error {
 }
 
 func (s *Server) stop() []*http.Server {
+	s.closing.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
@@ -249,9 +263,9 @@ func (s *Server) Nodes() []nodes.NodeSnapshot {
 			load := s.pool.Load(pool.Key{NodeID: n.ID, ProviderID: p.ID}, n.Generation)
 			p.Queued = load.Queued
 			if n.Connected {
-				p.InFlight = load.InFlight
+				p.InFlight, p.LongContextInFlight = load.InFlight, load.LongContextInFlight
 			} else {
-				p.InFlight, p.Queued = 0, 0
+				p.InFlight, p.LongContextInFlight, p.Queued = 0, 0, 0
 			}
 		}
 	}

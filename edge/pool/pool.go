@@ -3,8 +3,12 @@
 // that hold those slots.
 //
 // A request names its candidates (provider slots it could run on, already
-// filtered by route, capability and health) and waits in one FIFO queue
-// until a candidate has a free slot or its queue timeout passes. A lease is
+// filtered by route, capability and health) and waits until a candidate has
+// a free slot or its queue timeout passes. Waiting requests are served by
+// priority class, first come first served within a class, and every
+// AgingStep a waiting request climbs one class, so that a low class is
+// never starved. A long-context request also needs one of the provider's
+// long-context slots. A lease is
 // bound to the provider and to the Node connection generation it was
 // granted under; Release is idempotent and frees the slot exactly once.
 // When a provider's generation changes, the slots of the old generation are
@@ -16,9 +20,11 @@
 package pool
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,9 +46,31 @@ type Candidate struct {
 	Capacity int
 	// Weight is the route's weight for this target (weighted routes).
 	Weight int
+	// LongContextCapacity is how many of Capacity may hold long-context
+	// requests; 0 means no separate limit.
+	LongContextCapacity int
 	// Target is opaque to the pool (the route target it came from).
 	Target any
 }
+
+// Request is what a caller asks admission for.
+type Request struct {
+	// Candidates is evaluated now and whenever capacity may have changed.
+	Candidates func() []Candidate
+	// Weighted chooses among free candidates by weight; otherwise the
+	// first free candidate in order wins.
+	Weighted bool
+	// Priority is the request's class: higher is served first.
+	Priority int
+	// LongContext marks a request that needs a long-context slot.
+	LongContext bool
+	// Timeout bounds the wait for a slot.
+	Timeout time.Duration
+}
+
+// DefaultAgingStep is how long a waiting request takes to climb one
+// priority class.
+const DefaultAgingStep = 10 * time.Second
 
 // Errors returned by Acquire.
 var (
@@ -57,25 +85,32 @@ var (
 
 // Pool is the admission state. It is safe for concurrent use.
 type Pool struct {
+	// AgingStep is how long a waiting request takes to climb one class.
+	// Zero means DefaultAgingStep. Set it before use.
+	AgingStep time.Duration
+
 	mu      sync.Mutex
 	slots   map[Key]*slot
-	waiters []*waiter // FIFO
+	waiters []*waiter // in arrival order
+	seq     uint64
 	closed  bool
 
 	granted, released, doubleRelease atomic.Uint64
 }
 
 type slot struct {
-	gen      uint64
-	inFlight int
-	queued   int
+	gen          uint64
+	inFlight     int
+	longInFlight int
+	queued       int
 }
 
 type waiter struct {
-	cands    func() []Candidate
-	weighted bool
-	ready    chan grant
-	last     []Key // keys counted in queued
+	req     Request
+	arrived time.Time
+	seq     uint64
+	ready   chan grant
+	last    []Key // keys counted in queued
 }
 
 // grant is a waiter's outcome: a lease, or why there will be none.
@@ -91,8 +126,10 @@ func New() *Pool { return &Pool{slots: make(map[Key]*slot)} }
 // further Release calls do nothing.
 type Lease struct {
 	Candidate
-	p        *Pool
-	released atomic.Bool
+	// LongContext says the lease also holds a long-context slot.
+	LongContext bool
+	p           *Pool
+	released    atomic.Bool
 	// Waited is how long the request queued.
 	Waited time.Duration
 }
@@ -107,25 +144,25 @@ func (l *Lease) Release() {
 	l.p.release(l)
 }
 
-// Acquire waits in FIFO order for a free slot among cands(), which is
-// evaluated now and again whenever capacity may have changed. Ordered
-// routes take the first candidate with a free slot; weighted routes choose
-// among free candidates by weight. It returns ErrNoCandidate at once when
-// there is nothing to wait for, ErrQueueTimeout after timeout, or ctx's
-// error.
-func (p *Pool) Acquire(ctx context.Context, cands func() []Candidate, weighted bool, timeout time.Duration) (*Lease, error) {
+// Acquire waits for a free slot among req.Candidates(). It returns
+// ErrNoCandidate at once (or as soon as it happens while waiting) when no
+// candidate is left to wait for, ErrQueueTimeout after req.Timeout, or
+// ctx's error.
+func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	start := time.Now()
-	w := &waiter{cands: cands, weighted: weighted, ready: make(chan grant, 1)}
+	w := &waiter{req: req, arrived: start, ready: make(chan grant, 1)}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
+	p.seq++
+	w.seq = p.seq
 	p.waiters = append(p.waiters, w)
 	p.scanLocked()
 	p.mu.Unlock()
 
-	t := time.NewTimer(timeout)
+	t := time.NewTimer(req.Timeout)
 	defer t.Stop()
 	var err error
 	select {
@@ -191,50 +228,90 @@ func (p *Pool) slotLocked(k Key) *slot {
 	return s
 }
 
-// free returns how many slots c has free, adopting a new generation.
-func (p *Pool) freeLocked(c Candidate) int {
+// freeLocked reports whether c has a slot free for a request, adopting a
+// new generation.
+func (p *Pool) freeLocked(c Candidate, long bool) bool {
 	s := p.slotLocked(c.Key)
 	if s.gen != c.Generation {
 		// A new connection generation: the old one's work is fenced.
 		s.gen = c.Generation
-		s.inFlight = 0
+		s.inFlight, s.longInFlight = 0, 0
 	}
-	return c.Capacity - s.inFlight
+	if s.inFlight >= c.Capacity {
+		return false
+	}
+	return !long || c.LongContextCapacity == 0 || s.longInFlight < c.LongContextCapacity
 }
 
-// scanLocked grants free slots to waiters in FIFO order, and fails at once
-// the waiters left with no candidate at all (their providers went offline:
-// there is nothing to wait for).
+// order sorts the waiters for a scan: effective class (the class plus one
+// per AgingStep waited) first, arrival second.
+func (p *Pool) orderLocked() []*waiter {
+	step := p.AgingStep
+	if step <= 0 {
+		step = DefaultAgingStep
+	}
+	now := time.Now()
+	eff := func(w *waiter) int { return w.req.Priority + int(now.Sub(w.arrived)/step) }
+	out := slices.Clone(p.waiters)
+	slices.SortStableFunc(out, func(a, b *waiter) int {
+		if ea, eb := eff(a), eff(b); ea != eb {
+			return eb - ea
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	return out
+}
+
+// scanLocked grants free slots to waiters in priority order, and fails at
+// once the waiters left with no candidate at all (their providers went
+// offline: there is nothing to wait for).
 func (p *Pool) scanLocked() {
-	kept := p.waiters[:0]
-	for _, w := range p.waiters {
-		cands := w.cands()
+	if len(p.waiters) == 0 {
+		return
+	}
+	done := map[*waiter]bool{}
+	for _, w := range p.orderLocked() {
+		cands := w.req.Candidates()
 		if len(cands) == 0 {
 			p.setQueuedLocked(w, nil)
 			w.ready <- grant{err: ErrNoCandidate}
+			done[w] = true
 			continue
 		}
 		var free []Candidate
 		keys := make([]Key, 0, len(cands))
 		for _, c := range cands {
 			keys = append(keys, c.Key)
-			if p.freeLocked(c) > 0 {
+			if p.freeLocked(c, w.req.LongContext) {
 				free = append(free, c)
 			}
 		}
 		if len(free) == 0 {
 			p.setQueuedLocked(w, keys)
-			kept = append(kept, w)
 			continue
 		}
 		c := free[0]
-		if w.weighted {
+		if w.req.Weighted {
 			c = pickWeighted(free)
 		}
 		p.setQueuedLocked(w, nil)
-		p.slots[c.Key].inFlight++
+		s := p.slots[c.Key]
+		s.inFlight++
+		if w.req.LongContext {
+			s.longInFlight++
+		}
 		p.granted.Add(1)
-		w.ready <- grant{l: &Lease{Candidate: c, p: p}}
+		w.ready <- grant{l: &Lease{Candidate: c, LongContext: w.req.LongContext, p: p}}
+		done[w] = true
+	}
+	if len(done) == 0 {
+		return
+	}
+	kept := p.waiters[:0]
+	for _, w := range p.waiters {
+		if !done[w] {
+			kept = append(kept, w)
+		}
 	}
 	clear(p.waiters[len(kept):])
 	p.waiters = kept
@@ -261,6 +338,9 @@ func (p *Pool) release(l *Lease) {
 	defer p.mu.Unlock()
 	if s := p.slots[l.Key]; s != nil && s.gen == l.Generation && s.inFlight > 0 {
 		s.inFlight--
+		if l.LongContext && s.longInFlight > 0 {
+			s.longInFlight--
+		}
 	}
 	p.scanLocked()
 }
@@ -275,8 +355,9 @@ func (p *Pool) Kick() {
 
 // Load is one provider's admission figures.
 type Load struct {
-	InFlight int
-	Queued   int
+	InFlight            int
+	LongContextInFlight int
+	Queued              int
 }
 
 // Load returns the figures for k under generation gen (zero if gen is not
@@ -290,7 +371,7 @@ func (p *Pool) Load(k Key, gen uint64) Load {
 	}
 	l := Load{Queued: s.queued}
 	if s.gen == gen {
-		l.InFlight = s.inFlight
+		l.InFlight, l.LongContextInFlight = s.inFlight, s.longInFlight
 	}
 	return l
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/edge/nodes"
@@ -52,6 +54,8 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 		return err
 	}
 	cfg.Logger = log
+	cfg.Metrics = prometheus.NewRegistry() // served on /metrics
+	cfg.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := edge.New(cfg)
 	if err != nil {
 		return err

@@ -23,14 +23,20 @@ type EdgeFile struct {
 	NodeTLS     *TLSFiles `yaml:"node_tls"`
 	StateDir    string    `yaml:"state_dir"`
 	Limits      struct {
-		MaxBodyBytes   int64         `yaml:"max_body_bytes"`
-		QueueTimeout   time.Duration `yaml:"queue_timeout"`
-		RequestTimeout time.Duration `yaml:"request_timeout"`
+		MaxBodyBytes      int64         `yaml:"max_body_bytes"`
+		QueueTimeout      time.Duration `yaml:"queue_timeout"`
+		RequestTimeout    time.Duration `yaml:"request_timeout"`
+		LongContextTokens int           `yaml:"long_context_tokens"`
+		AgingStep         time.Duration `yaml:"aging_step"`
 	} `yaml:"limits"`
 	APIKeys []struct {
-		Name   string   `yaml:"name"`
-		Key    Secret   `yaml:"key"`
-		Models []string `yaml:"models"`
+		Name              string   `yaml:"name"`
+		Key               Secret   `yaml:"key"`
+		Models            []string `yaml:"models"`
+		Priority          int      `yaml:"priority"`
+		RequestsPerMinute int      `yaml:"requests_per_minute"`
+		TokensPerMinute   int      `yaml:"tokens_per_minute"`
+		MaxConcurrent     int      `yaml:"max_concurrent"`
 	} `yaml:"api_keys"`
 	Nodes []struct {
 		ID        string `yaml:"id"`
@@ -118,16 +124,19 @@ func (f *EdgeFile) StatePath(name string) string {
 func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
 	cfg := edge.Config{
 		Epoch:          epoch,
-		MaxBodyBytes:   f.Limits.MaxBodyBytes,
-		QueueTimeout:   f.Limits.QueueTimeout,
-		RequestTimeout: f.Limits.RequestTimeout,
+		MaxBodyBytes:      f.Limits.MaxBodyBytes,
+		QueueTimeout:      f.Limits.QueueTimeout,
+		RequestTimeout:    f.Limits.RequestTimeout,
+		LongContextTokens: f.Limits.LongContextTokens,
+		AgingStep:         f.Limits.AgingStep,
 	}
 	for i, k := range f.APIKeys {
 		h, err := k.Key.hash(f.dir)
 		if err != nil {
 			return cfg, fmt.Errorf("api_keys[%d].key: %w", i, err)
 		}
-		cfg.APIKeys = append(cfg.APIKeys, edge.APIKey{Name: k.Name, Hash: h, Models: k.Models})
+		cfg.APIKeys = append(cfg.APIKeys, edge.APIKey{Name: k.Name, Hash: h, Models: k.Models, Priority: k.Priority,
+			RequestsPerMinute: k.RequestsPerMinute, TokensPerMinute: k.TokensPerMinute, MaxConcurrent: k.MaxConcurrent})
 	}
 	for i, n := range f.Nodes {
 		h, err := n.Token.hash(f.dir)

@@ -1,0 +1,297 @@
+package edge_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/iop-dev/iop/edge"
+	"github.com/iop-dev/iop/execution/upstreamtest"
+)
+
+// post sends a chat request with a key and returns status, headers, body.
+func (r *rig) post(t *testing.T, key, body string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", r.url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func chatJSON(model, prompt string) string {
+	return fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, model, prompt)
+}
+
+// gate holds upstream answers whose prompt contains "hold" until released.
+type gate struct {
+	mu      sync.Mutex
+	release chan struct{}
+	order   []string
+}
+
+func newGate() *gate { return &gate{release: make(chan struct{})} }
+
+func (g *gate) reply(q *upstreamtest.Request) upstreamtest.Script {
+	g.mu.Lock()
+	g.order = append(g.order, q.Prompt)
+	g.mu.Unlock()
+	if strings.Contains(q.Prompt, "hold") {
+		<-g.release
+	}
+	return upstreamtest.Echo(q)
+}
+
+func (g *gate) served() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.order...)
+}
+
+func TestPerKeyLimits(t *testing.T) {
+	keys := func(c *edge.Config) {
+		c.APIKeys = append(c.APIKeys,
+			edge.APIKey{Name: "rpm", Hash: edge.HashKey("sk-rpm-0123456789abcdef01234567"), Models: []string{"*"}, RequestsPerMinute: 2},
+			edge.APIKey{Name: "tpm", Hash: edge.HashKey("sk-tpm-0123456789abcdef01234567"), Models: []string{"*"}, TokensPerMinute: 20},
+			edge.APIKey{Name: "conc", Hash: edge.HashKey("sk-conc-0123456789abcdef0123456"), Models: []string{"*"}, MaxConcurrent: 1},
+		)
+	}
+	g := newGate()
+	r := newRig(t, rigOpts{mutate: keys, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		sc := g.reply(q)
+		sc.Usage = upstreamtest.Usage{InputTokens: 10, OutputTokens: 5}
+		return sc
+	}})
+	defer close(g.release)
+
+	t.Run("requests per minute", func(t *testing.T) {
+		for i := range 3 {
+			status, h, body := r.post(t, "sk-rpm-0123456789abcdef01234567", chatJSON("gpt-local", "x"))
+			want := 200
+			if i == 2 {
+				want = 429
+			}
+			if status != want {
+				t.Fatalf("request %d: %d %s", i, status, body)
+			}
+			if status == 429 && (h.Get("Retry-After") == "" || !strings.Contains(body, "rate_limit_exceeded")) {
+				t.Fatalf("429 without Retry-After or code: %v %s", h, body)
+			}
+		}
+	})
+	t.Run("tokens per minute from reported usage", func(t *testing.T) {
+		// 15 tokens per answer against 20 a minute: the second request
+		// may overdraw, the third waits for the budget to refill.
+		for i, want := range []int{200, 200, 429} {
+			if status, _, body := r.post(t, "sk-tpm-0123456789abcdef01234567", chatJSON("gpt-local", "x")); status != want {
+				t.Fatalf("request %d: %d %s", i, status, body)
+			}
+		}
+	})
+	t.Run("concurrent", func(t *testing.T) {
+		done := make(chan int, 1)
+		go func() {
+			status, _, _ := r.post(t, "sk-conc-0123456789abcdef0123456", chatJSON("gpt-local", "hold conc"))
+			done <- status
+		}()
+		for !contains(g.served(), "hold conc") {
+			time.Sleep(time.Millisecond)
+		}
+		if status, _, body := r.post(t, "sk-conc-0123456789abcdef0123456", chatJSON("gpt-local", "second")); status != 429 {
+			t.Fatalf("second concurrent request: %d %s", status, body)
+		}
+		g.release <- struct{}{}
+		if s := <-done; s != 200 {
+			t.Fatalf("held request %d", s)
+		}
+		if status, _, _ := r.post(t, "sk-conc-0123456789abcdef0123456", chatJSON("gpt-local", "after")); status != 200 {
+			t.Fatalf("after the first finished: %d", status)
+		}
+	})
+	var rpm edge.Usage
+	for _, u := range r.srv.Usage() {
+		if u.Key == "tpm" {
+			rpm = u
+		}
+	}
+	if rpm.Requests != 2 || rpm.InputTokens != 20 || rpm.OutputTokens != 10 {
+		t.Fatalf("usage for tpm: %+v", rpm)
+	}
+	r.settled()
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPriorityClasses(t *testing.T) {
+	keys := func(c *edge.Config) {
+		c.APIKeys = append(c.APIKeys,
+			edge.APIKey{Name: "batch", Hash: edge.HashKey("sk-batch-0123456789abcdef012345"), Models: []string{"*"}, Priority: 0},
+			edge.APIKey{Name: "interactive", Hash: edge.HashKey("sk-inter-0123456789abcdef012345"), Models: []string{"*"}, Priority: 5},
+		)
+	}
+	g := newGate()
+	r := newRig(t, rigOpts{capacity: 1, queueTimeout: time.Minute, mutate: keys, reply: g.reply})
+	var wg sync.WaitGroup
+	wg.Go(func() { r.post(t, apiKey, chatJSON("gpt-local", "hold slot")) })
+	for !contains(g.served(), "hold slot") {
+		time.Sleep(time.Millisecond)
+	}
+	queue := func(key, prompt string) {
+		before := r.srv.PoolStats().Queued
+		wg.Go(func() { r.post(t, key, chatJSON("gpt-local", prompt)) })
+		for r.srv.PoolStats().Queued == before {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	queue("sk-batch-0123456789abcdef012345", "batch 1")
+	queue("sk-batch-0123456789abcdef012345", "batch 2")
+	queue("sk-inter-0123456789abcdef012345", "interactive")
+	g.release <- struct{}{}
+	wg.Wait()
+	got := g.served()[1:]
+	if strings.Join(got, ",") != "interactive,batch 1,batch 2" {
+		t.Fatalf("served %v, want the higher class first, then FIFO", got)
+	}
+	r.settled()
+}
+
+func TestLongContextCapacity(t *testing.T) {
+	g := newGate()
+	r := newRig(t, rigOpts{capacity: 4, queueTimeout: 50 * time.Millisecond, reply: g.reply, mutate: func(c *edge.Config) {
+		c.Nodes[0].Providers[0].LongContextCapacity = 1
+		c.LongContextTokens = 1000 // about 4 KB of request body
+	}})
+	long := strings.Repeat("x", 5000)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.post(t, apiKey, chatJSON("gpt-local", "hold "+long)) })
+	for len(g.served()) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	status, _, body := r.post(t, apiKey, chatJSON("gpt-local", "second "+long))
+	if status != 503 || !strings.Contains(body, "queue timeout") {
+		t.Fatalf("second long-context request: %d %s", status, body)
+	}
+	if status, _, body := r.post(t, apiKey, chatJSON("gpt-local", "short")); status != 200 {
+		t.Fatalf("short request beside a full long-context slot: %d %s", status, body)
+	}
+	var lc int
+	for _, n := range r.srv.Nodes() {
+		for _, p := range n.Providers {
+			if p.ID == "local" {
+				lc = p.LongContextInFlight
+			}
+		}
+	}
+	if lc != 1 {
+		t.Fatalf("long-context in flight %d", lc)
+	}
+	close(g.release)
+	wg.Wait()
+	r.settled()
+}
+
+func TestQueuedRequestsFailAtOnceWhenProvidersGoOffline(t *testing.T) {
+	g := newGate()
+	r := newRig(t, rigOpts{capacity: 1, queueTimeout: time.Hour, reply: g.reply})
+	var wg sync.WaitGroup
+	wg.Go(func() { r.post(t, apiKey, chatJSON("gpt-local", "hold slot")) })
+	for !contains(g.served(), "hold slot") {
+		time.Sleep(time.Millisecond)
+	}
+	queued := make(chan string, 1)
+	wg.Go(func() {
+		status, _, body := r.post(t, apiKey, chatJSON("gpt-local", "queued"))
+		queued <- fmt.Sprint(status, " ", body)
+	})
+	for r.srv.PoolStats().Queued != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	gen, _ := r.srv.Registry().Current("box")
+	r.srv.Registry().Disconnect("box", gen, "test")
+	got := <-queued // with a one-hour queue timeout, only re-evaluation ends it
+	if !strings.HasPrefix(got, "503") || strings.Contains(got, "queue timeout") {
+		t.Fatalf("queued request after its provider went offline: %s", got)
+	}
+	close(g.release)
+	wg.Wait()
+	// The Node reconnects: capacity and admission come back together.
+	for {
+		if _, ok := r.srv.Registry().Current("box"); ok {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if status, _, body := r.post(t, apiKey, chatJSON("gpt-local", "after reconnect")); status != 200 {
+		t.Fatalf("after reconnect: %d %s", status, body)
+	}
+	r.settled()
+}
+
+func TestMetricsAndHealth(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		sc := upstreamtest.Echo(q)
+		sc.Usage = upstreamtest.Usage{InputTokens: 7, OutputTokens: 3}
+		return sc
+	}, mutate: func(c *edge.Config) { c.Metrics = reg }})
+	r.post(t, apiKey, chatJSON("gpt-local", "one"))
+	r.post(t, apiKey, `{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":"two"}]}`)
+	r.post(t, "sk-wrong", chatJSON("gpt-local", "x"))
+	r.settled()
+	resp, err := http.Get(r.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(b)
+	for _, want := range []string{
+		`iop_edge_requests_total{api="chat",outcome="ok",route="gpt-local"} 2`,
+		`iop_edge_requests_total{api="chat",outcome="unauthenticated",route="unknown"} 1`,
+		`iop_edge_tokens_total{direction="input",key="alice"} 14`,
+		`iop_edge_node_connected{node="box"} 1`,
+		`iop_edge_in_flight{node="box",provider="local"} 0`,
+		`iop_edge_queue_depth 0`,
+		`iop_edge_key_requests_total{key="alice"} 2`,
+		`iop_edge_time_to_first_token_seconds_count{api="chat",route="gpt-local"}`,
+		`iop_edge_tunnel_bytes_total{direction="downstream"}`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(text, "req_") || strings.Contains(text, apiKey) {
+		t.Errorf("a request id or a key leaked into the metrics")
+	}
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200} {
+		resp, _ := http.Get(r.url + path)
+		if resp.StatusCode != want {
+			t.Errorf("%s: %d", path, resp.StatusCode)
+		}
+		resp.Body.Close()
+	}
+	gen, _ := r.srv.Registry().Current("box")
+	r.srv.Registry().Disconnect("box", gen, "test")
+	resp, _ = http.Get(r.url + "/readyz")
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Errorf("readyz with no provider: %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,103 @@
+package edge
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// keyLimits enforces one API key's limits at admission: concurrent
+// requests, requests per minute, and tokens per minute counted from the
+// usage providers report (a request may overdraw the token budget; the
+// next ones wait until it refills).
+type keyLimits struct {
+	mu       sync.Mutex
+	active   int
+	reqLevel float64 // request tokens available
+	reqAt    time.Time
+	tokLevel float64 // token budget available (may go negative)
+	tokAt    time.Time
+	init     bool
+}
+
+// limitRefusal says which limit refused and when to retry.
+type limitRefusal struct {
+	kind  string // "concurrent", "requests", "tokens"
+	retry time.Duration
+}
+
+type limiter struct {
+	mu   sync.Mutex
+	keys map[string]*keyLimits
+}
+
+func (l *limiter) get(name string) *keyLimits {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.keys == nil {
+		l.keys = map[string]*keyLimits{}
+	}
+	k := l.keys[name]
+	if k == nil {
+		k = &keyLimits{}
+		l.keys[name] = k
+	}
+	return k
+}
+
+// admit checks and takes the key's limits for one request. On success it
+// returns a done func that gives the concurrency slot back.
+func (l *limiter) admit(k *APIKey, now time.Time) (done func(), refusal *limitRefusal) {
+	kl := l.get(k.Name)
+	kl.mu.Lock()
+	defer kl.mu.Unlock()
+	if !kl.init {
+		kl.init = true
+		kl.reqLevel, kl.reqAt = float64(k.RequestsPerMinute), now
+		kl.tokLevel, kl.tokAt = float64(k.TokensPerMinute), now
+	}
+	refill := func(level *float64, at *time.Time, perMinute int) {
+		if perMinute <= 0 {
+			return
+		}
+		*level = math.Min(float64(perMinute), *level+now.Sub(*at).Minutes()*float64(perMinute))
+		*at = now
+	}
+	refill(&kl.reqLevel, &kl.reqAt, k.RequestsPerMinute)
+	refill(&kl.tokLevel, &kl.tokAt, k.TokensPerMinute)
+	switch {
+	case k.MaxConcurrent > 0 && kl.active >= k.MaxConcurrent:
+		return nil, &limitRefusal{kind: "concurrent", retry: time.Second}
+	case k.RequestsPerMinute > 0 && kl.reqLevel < 1:
+		return nil, &limitRefusal{kind: "requests", retry: perMinuteWait(1-kl.reqLevel, k.RequestsPerMinute)}
+	case k.TokensPerMinute > 0 && kl.tokLevel <= 0:
+		return nil, &limitRefusal{kind: "tokens", retry: perMinuteWait(1-kl.tokLevel, k.TokensPerMinute)}
+	}
+	if k.RequestsPerMinute > 0 {
+		kl.reqLevel--
+	}
+	kl.active++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			kl.mu.Lock()
+			kl.active--
+			kl.mu.Unlock()
+		})
+	}, nil
+}
+
+func perMinuteWait(deficit float64, perMinute int) time.Duration {
+	return time.Duration(deficit / float64(perMinute) * float64(time.Minute))
+}
+
+// spend debits reported tokens from the key's budget.
+func (l *limiter) spend(k *APIKey, tokens int64) {
+	if k.TokensPerMinute <= 0 || tokens <= 0 {
+		return
+	}
+	kl := l.get(k.Name)
+	kl.mu.Lock()
+	kl.tokLevel -= float64(tokens)
+	kl.mu.Unlock()
+}

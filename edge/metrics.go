@@ -1,0 +1,165 @@
+package edge
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the Edge's Prometheus series. Labels are bounded by
+// configuration: route names, API names, outcomes, key names, node and
+// provider ids. Request ids, prompts and secrets never become labels.
+type metrics struct {
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	ttft        *prometheus.HistogramVec
+	queueWait   *prometheus.HistogramVec
+	tokens      *prometheus.CounterVec
+	tunnelBytes *prometheus.CounterVec
+}
+
+var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+func newMetrics(s *Server, reg *prometheus.Registry) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iop_edge_requests_total", Help: "API requests by route, API and outcome.",
+		}, []string{"route", "api", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "iop_edge_request_duration_seconds", Help: "Time from request to its last byte, by route and API.", Buckets: latencyBuckets,
+		}, []string{"route", "api"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "iop_edge_time_to_first_token_seconds", Help: "Time from request to the first streamed event, by route and API.", Buckets: latencyBuckets,
+		}, []string{"route", "api"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "iop_edge_queue_wait_seconds", Help: "Time admitted requests waited for a slot, by route.", Buckets: latencyBuckets,
+		}, []string{"route"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iop_edge_tokens_total", Help: "Tokens from reported usage, by API key and direction (input, output).",
+		}, []string{"key", "direction"}),
+		tunnelBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iop_edge_tunnel_bytes_total", Help: "Bytes relayed through raw provider tunnels, by direction (upstream: to the provider; downstream: to the client).",
+		}, []string{"direction"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.duration, m.ttft, m.queueWait, m.tokens, m.tunnelBytes, &stateCollector{s: s})
+	}
+	return m
+}
+
+// stateCollector reports gauges read from the registry and the pool at
+// scrape time.
+type stateCollector struct{ s *Server }
+
+var (
+	descQueued     = prometheus.NewDesc("iop_edge_queue_depth", "Requests waiting for a slot.", nil, nil)
+	descInFlight   = prometheus.NewDesc("iop_edge_in_flight", "Admitted requests in flight, by node and provider.", []string{"node", "provider"}, nil)
+	descProvQueued = prometheus.NewDesc("iop_edge_provider_queued", "Queued requests that could run on a provider.", []string{"node", "provider"}, nil)
+	descConnected  = prometheus.NewDesc("iop_edge_node_connected", "1 when the node is dispatch-ready.", []string{"node"}, nil)
+	descGeneration = prometheus.NewDesc("iop_edge_node_generation", "The node's current connection generation (0 when none).", []string{"node"}, nil)
+	descKeyReqs    = prometheus.NewDesc("iop_edge_key_requests_total", "Requests admitted per API key.", []string{"key"}, nil)
+)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descProvQueued, descConnected, descGeneration, descKeyReqs} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(c.s.pool.Stats().Queued))
+	for _, n := range c.s.Nodes() {
+		conn := 0.0
+		if n.Connected {
+			conn = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, conn, n.ID)
+		ch <- prometheus.MustNewConstMetric(descGeneration, prometheus.GaugeValue, float64(n.Generation), n.ID)
+		for _, p := range n.Providers {
+			ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(p.InFlight), n.ID, p.ID)
+			ch <- prometheus.MustNewConstMetric(descProvQueued, prometheus.GaugeValue, float64(p.Queued), n.ID, p.ID)
+		}
+	}
+	for _, u := range c.s.Usage() {
+		ch <- prometheus.MustNewConstMetric(descKeyReqs, prometheus.CounterValue, float64(u.Requests), u.Key)
+	}
+}
+
+// recorder wraps a ResponseWriter to see the status, the first streamed
+// event and the bytes written, for metrics and outcomes.
+type recorder struct {
+	http.ResponseWriter
+	status  int
+	first   time.Time
+	written int64
+	outcome string
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	if r.first.IsZero() && len(p) > 0 && p[0] != ':' {
+		r.first = time.Now()
+	}
+	n, err := r.ResponseWriter.Write(p)
+	r.written += int64(n)
+	return n, err
+}
+
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(r.ResponseWriter).Hijack()
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// outcomeOf names a finished request's outcome.
+func (r *recorder) outcomeOf() string {
+	if r.outcome != "" {
+		return r.outcome
+	}
+	switch s := r.status; {
+	case s == 0:
+		return "canceled"
+	case s < 300:
+		return "ok"
+	case s == http.StatusUnauthorized:
+		return "unauthenticated"
+	case s == http.StatusTooManyRequests:
+		return "rate_limited"
+	case s == http.StatusGatewayTimeout:
+		return "timeout"
+	case s < 500:
+		return "client_error"
+	}
+	return "upstream_error"
+}
+
+func (a api) String() string {
+	switch a {
+	case apiChat:
+		return "chat"
+	case apiResponses:
+		return "responses"
+	case apiEmbeddings:
+		return "embeddings"
+	}
+	return strconv.Itoa(int(a))
+}
