@@ -264,11 +264,15 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 		}
 		req.includeUsage = opt.IncludeUsage
 	}
-	switch a {
-	case apiChat:
-		req.input, req.opts, req.inputErr = llmapi.ChatToInput(body)
-	case apiResponses:
-		req.input, req.opts, req.inputErr = llmapi.ResponsesToInput(body)
+	// Decode the conversation only when a provider of this route needs a
+	// normalized run: the tunnel path never decodes the body.
+	if snap.needsRun(rt, a) {
+		switch a {
+		case apiChat:
+			req.input, req.opts, req.inputErr = llmapi.ChatToInput(body)
+		case apiResponses:
+			req.input, req.opts, req.inputErr = llmapi.ResponsesToInput(body)
+		}
 	}
 	if req.inputErr != nil && !errors.Is(req.inputErr, llmapi.ErrUnsupported) {
 		apiError(w, http.StatusBadRequest, req.inputErr.Error(), "invalid_request_error", nil)
@@ -423,6 +427,16 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 	}
 	x.run = run
 	return x, 0, nil
+}
+
+// needsRun reports whether a target of rt serves a through a normalized run.
+func (snap *snapshot) needsRun(rt *Route, a api) bool {
+	for _, t := range rt.Targets {
+		if pi, ok := snap.providers[t.ProviderID]; ok && capability(pi.adapter, a) == pathRun {
+			return true
+		}
+	}
+	return false
 }
 
 // EstimateTokens is the Edge's cheap prompt-size rule, used for

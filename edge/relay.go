@@ -96,7 +96,11 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		if _, err := w.Write(out); err != nil {
 			return
 		}
-		flush(w)
+		if !r.Ready() {
+			// Flush unless another whole event is already here: a burst
+			// leaves in one write, a lone event at once.
+			flush(w)
+		}
 	}
 }
 

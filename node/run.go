@@ -47,19 +47,14 @@ func (s *session) run(st *wire.Stream, m *iopv1.RunRequest) {
 		return
 	}
 
-	// Watch the stream for this run's cancellation.
+	// A reset by the Edge or the connection's end cancels the run; so does
+	// a CancelRun for this run id on its stream.
+	defer st.OnAbort(cancel)()
 	var watch sync.WaitGroup
 	watch.Go(func() {
 		for {
 			env, err := st.ReadMessage(ctx)
 			if err != nil {
-				if ctx.Err() == nil {
-					// Reset by the Edge or the connection ended.
-					var se *wire.StreamError
-					if errors.As(err, &se) || errors.Is(err, wire.ErrSessionClosed) {
-						cancel()
-					}
-				}
 				return
 			}
 			if c := env.GetCancelRun(); c != nil && c.GetRunId() == req.RunID {

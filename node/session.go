@@ -120,8 +120,9 @@ func refusedIDs(p *hostingPlan) []string {
 // every run it owns and waits for them.
 func (s *session) serve(ctx context.Context) error {
 	s.wg.Go(s.controlLoop)
-	s.wg.Go(s.acceptLoop)
+	s.wg.Go(s.acceptLoop) // streams opened before Handle took over
 	s.wg.Go(s.healthLoop)
+	s.sess.Handle(s.handle)
 	select {
 	case <-s.sess.Done():
 	case <-ctx.Done():

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -40,18 +41,9 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 		ctx, c2 = context.WithDeadline(ctx, time.UnixMilli(ms))
 		defer c2()
 	}
-	var watch sync.WaitGroup
-	defer watch.Wait()
-	defer cancel()
-	watch.Go(func() {
-		select {
-		case <-st.Done():
-			if st.Terminal() != nil {
-				cancel() // reset by the Edge or the connection ended
-			}
-		case <-ctx.Done():
-		}
-	})
+	// A reset by the Edge, or the connection's end, cancels the upstream
+	// call.
+	defer st.OnAbort(cancel)()
 
 	header := http.Header{}
 	for _, kv := range m.GetHeaders() {
@@ -63,6 +55,9 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 		Path:       m.GetPath(),
 		Header:     tunnelhdr.FilterRequest(header),
 		Body:       &streamBody{st: st},
+	}
+	if m.GetInlineBody() {
+		req.Body = bytes.NewReader(m.GetBody())
 	}
 	err := tn.Tunnel(ctx, req, out)
 	if err == nil {

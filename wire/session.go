@@ -51,6 +51,7 @@ type Session struct {
 
 	acceptQ    []*Stream // guarded by mu; at most acceptBacklog
 	acceptWake chan struct{}
+	handler    func(*Stream) // guarded by mu; see Handle
 	openSem    chan struct{}
 
 	// wmu guards the writer's queues and every stream's send state.
@@ -370,6 +371,18 @@ func (s *Session) AcceptStream(ctx context.Context) (*Stream, error) {
 	}
 }
 
+// Handle makes the session serve every stream the peer opens from now on
+// by calling h on a new goroutine, straight from the session's reader,
+// instead of queueing it for AcceptStream. Streams already queued stay
+// there. The goroutines belong to the session: Close waits for them, so h
+// must return once its stream ends (every stream operation fails after the
+// session closes).
+func (s *Session) Handle(h func(*Stream)) {
+	s.mu.Lock()
+	s.handler = h
+	s.mu.Unlock()
+}
+
 // Ping sends a heartbeat request and waits for its response, returning the
 // round-trip time measured from when the request was queued.
 func (s *Session) Ping(ctx context.Context) (time.Duration, error) {
@@ -663,6 +676,13 @@ func (s *Session) handleOpen(id uint64) error {
 		refuse = "stream limit"
 	case len(s.acceptQ) >= s.cfg.acceptBacklog:
 		refuse = "accept backlog full"
+	case s.handler != nil:
+		st := newStream(s, id, false)
+		s.streams[id] = st
+		s.peerActive++
+		h := s.handler
+		s.stats.streamsAccepted.Add(1)
+		s.wg.Go(func() { h(st) })
 	default:
 		st := newStream(s, id, false)
 		s.acceptQ = append(s.acceptQ, st)

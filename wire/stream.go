@@ -44,6 +44,7 @@ type Stream struct {
 	term       bool
 	termErr    error
 	discarded  bool // unread data was dropped by an abortive terminal
+	onAbort    []func()
 	readDL     time.Time
 	writeDL    time.Time
 	readWake   chan struct{}
@@ -137,12 +138,52 @@ func (st *Stream) terminate(err error) bool {
 	}
 	abort := err != nil
 	close(st.done)
+	hooks := st.onAbort
+	st.onAbort = nil
 	st.mu.Unlock()
 	st.sess.stats.streamsEnded.Add(1)
 	st.sess.forget(st, abort)
 	st.wakeReader()
 	st.wakeWriter()
+	if abort {
+		for _, f := range hooks {
+			if f != nil {
+				f()
+			}
+		}
+	}
 	return true
+}
+
+// OnAbort arranges for f to be called once if the stream ends abortively
+// (a reset from either side, or the session's close), so that work bound
+// to the stream can be cancelled without a goroutine watching it. f runs
+// on whichever goroutine ended the stream and must not block (cancelling
+// a context is the intended use). If the stream has already ended
+// abortively, f runs at once. The returned stop unregisters f and reports
+// whether it did so before f ran.
+func (st *Stream) OnAbort(f func()) (stop func() bool) {
+	st.mu.Lock()
+	if st.term {
+		aborted := st.termErr != nil
+		st.mu.Unlock()
+		if aborted {
+			f()
+		}
+		return func() bool { return false }
+	}
+	i := len(st.onAbort)
+	st.onAbort = append(st.onAbort, f)
+	st.mu.Unlock()
+	return func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if i < len(st.onAbort) && st.onAbort[i] != nil {
+			st.onAbort[i] = nil
+			return true
+		}
+		return false
+	}
 }
 
 // Reset aborts the stream in both directions: queued outgoing frames are

@@ -372,3 +372,33 @@ func TestResetRaces(t *testing.T) {
 		t.Fatalf("session closed: %v / %v", client.Err(), server.Err())
 	}
 }
+
+func TestHandleAndOnAbort(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	aborted := make(chan struct{})
+	server.Handle(func(st *Stream) {
+		st.OnAbort(func() { close(aborted) })
+		m, err := st.ReadMessage(ctx(t))
+		if err != nil {
+			return
+		}
+		st.WriteMessage(m)
+		io.Copy(io.Discard, st) // until the client resets
+	})
+	st, _ := client.OpenStream(ctx(t))
+	st.WriteMessage(errEnv("ping"))
+	if m, err := st.ReadMessage(ctx(t)); err != nil || m.GetError().GetMessage() != "ping" {
+		t.Fatalf("handled stream answered %v %v", m, err)
+	}
+	st.Reset(ResetCancel)
+	<-aborted
+	// A hook registered after the abort runs at once; a clean end runs none.
+	ran := false
+	st.OnAbort(func() { ran = true })
+	if !ran {
+		t.Fatal("OnAbort after the abort did not run")
+	}
+	if got := server.Stats().StreamsAccepted; got != 1 {
+		t.Fatalf("accepted %d", got)
+	}
+}

@@ -1,11 +1,13 @@
 package nodes
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -145,6 +147,18 @@ func (r *Registry) OpenTunnel(ctx context.Context, nodeID string, gen uint64, re
 			m.Headers = append(m.Headers, &iopv1.Header{Name: k, Value: v})
 		}
 	}
+	if b, ok := inlineBody(req.Body); ok {
+		// A small body rides in the request message, whose frame also
+		// ends this direction.
+		m.Body, m.InlineBody = b, true
+		if err := st.WriteMessage(nodewire.Msg(m)); err != nil {
+			st.Reset(wire.ResetCancel)
+			t.claim.release()
+			return nil, fmt.Errorf("nodes: open tunnel: %w", err)
+		}
+		st.CloseWrite()
+		return t, nil
+	}
 	if err := st.WriteMessage(nodewire.Msg(m)); err != nil {
 		st.Reset(wire.ResetCancel)
 		t.claim.release()
@@ -161,6 +175,31 @@ func (r *Registry) OpenTunnel(ctx context.Context, nodeID string, gen uint64, re
 		st.CloseWrite()
 	}()
 	return t, nil
+}
+
+// maxInlineBody is the largest request body sent inside the request
+// message.
+const maxInlineBody = 48 << 10
+
+// inlineBody returns the whole body when it is already in memory and small.
+func inlineBody(r io.Reader) ([]byte, bool) {
+	switch b := r.(type) {
+	case nil:
+		return nil, true
+	case *bytes.Reader:
+		if b.Len() <= maxInlineBody {
+			out := make([]byte, b.Len())
+			b.Read(out)
+			return out, true
+		}
+	case *strings.Reader:
+		if b.Len() <= maxInlineBody {
+			out := make([]byte, b.Len())
+			b.Read(out)
+			return out, true
+		}
+	}
+	return nil, false
 }
 
 // Response waits for the upstream's status and headers. A refusal or an

@@ -161,6 +161,9 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	p.waiters = append(p.waiters, w)
 	p.scanLocked()
 	p.mu.Unlock()
+	if g, ok := w.take(); ok { // granted (or refused) at once: no timer
+		return g.l, g.err
+	}
 
 	t := time.NewTimer(req.Timeout)
 	defer t.Stop()
@@ -249,6 +252,9 @@ func (p *Pool) orderLocked() []*waiter {
 	step := p.AgingStep
 	if step <= 0 {
 		step = DefaultAgingStep
+	}
+	if len(p.waiters) == 1 {
+		return p.waiters
 	}
 	now := time.Now()
 	eff := func(w *waiter) int { return w.req.Priority + int(now.Sub(w.arrived)/step) }

@@ -106,6 +106,9 @@ type Config struct {
 	Models []string
 	// Reply scripts the answer to a request. Nil means Echo.
 	Reply func(*Request) Script
+	// MaxRecorded bounds the requests Requests keeps (the oldest go
+	// first). Zero means 10,000.
+	MaxRecorded int
 }
 
 // Server is the fake upstream. It is an http.Handler; Start serves it on
@@ -257,6 +260,13 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, api string) (*Re
 		}
 	}
 	s.mu.Lock()
+	limit := s.cfg.MaxRecorded
+	if limit <= 0 {
+		limit = 10000
+	}
+	if len(s.requests) >= limit {
+		s.requests = append(s.requests[:0], s.requests[len(s.requests)-limit+1:]...)
+	}
 	s.requests = append(s.requests, req)
 	s.mu.Unlock()
 	return req, true

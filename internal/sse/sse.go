@@ -51,6 +51,14 @@ func NewReader(r io.Reader, maxEvent int) *Reader {
 	return &Reader{br: bufio.NewReaderSize(r, 16<<10), max: maxEvent}
 }
 
+// Ready reports whether another whole event is already buffered, so that
+// Next returns it without reading: a caller relaying events holds its flush
+// only while that is so.
+func (r *Reader) Ready() bool {
+	b, _ := r.br.Peek(r.br.Buffered())
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\r\n\r\n")) || bytes.Contains(b, []byte("\r\r"))
+}
+
 // Next returns the next event. Comments and events without data are
 // skipped, as the standard says. It returns io.EOF at the end of the stream
 // (an incomplete final event is discarded, as the standard says).

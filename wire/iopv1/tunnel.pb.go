@@ -117,8 +117,12 @@ type ProviderTunnelRequest struct {
 	Headers []*Header `protobuf:"bytes,5,rep,name=headers,proto3" json:"headers,omitempty"`
 	// deadline_unix_ms is the hard deadline; 0 means none.
 	DeadlineUnixMs int64 `protobuf:"varint,6,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// body, when inline_body is set, is the whole request body, and no body
+	// data follows on the stream (small bodies: one frame instead of three).
+	Body          []byte `protobuf:"bytes,7,opt,name=body,proto3" json:"body,omitempty"`
+	InlineBody    bool   `protobuf:"varint,8,opt,name=inline_body,json=inlineBody,proto3" json:"inline_body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProviderTunnelRequest) Reset() {
@@ -191,6 +195,20 @@ func (x *ProviderTunnelRequest) GetDeadlineUnixMs() int64 {
 		return x.DeadlineUnixMs
 	}
 	return 0
+}
+
+func (x *ProviderTunnelRequest) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *ProviderTunnelRequest) GetInlineBody() bool {
+	if x != nil {
+		return x.InlineBody
+	}
+	return false
 }
 
 type Header struct {
@@ -363,7 +381,7 @@ var File_iop_v1_tunnel_proto protoreflect.FileDescriptor
 
 const file_iop_v1_tunnel_proto_rawDesc = "" +
 	"\n" +
-	"\x13iop/v1/tunnel.proto\x12\x06iop.v1\"\xd8\x01\n" +
+	"\x13iop/v1/tunnel.proto\x12\x06iop.v1\"\x8d\x02\n" +
 	"\x15ProviderTunnelRequest\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -373,7 +391,10 @@ const file_iop_v1_tunnel_proto_rawDesc = "" +
 	"\x06method\x18\x03 \x01(\tR\x06method\x12\x12\n" +
 	"\x04path\x18\x04 \x01(\tR\x04path\x12(\n" +
 	"\aheaders\x18\x05 \x03(\v2\x0e.iop.v1.HeaderR\aheaders\x12(\n" +
-	"\x10deadline_unix_ms\x18\x06 \x01(\x03R\x0edeadlineUnixMs\"2\n" +
+	"\x10deadline_unix_ms\x18\x06 \x01(\x03R\x0edeadlineUnixMs\x12\x12\n" +
+	"\x04body\x18\a \x01(\fR\x04body\x12\x1f\n" +
+	"\vinline_body\x18\b \x01(\bR\n" +
+	"inlineBody\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"Z\n" +

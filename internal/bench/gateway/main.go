@@ -1,0 +1,363 @@
+// Command gateway measures, side by side in one run on loopback, a client
+// talking to a fake model server (upstreamtest) three ways:
+//
+//	direct  client -> upstream
+//	proxy   client -> httputil.ReverseProxy -> upstream
+//	iop     client -> Edge -> Node -> upstream
+//
+// Each role runs in its own process (upstream, proxy, Edge, Node; the
+// client is this process), plaintext. For non-streamed requests and for
+// streams of 200 chunks it prints throughput at a fixed concurrency, p50
+// and p99 at concurrency 1, time to first chunk, the amortized added cost
+// per streamed chunk, and every figure as a ratio to direct and to proxy.
+//
+//	go run ./internal/bench/gateway [-c 32] [-d 5s]
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/iop-dev/iop/edge"
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/execution/adapters/openai"
+	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/node"
+)
+
+const (
+	key       = "sk-bench-0123456789abcdef0123456789ab"
+	nodeToken = "bench-node-token-0123456789abcdef"
+	chunks    = 200
+)
+
+func main() {
+	role := flag.String("role", "", "internal: upstream | proxy | edge | node")
+	arg := flag.String("arg", "", "internal: the address the role needs")
+	conc := flag.Int("c", 32, "concurrency for throughput")
+	dur := flag.Duration("d", 5*time.Second, "duration of each throughput run")
+	n1 := flag.Int("n", 1000, "requests per path at concurrency 1")
+	cpuprofile := flag.String("cpuprofile", "", "internal: write a CPU profile for the role")
+	flag.Parse()
+	if *role != "" {
+		runRole(*role, *arg, *conc, *cpuprofile)
+		return
+	}
+	orchestrate(*conc, *dur, *n1)
+}
+
+// --- roles ---------------------------------------------------------------
+
+func listen() net.Listener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("listening", ln.Addr())
+	return ln
+}
+
+func reply(q *upstreamtest.Request) upstreamtest.Script {
+	if strings.Contains(q.Prompt, "stream") {
+		text := make([]string, chunks)
+		for i := range text {
+			text[i] = "tok "
+		}
+		return upstreamtest.Script{Text: text, Usage: upstreamtest.Usage{InputTokens: 10, OutputTokens: chunks}}
+	}
+	return upstreamtest.Script{Text: []string{"Hello", " from", " the", " bench."}, Usage: upstreamtest.Usage{InputTokens: 10, OutputTokens: 4}}
+}
+
+func runRole(role, arg string, conc int, profile string) {
+	stopProfile := startProfile(profile)
+	defer stopProfile()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	switch role {
+	case "upstream":
+		go http.Serve(listen(), upstreamtest.New(upstreamtest.Config{Models: []string{"up"}, Reply: reply, MaxRecorded: 100}))
+	case "proxy":
+		target, _ := url.Parse(arg)
+		rp := httputil.NewSingleHostReverseProxy(target)
+		rp.Transport = &http.Transport{MaxIdleConns: 4 * conc, MaxIdleConnsPerHost: 2 * conc, IdleConnTimeout: time.Minute}
+		rp.FlushInterval = -1
+		go http.Serve(listen(), rp)
+	case "edge":
+		srv, err := edge.New(edge.Config{
+			Epoch: 1,
+			Nodes: []nodes.Record{{ID: "bench", TokenHash: nodes.HashToken(nodeToken), Providers: []nodes.ProviderSpec{
+				{ID: "up", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"up"}, Capacity: 4 * conc},
+			}}},
+			APIKeys: []edge.APIKey{{Name: "bench", Hash: edge.HashKey(key), Models: []string{"*"}}},
+			Routes:  []edge.Route{{Model: "bench", Targets: []edge.Target{{ProviderID: "up", Model: "up"}}}},
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		api, nodeLn := listen(), listen()
+		go srv.Serve(api)
+		go srv.ServeNodes(nodeLn)
+	case "node":
+		up, edgeAddr, _ := strings.Cut(arg, ",")
+		a, err := openai.New(openai.Config{ID: "up", BaseURL: up, Models: []string{"up"}})
+		if err != nil {
+			log.Fatal(err)
+		}
+		rt, err := node.New(node.Config{EdgeAddr: edgeAddr, NodeID: "bench", Token: nodeToken, Providers: []node.Hosted{{Provider: a}}})
+		if err != nil {
+			log.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go rt.Run(ctx)
+		defer cancel()
+		fmt.Println("listening none")
+	}
+	<-sig
+}
+
+// --- orchestration -------------------------------------------------------
+
+type proc struct {
+	cmd   *exec.Cmd
+	addrs []string
+}
+
+func spawn(role, arg string, conc, addrs int) *proc {
+	exe, _ := os.Executable()
+	args := []string{"-role", role, "-arg", arg, "-c", fmt.Sprint(conc)}
+	if p := os.Getenv("GATEWAY_PROFILE_" + strings.ToUpper(role)); p != "" {
+		args = append(args, "-cpuprofile", p)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		log.Fatal(err)
+	}
+	p := &proc{cmd: cmd}
+	sc := bufio.NewScanner(out)
+	for range addrs {
+		sc.Scan()
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 || f[0] != "listening" {
+			log.Fatalf("%s said %q", role, sc.Text())
+		}
+		p.addrs = append(p.addrs, f[1])
+	}
+	go io.Copy(io.Discard, out)
+	return p
+}
+
+func (p *proc) stop() {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.cmd.Wait()
+}
+
+type path struct {
+	name  string
+	url   string
+	model string
+	auth  bool
+}
+
+func orchestrate(conc int, dur time.Duration, n1 int) {
+	up := spawn("upstream", "", conc, 1)
+	defer up.stop()
+	upURL := "http://" + up.addrs[0]
+	px := spawn("proxy", upURL, conc, 1)
+	defer px.stop()
+	ed := spawn("edge", "", conc, 2)
+	defer ed.stop()
+	nd := spawn("node", upURL+","+ed.addrs[1], conc, 1)
+	defer nd.stop()
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 4 * conc, MaxIdleConnsPerHost: 2 * conc, IdleConnTimeout: time.Minute}}
+	paths := []path{
+		{"direct", upURL, "up", false},
+		{"proxy", "http://" + px.addrs[0], "up", false},
+		{"iop", "http://" + ed.addrs[0], "bench", true},
+	}
+	// Wait for the Node to be ready (the first request through iop works).
+	for i := 0; ; i++ {
+		if _, err := do(client, paths[2], false); err == nil {
+			break
+		}
+		if i > 500 {
+			log.Fatal("edge+node never became ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Printf("gateway bench: loopback, plaintext, %d cores; processes: upstream, proxy, edge, node, client (this one) share the machine\n", runtime.NumCPU())
+	fmt.Printf("throughput at concurrency %d for %v per path; latency at concurrency 1 over %d requests; streams of %d chunks\n\n", conc, dur, n1, chunks)
+
+	type result struct {
+		rps, p50, p99, srps, sp50, ttfc float64
+	}
+	res := map[string]*result{}
+	for _, p := range paths {
+		do(client, p, false) // warm
+		res[p.name] = &result{}
+	}
+	// Interleave the paths, several rounds, and keep the best of each: the
+	// machine's noise hits all three alike.
+	for round := 0; round < 3; round++ {
+		for _, p := range paths {
+			r := res[p.name]
+			r.rps = max(r.rps, throughput(client, p, false, conc, dur/3))
+			r.srps = max(r.srps, throughput(client, p, true, conc, dur/3))
+		}
+	}
+	for _, p := range paths {
+		r := res[p.name]
+		lat := latencies(client, p, false, n1)
+		r.p50, r.p99 = pct(lat, 50), pct(lat, 99)
+		slat, ttfc := streamLatencies(client, p, n1/4)
+		r.sp50, r.ttfc = pct(slat, 50), pct(ttfc, 50)
+	}
+	d, x, i := res["direct"], res["proxy"], res["iop"]
+	row := func(name, unit string, get func(*result) float64, higherBetter bool) {
+		fmt.Printf("%-34s %10.1f %10.1f %10.1f %s   iop/direct %.2f   iop/proxy %.2f\n", name, get(d), get(x), get(i), unit, get(i)/get(d), get(i)/get(x))
+	}
+	fmt.Printf("%-34s %10s %10s %10s\n", "", "direct", "proxy", "iop")
+	row("non-streamed throughput", "req/s", func(r *result) float64 { return r.rps }, true)
+	row("streamed throughput (200 chunks)", "streams/s", func(r *result) float64 { return r.srps }, true)
+	row("non-streamed p50, c=1", "us", func(r *result) float64 { return r.p50 }, false)
+	row("non-streamed p99, c=1", "us", func(r *result) float64 { return r.p99 }, false)
+	row("time to first chunk p50, c=1", "us", func(r *result) float64 { return r.ttfc }, false)
+	row("200-chunk stream p50, c=1", "us", func(r *result) float64 { return r.sp50 }, false)
+	fmt.Println()
+	fmt.Printf("added p50 at c=1 (non-streamed):   iop %+.0f us over direct, proxy %+.0f us over direct\n", i.p50-d.p50, x.p50-d.p50)
+	fmt.Printf("amortized added cost per chunk:    iop %.2f us, proxy %.2f us  ((stream p50 - direct stream p50) / %d)\n", (i.sp50-d.sp50)/chunks, (x.sp50-d.sp50)/chunks, chunks)
+	if f := failures.Load(); f > 0 {
+		fmt.Printf("failed requests (not counted in any figure): %d\n", f)
+	}
+}
+
+func body(p path, stream bool) string {
+	prompt := "short"
+	if stream {
+		prompt = "stream please"
+	}
+	return fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":%q}]}`, p.model, stream, prompt)
+}
+
+// do sends one request and reads the whole answer; for a stream it
+// returns the time of the first data chunk.
+func do(c *http.Client, p path, stream bool) (time.Duration, error) {
+	req, _ := http.NewRequest("POST", p.url+"/v1/chat/completions", strings.NewReader(body(p, stream)))
+	req.Header.Set("Content-Type", "application/json")
+	if p.auth {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return 0, fmt.Errorf("%s: %d %s", p.name, resp.StatusCode, b)
+	}
+	var first time.Duration
+	if stream {
+		br := bufio.NewReader(resp.Body)
+		n := 0
+		for {
+			line, err := br.ReadSlice('\n')
+			if bytes.HasPrefix(line, []byte("data: ")) {
+				if n == 0 {
+					first = time.Since(start)
+				}
+				n++
+			}
+			if err != nil {
+				break
+			}
+		}
+		if n < chunks {
+			return 0, fmt.Errorf("%s: %d chunks", p.name, n)
+		}
+		return first, nil
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	return first, err
+}
+
+var failures atomic.Int64
+
+func throughput(c *http.Client, p path, stream bool, conc int, d time.Duration) float64 {
+	var n atomic.Int64
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				if _, err := do(c, p, stream); err != nil {
+					if failures.Add(1) <= 3 {
+						log.Printf("request failed (not counted): %v", err)
+					}
+					continue
+				}
+				n.Add(1)
+			}
+		})
+	}
+	start := time.Now()
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+func latencies(c *http.Client, p path, stream bool, n int) []float64 {
+	out := make([]float64, 0, n)
+	for range n {
+		t0 := time.Now()
+		if _, err := do(c, p, stream); err != nil {
+			failures.Add(1)
+			continue
+		}
+		out = append(out, float64(time.Since(t0).Microseconds()))
+	}
+	return out
+}
+
+func streamLatencies(c *http.Client, p path, n int) (total, first []float64) {
+	for range n {
+		t0 := time.Now()
+		f, err := do(c, p, true)
+		if err != nil {
+			failures.Add(1)
+			continue
+		}
+		total = append(total, float64(time.Since(t0).Microseconds()))
+		first = append(first, float64(f.Microseconds()))
+	}
+	return total, first
+}
+
+func pct(v []float64, p int) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
