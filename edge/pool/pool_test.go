@@ -32,7 +32,7 @@ func TestFIFOAndCapacity(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 2 {
 		wg.Go(func() {
-			l, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Weighted: false, Timeout: 10*time.Second})
+			l, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Weighted: false, Timeout: 10 * time.Second})
 			if err != nil {
 				t.Error(err)
 				return
@@ -66,7 +66,7 @@ func TestQueueTimeoutAndNoCandidate(t *testing.T) {
 	p := New()
 	c := cand("n", "p", 1, 1)
 	l, _ := p.Acquire(context.Background(), Request{Candidates: fixed(c), Weighted: false, Timeout: time.Second})
-	if _, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Weighted: false, Timeout: 20*time.Millisecond}); !errors.Is(err, ErrQueueTimeout) {
+	if _, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Weighted: false, Timeout: 20 * time.Millisecond}); !errors.Is(err, ErrQueueTimeout) {
 		t.Fatalf("err %v", err)
 	}
 	if _, err := p.Acquire(context.Background(), Request{Candidates: fixed(), Weighted: false, Timeout: time.Second}); !errors.Is(err, ErrNoCandidate) {
@@ -116,7 +116,7 @@ func TestNewGenerationRestoresCapacity(t *testing.T) {
 	l, _ := p.Acquire(context.Background(), Request{Candidates: fixed(old), Weighted: false, Timeout: time.Second})
 	// The Node reconnects: generation 2 has its full capacity at once.
 	fresh := cand("n", "p", 2, 1)
-	l2, err := p.Acquire(context.Background(), Request{Candidates: fixed(fresh), Weighted: false, Timeout: 20*time.Millisecond})
+	l2, err := p.Acquire(context.Background(), Request{Candidates: fixed(fresh), Weighted: false, Timeout: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("new generation not admitted: %v", err)
 	}

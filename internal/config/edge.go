@@ -123,7 +123,7 @@ func (f *EdgeFile) StatePath(name string) string {
 // Config builds the library configuration for a boot epoch.
 func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
 	cfg := edge.Config{
-		Epoch:          epoch,
+		Epoch:             epoch,
 		MaxBodyBytes:      f.Limits.MaxBodyBytes,
 		QueueTimeout:      f.Limits.QueueTimeout,
 		RequestTimeout:    f.Limits.RequestTimeout,
