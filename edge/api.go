@@ -26,6 +26,7 @@ const (
 	apiChat api = iota + 1
 	apiResponses
 	apiEmbeddings
+	apiMessages
 )
 
 func (a api) path() string {
@@ -34,37 +35,62 @@ func (a api) path() string {
 		return "/v1/chat/completions"
 	case apiResponses:
 		return "/v1/responses"
+	case apiMessages:
+		return "/v1/messages"
 	}
 	return "/v1/embeddings"
 }
 
 // dispatchPath is how a provider serves an API: relaying its own HTTP
-// (tunnel) or through a normalized run and a projector.
+// (tunnel, same format), relaying it in the provider's format with the
+// request and answer translated (translate), or a normalized run rendered
+// in the client's format (run).
 type dispatchPath uint8
 
 const (
 	pathNone dispatchPath = iota
 	pathTunnel
+	pathTranslate
 	pathRun
 )
 
+// wireFormat is the API format a provider is spoken to in when translating.
+type wireFormat uint8
+
+const (
+	formatChat wireFormat = iota + 1
+	formatMessages
+)
+
 // capability says how a provider adapter serves a client API.
-func capability(adapter string, a api) dispatchPath {
+func capability(adapter string, a api) (dispatchPath, wireFormat) {
 	switch adapter {
 	case "openai":
-		return pathTunnel
+		if a == apiMessages {
+			return pathTranslate, formatChat
+		}
+		return pathTunnel, 0
 	case "ollama":
-		if a == apiResponses {
-			return pathRun
+		switch a {
+		case apiChat, apiEmbeddings:
+			return pathTunnel, 0
 		}
-		return pathTunnel
-	case "anthropic", "cli":
+		return pathTranslate, formatChat
+	case "anthropic":
+		switch a {
+		case apiMessages:
+			return pathTunnel, 0
+		case apiEmbeddings:
+			return pathNone, 0
+		}
+		return pathTranslate, formatMessages
+	case "cli":
 		if a == apiEmbeddings {
-			return pathNone
+			return pathNone, 0
 		}
-		return pathRun
+		return pathRun, 0
 	}
-	return pathNone
+	return pathNone, 0
 }
 
 func (s *Server) routes() *http.ServeMux {
@@ -72,6 +98,9 @@ func (s *Server) routes() *http.ServeMux {
 	mux.Handle("POST /v1/chat/completions", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiChat) }))
 	mux.Handle("POST /v1/responses", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiResponses) }))
 	mux.Handle("POST /v1/embeddings", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiEmbeddings) }))
+	mux.Handle("POST /v1/messages", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiMessages) }))
+	mux.Handle("POST /v1/messages/count_tokens", s.wrap(s.countTokens))
+	mux.Handle("GET /v1/responses/{id}", s.wrap(s.getResponse))
 	mux.Handle("GET /v1/models", s.wrap(s.models))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
@@ -148,12 +177,65 @@ func presentedKey(r *http.Request) string {
 }
 
 func (s *Server) auth(w http.ResponseWriter, r *http.Request, snap *snapshot) *APIKey {
+	return s.authFor(w, r, snap, apiChat)
+}
+
+func (s *Server) authFor(w http.ResponseWriter, r *http.Request, snap *snapshot, a api) *APIKey {
 	k := snap.authenticate(presentedKey(r))
 	if k == nil {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="iop"`)
-		apiError(w, http.StatusUnauthorized, "Incorrect or missing API key.", "invalid_request_error", "invalid_api_key")
+		fail(w, a, http.StatusUnauthorized, "authentication", "Incorrect or missing API key.", "invalid_api_key")
 	}
 	return k
+}
+
+// fail writes an error in the client API's own shape: Anthropic's for
+// Messages, OpenAI's otherwise.
+func fail(w http.ResponseWriter, a api, status int, typ, msg string, code any) {
+	w.Header().Set("Content-Type", "application/json")
+	if a == apiMessages {
+		if status == http.StatusServiceUnavailable && typ == "overloaded" {
+			status = 529
+		}
+		w.WriteHeader(status)
+		w.Write(llmapi.AnthropicErrorBody(anthropicType(status, typ), msg))
+		return
+	}
+	oa := "invalid_request_error"
+	switch {
+	case typ == "rate_limit":
+		oa = "rate_limit_error"
+	case typ == "requests" || typ == "tokens" || typ == "concurrent":
+		oa = typ
+	case status >= 500 || typ == "overloaded":
+		oa = "server_error"
+	case typ == "timeout":
+		oa = "timeout"
+	}
+	w.WriteHeader(status)
+	w.Write(llmapi.OpenAIErrorBody(msg, oa, code))
+}
+
+func anthropicType(status int, typ string) string {
+	switch {
+	case typ == "overloaded" || status == 529:
+		return "overloaded_error"
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusForbidden:
+		return "permission_error"
+	case status == http.StatusNotFound:
+		return "not_found_error"
+	case status == http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status == http.StatusGatewayTimeout:
+		return "timeout_error"
+	case status >= 500:
+		return "api_error"
+	}
+	return "invalid_request_error"
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request, _ string) {
@@ -199,10 +281,12 @@ type request struct {
 	fields       *llmapi.Fields
 	stream       bool
 	includeUsage bool
-	// input is the normalized conversation, or why there is none.
-	input    execution.Input
-	opts     execution.Options
-	inputErr error
+	// ir is the request in canonical form, decoded only when a target needs
+	// translation or a normalized run; irErr says why it could not be.
+	ir    *llmapi.Request
+	irErr error
+	// anthropic carries the client's anthropic-version and -beta headers.
+	anthropic http.Header
 }
 
 // generate is the one handler of the generation APIs: authenticate, read
@@ -219,7 +303,7 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 			s.metrics.ttft.WithLabelValues(routeLabel, a.String()).Observe(w.first.Sub(start).Seconds())
 		}
 	}()
-	key := s.auth(w, r, snap)
+	key := s.authFor(w, r, snap, a)
 	if key == nil {
 		return
 	}
@@ -227,30 +311,30 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			apiError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body larger than %d bytes.", snap.maxBody), "invalid_request_error", "request_too_large")
+			fail(w, a, http.StatusRequestEntityTooLarge, "invalid_request", fmt.Sprintf("Request body larger than %d bytes.", snap.maxBody), "request_too_large")
 			return
 		}
 		return // the client went away
 	}
 	f, err := llmapi.Scan(body, "model", "stream", "stream_options")
 	if err != nil {
-		apiError(w, http.StatusBadRequest, "Request body must be a JSON object: "+err.Error(), "invalid_request_error", nil)
+		fail(w, a, http.StatusBadRequest, "invalid_request", "Request body must be a JSON object: "+err.Error(), nil)
 		return
 	}
 	model, ok := f.String("model")
 	if !ok || model == "" {
-		apiError(w, http.StatusBadRequest, "model is required.", "invalid_request_error", nil)
+		fail(w, a, http.StatusBadRequest, "invalid_request", "model is required.", nil)
 		return
 	}
 	rt := snap.routes[model]
 	if rt == nil || !key.allows(model) {
-		apiError(w, http.StatusNotFound, fmt.Sprintf("The model %q does not exist or you do not have access to it.", model), "invalid_request_error", "model_not_found")
+		fail(w, a, http.StatusNotFound, "not_found", fmt.Sprintf("The model %q does not exist or you do not have access to it.", model), "model_not_found")
 		return
 	}
 	routeLabel = rt.Model
 	stream, ok := f.Bool("stream")
 	if !ok || (stream && a == apiEmbeddings) {
-		apiError(w, http.StatusBadRequest, "stream must be a boolean (and false for embeddings).", "invalid_request_error", nil)
+		fail(w, a, http.StatusBadRequest, "invalid_request", "stream must be a boolean (and false for embeddings).", nil)
 		return
 	}
 	req := &request{rid: rid, api: a, key: key, route: rt, snap: snap, body: body, fields: f, stream: stream}
@@ -259,31 +343,40 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 			IncludeUsage bool `json:"include_usage"`
 		}
 		if string(so) != "null" && json.Unmarshal(so, &opt) != nil {
-			apiError(w, http.StatusBadRequest, "stream_options must be an object.", "invalid_request_error", nil)
+			fail(w, a, http.StatusBadRequest, "invalid_request", "stream_options must be an object.", nil)
 			return
 		}
 		req.includeUsage = opt.IncludeUsage
 	}
-	// Decode the conversation only when a provider of this route needs a
-	// normalized run: the tunnel path never decodes the body.
-	if snap.needsRun(rt, a) {
-		switch a {
-		case apiChat:
-			req.input, req.opts, req.inputErr = llmapi.ChatToInput(body)
-		case apiResponses:
-			req.input, req.opts, req.inputErr = llmapi.ResponsesToInput(body)
+	if a == apiMessages {
+		req.anthropic = http.Header{}
+		for _, h := range []string{"Anthropic-Version", "Anthropic-Beta"} {
+			if v := r.Header.Values(h); len(v) > 0 {
+				req.anthropic[h] = v
+			}
+		}
+		if req.anthropic.Get("Anthropic-Version") == "" {
+			req.anthropic.Set("Anthropic-Version", "2023-06-01")
 		}
 	}
-	if req.inputErr != nil && !errors.Is(req.inputErr, llmapi.ErrUnsupported) {
-		apiError(w, http.StatusBadRequest, req.inputErr.Error(), "invalid_request_error", nil)
-		return
+	// Decode the conversation only when a provider of this route needs a
+	// translation or a normalized run: the tunnel path never decodes it.
+	if snap.needsIR(rt, a) {
+		switch a {
+		case apiChat:
+			req.ir, req.irErr = llmapi.DecodeChatRequest(body)
+		case apiResponses:
+			req.ir, req.irErr = llmapi.DecodeResponsesRequest(body)
+		case apiMessages:
+			req.ir, req.irErr = llmapi.DecodeAnthropicRequest(body)
+		}
 	}
 
 	done, refusal := s.limits.admit(key, time.Now())
 	if refusal != nil {
 		secs := int(refusal.retry.Seconds() + 0.999)
 		w.Header().Set("Retry-After", fmt.Sprint(max(secs, 1)))
-		apiError(w, http.StatusTooManyRequests, fmt.Sprintf("Rate limit reached for key %q (%s).", key.Name, refusal.kind), refusal.kind, "rate_limit_exceeded")
+		fail(w, a, http.StatusTooManyRequests, refusal.kind, fmt.Sprintf("Rate limit reached for key %q (%s).", key.Name, refusal.kind), "rate_limit_exceeded")
 		return
 	}
 	defer done()
@@ -298,14 +391,19 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	defer x.close()
 	s.usage.request(key.Name)
 	s.metrics.queueWait.WithLabelValues(rt.Model).Observe(x.lease.Waited.Seconds())
-	if x.tunnel != nil {
-		s.relayTunnel(ctx, w, req, x)
-	} else {
+	switch {
+	case x.run != nil:
 		s.relayRun(ctx, w, req, x)
+	case x.format != 0:
+		s.relayTranslate(ctx, w, req, x)
+	default:
+		s.relayTunnel(ctx, w, req, x)
 	}
 }
 
 func (s *Server) refuse(w http.ResponseWriter, req *request, status int, err error) {
+	a := req.api
+	var ae *llmapi.APIError
 	switch {
 	case errors.Is(err, pool.ErrQueueTimeout), errors.Is(err, pool.ErrNoCandidate), errors.Is(err, pool.ErrClosed):
 		w.Header().Set("Retry-After", "1")
@@ -314,22 +412,24 @@ func (s *Server) refuse(w http.ResponseWriter, req *request, status int, err err
 			w.Header().Set("Retry-After", fmt.Sprint(int(req.snap.queueTimeout.Seconds())+1))
 			msg = "All providers for this model are busy; the request waited its full queue timeout."
 		}
-		apiError(w, http.StatusServiceUnavailable, msg, "server_error", "overloaded")
+		fail(w, a, http.StatusServiceUnavailable, "overloaded", msg, "overloaded")
 		if rec, ok := w.(*recorder); ok {
 			rec.outcome = "overloaded"
 		}
+	case errors.As(err, &ae):
+		fail(w, a, ae.Status, ae.Type, ae.Message, nil)
 	case errors.Is(err, llmapi.ErrUnsupported):
-		apiError(w, http.StatusBadRequest, "This model's providers cannot serve this request: "+err.Error(), "invalid_request_error", "unsupported")
+		fail(w, a, http.StatusBadRequest, "invalid_request", "This model's providers cannot serve this request: "+err.Error(), "unsupported")
 	case errors.Is(err, context.Canceled):
 		// The client went away while queued: nobody to answer.
 	case errors.Is(err, context.DeadlineExceeded):
-		apiError(w, http.StatusGatewayTimeout, "The request exceeded its deadline.", "timeout", nil)
+		fail(w, a, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
 	default:
 		s.log.Warn("dispatch failed", "request_id", req.rid, "error", err)
 		if status == 0 {
 			status = http.StatusBadGateway
 		}
-		apiError(w, status, "The model provider could not be reached.", "server_error", nil)
+		fail(w, a, status, "api_error", "The model provider could not be reached.", nil)
 	}
 }
 
@@ -340,6 +440,8 @@ type exchange struct {
 	target Target
 	tunnel *nodes.Tunnel
 	run    *nodes.Run
+	// format is the provider's format on the translate path (0 otherwise).
+	format wireFormat
 }
 
 func (x *exchange) close() {
@@ -364,8 +466,8 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			if !ok {
 				continue
 			}
-			p := capability(pi.adapter, req.api)
-			if p == pathNone || (p == pathRun && req.inputErr != nil) {
+			p, _ := capability(pi.adapter, req.api)
+			if p == pathNone || (p != pathTunnel && req.irErr != nil) {
 				continue
 			}
 			gen, ok := s.reg.Available(pi.nodeID, t.ProviderID)
@@ -377,10 +479,10 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 		}
 		return out
 	}
-	if len(cands()) == 0 && req.inputErr != nil {
-		// Only providers that need a normalized input could serve this
-		// route, and the request cannot be normalized.
-		return nil, http.StatusBadRequest, req.inputErr
+	if req.irErr != nil && len(cands()) == 0 && !req.snap.hasTunnel(req.route, req.api) {
+		// Only providers that need the request translated could serve
+		// this route, and it cannot be translated.
+		return nil, http.StatusBadRequest, req.irErr
 	}
 	lease, err := s.pool.Acquire(ctx, pool.Request{
 		Candidates:  cands,
@@ -396,17 +498,36 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 	pi := req.snap.providers[t.ProviderID]
 	x := &exchange{lease: lease, target: t}
 	deadline, _ := ctx.Deadline()
-	if capability(pi.adapter, req.api) == pathTunnel {
-		body, err := tunnelBody(req, t.Model)
+	path, format := capability(pi.adapter, req.api)
+	switch path {
+	case pathTunnel, pathTranslate:
+		var body []byte
+		var upPath string
+		header := http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json, text/event-stream"}}
+		switch {
+		case path == pathTunnel:
+			body, err = tunnelBody(req, t.Model)
+			upPath = req.api.path()
+			for k, v := range req.anthropic {
+				header[k] = v
+			}
+		case format == formatChat:
+			body, err = llmapi.EncodeChat(req.ir, t.Model)
+			upPath = apiChat.path()
+			x.format = formatChat
+		default:
+			body, err = llmapi.EncodeAnthropic(req.ir, t.Model)
+			upPath = apiMessages.path()
+			header.Set("Anthropic-Version", "2023-06-01")
+			x.format = formatMessages
+		}
 		if err != nil {
 			lease.Release()
 			return nil, http.StatusBadRequest, err
 		}
-		path := req.api.path()
 		tn, err := s.reg.OpenTunnel(ctx, lease.NodeID, lease.Generation, &nodes.TunnelRequest{
-			ProviderID: t.ProviderID, Method: http.MethodPost, Path: path, Deadline: deadline,
-			Header: http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json, text/event-stream"}},
-			Body:   bytes.NewReader(body),
+			ProviderID: t.ProviderID, Method: http.MethodPost, Path: upPath, Deadline: deadline,
+			Header: header, Body: bytes.NewReader(body),
 		})
 		if err != nil {
 			lease.Release()
@@ -415,11 +536,15 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 		x.tunnel = tn
 		return x, 0, nil
 	}
-	opts := req.opts
-	opts.Stream = true // a projector streams or buffers; the provider may always stream
+	in, opts, err := llmapi.ToInput(req.ir)
+	if err != nil {
+		lease.Release()
+		return nil, http.StatusBadRequest, err
+	}
+	opts.Stream = true // a renderer streams or buffers; the provider may always stream
 	run, err := s.reg.StartRun(ctx, lease.NodeID, lease.Generation, &execution.RunRequest{
 		RunID: req.rid, ProviderID: t.ProviderID, Adapter: pi.adapter, Target: t.Model,
-		Input: req.input, Options: opts, Deadline: deadline,
+		Input: in, Options: opts, Deadline: deadline,
 	})
 	if err != nil {
 		lease.Release()
@@ -429,11 +554,26 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 	return x, 0, nil
 }
 
-// needsRun reports whether a target of rt serves a through a normalized run.
-func (snap *snapshot) needsRun(rt *Route, a api) bool {
+// needsIR reports whether a target of rt serves a through translation or a
+// normalized run (so the request must be decoded).
+func (snap *snapshot) needsIR(rt *Route, a api) bool {
 	for _, t := range rt.Targets {
-		if pi, ok := snap.providers[t.ProviderID]; ok && capability(pi.adapter, a) == pathRun {
-			return true
+		if pi, ok := snap.providers[t.ProviderID]; ok {
+			if p, _ := capability(pi.adapter, a); p == pathTranslate || p == pathRun {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hasTunnel reports whether a target of rt serves a untranslated.
+func (snap *snapshot) hasTunnel(rt *Route, a api) bool {
+	for _, t := range rt.Targets {
+		if pi, ok := snap.providers[t.ProviderID]; ok {
+			if p, _ := capability(pi.adapter, a); p == pathTunnel {
+				return true
+			}
 		}
 	}
 	return false

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -54,8 +55,13 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			return
 		}
 		if status == http.StatusOK {
-			if f, err := llmapi.Scan(capture.Bytes(), "usage"); err == nil && f.Raw("usage") != nil {
-				s.recordUsage(req, usageFromChat(f.Raw("usage")))
+			if f, err := llmapi.Scan(capture.Bytes(), "usage", "id"); err == nil {
+				if f.Raw("usage") != nil {
+					s.recordUsage(req, usageFromChat(f.Raw("usage")))
+				}
+				if id, ok := f.String("id"); ok && req.api == apiResponses {
+					s.responses.remember(id, x.lease.NodeID, x.lease.ProviderID)
+				}
 			}
 		}
 		return
@@ -84,6 +90,16 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			}
 			return
 		}
+		if req.api == apiResponses && ev.Type == "response.created" {
+			var m struct {
+				Response struct {
+					ID string `json:"id"`
+				} `json:"response"`
+			}
+			if json.Unmarshal(ev.Data, &m) == nil {
+				s.responses.remember(m.Response.ID, x.lease.NodeID, x.lease.ProviderID)
+			}
+		}
 		if bytes.Contains(ev.Data, []byte(`"usage":{`)) {
 			if u, usageOnly := streamUsage(req, ev); u != nil {
 				s.recordUsage(req, u)
@@ -108,6 +124,32 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 // chunk (reporting whether it carries nothing else) or a Responses
 // response.completed event.
 func streamUsage(req *request, ev sse.Event) (*execution.Usage, bool) {
+	if req.api == apiMessages {
+		// message_start carries the input, message_delta the output.
+		var m struct {
+			Message struct {
+				Usage json.RawMessage `json:"usage"`
+			} `json:"message"`
+			Usage json.RawMessage `json:"usage"`
+		}
+		if json.Unmarshal(ev.Data, &m) != nil {
+			return nil, false
+		}
+		var u struct {
+			InputTokens  int64 `json:"input_tokens"`
+			OutputTokens int64 `json:"output_tokens"`
+			CacheRead    int64 `json:"cache_read_input_tokens"`
+		}
+		switch ev.Type {
+		case "message_start":
+			json.Unmarshal(m.Message.Usage, &u)
+			return &execution.Usage{InputTokens: u.InputTokens + u.CacheRead, CachedInputTokens: u.CacheRead}, false
+		case "message_delta":
+			json.Unmarshal(m.Usage, &u)
+			return &execution.Usage{OutputTokens: u.OutputTokens}, false
+		}
+		return nil, false
+	}
 	if req.api == apiResponses {
 		var m struct {
 			Type     string `json:"type"`
@@ -141,12 +183,12 @@ func (s *Server) tunnelRefused(w http.ResponseWriter, req *request, err error) {
 	case nodes.TunnelCanceled:
 		return
 	case nodes.TunnelDeadline:
-		apiError(w, http.StatusGatewayTimeout, "The request exceeded its deadline.", "timeout", nil)
+		fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
 	case nodes.TunnelUpstreamUnreachable, nodes.TunnelTransport, nodes.TunnelStaleGeneration:
 		w.Header().Set("Retry-After", "1")
-		apiError(w, http.StatusServiceUnavailable, "The model provider is unavailable.", "server_error", nil)
+		fail(w, req.api, http.StatusServiceUnavailable, "overloaded", "The model provider is unavailable.", nil)
 	default:
-		apiError(w, http.StatusBadGateway, "The model provider could not serve the request.", "server_error", nil)
+		fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider could not serve the request.", nil)
 	}
 }
 
@@ -155,33 +197,97 @@ func (s *Server) streamError(w http.ResponseWriter, req *request, err error) {
 	s.log.Warn("stream ended with an error", "request_id", req.rid, "error", err)
 	body := llmapi.OpenAIErrorBody("The model provider failed mid-stream.", "server_error", nil)
 	var out []byte
-	if req.api == apiResponses {
+	switch req.api {
+	case apiResponses:
 		out = sse.AppendEvent(nil, "error", []byte(`{"type":"error","code":"server_error","message":"The model provider failed mid-stream.","param":null}`))
-	} else {
+	case apiMessages:
+		out = sse.AppendEvent(nil, "error", llmapi.AnthropicErrorBody("api_error", "The model provider failed mid-stream."))
+	default:
 		out = sse.AppendEvent(nil, "", body)
 	}
 	w.Write(out)
 	flush(w)
 }
 
+// renderer returns the client format's renderer for req.
+func renderer(req *request) llmapi.Renderer {
+	created := time.Now().Unix()
+	switch req.api {
+	case apiMessages:
+		return &llmapi.AnthropicRenderer{ID: "msg_" + req.rid, Model: req.route.Model}
+	case apiResponses:
+		return &llmapi.ResponsesRenderer{ID: "resp_" + req.rid, Model: req.route.Model, Created: created}
+	}
+	return &llmapi.ChatRenderer{ID: "chatcmpl-" + req.rid, Model: req.route.Model, Created: created, IncludeUsage: req.includeUsage}
+}
+
+// emitter writes a rendered answer: stream events as they come (with
+// keep-alive comments between them), or one buffered body at the
+// terminal. Buffered and streamed answers come from the same renderer.
+type emitter struct {
+	s    *Server
+	w    http.ResponseWriter
+	req  *request
+	rend llmapi.Renderer
+}
+
+func (e *emitter) start() {
+	if e.req.stream {
+		e.w.Header().Set("Content-Type", "text/event-stream")
+		e.w.Header().Set("Cache-Control", "no-cache")
+		e.w.WriteHeader(http.StatusOK)
+		flush(e.w)
+	}
+}
+
+func (e *emitter) keepAlive() bool {
+	if !e.req.stream {
+		return true
+	}
+	if _, err := e.w.Write(keepAliveComment); err != nil {
+		return false
+	}
+	flush(e.w)
+	return true
+}
+
+// event renders one canonical event; it reports whether to go on.
+func (e *emitter) event(ev llmapi.Event) bool {
+	if ev.Kind == llmapi.EvUsage {
+		u := ev.Usage
+		e.s.recordUsage(e.req, &execution.Usage{InputTokens: u.Input, OutputTokens: u.Output, CachedInputTokens: u.Cached, ReasoningTokens: u.Reasoning})
+	}
+	out := e.rend.Event(ev)
+	if e.req.stream {
+		if len(out) > 0 {
+			if _, err := e.w.Write(out); err != nil {
+				return false
+			}
+			flush(e.w)
+		}
+		return ev.Kind != llmapi.EvStop && ev.Kind != llmapi.EvError
+	}
+	if ev.Kind != llmapi.EvStop && ev.Kind != llmapi.EvError {
+		return true
+	}
+	status, body := e.rend.Body()
+	if ev.Kind == llmapi.EvError && ev.Err != nil && ev.Err.Status == 499 {
+		return false
+	}
+	e.w.Header().Set("Content-Type", "application/json")
+	e.w.WriteHeader(status)
+	e.w.Write(body)
+	return false
+}
+
 // relayRun answers from a normalized run through the client format's
-// projector: the same projector renders the stream or the buffered body.
+// renderer.
 func (s *Server) relayRun(ctx context.Context, w http.ResponseWriter, req *request, x *exchange) {
 	stop := context.AfterFunc(ctx, func() { x.run.Close() })
 	defer stop()
-	created := time.Now().Unix()
-	var proj llmapi.Projector
-	if req.api == apiResponses {
-		proj = &llmapi.ResponsesProjector{ID: "resp_" + req.rid, Model: req.route.Model, Created: created}
-	} else {
-		proj = &llmapi.ChatProjector{ID: "chatcmpl-" + req.rid, Model: req.route.Model, Created: created, IncludeUsage: req.includeUsage}
-	}
-	if req.stream {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set("Cache-Control", "no-cache")
-		w.WriteHeader(http.StatusOK)
-		flush(w)
-	}
+	em := &emitter{s: s, w: w, req: req, rend: renderer(req)}
+	em.start()
+	var conv llmapi.RunEvents
 	for {
 		nctx, cancel := context.WithTimeout(ctx, req.snap.keepAlive)
 		ev, err := x.run.Next(nctx)
@@ -191,46 +297,109 @@ func (s *Server) relayRun(ctx context.Context, w http.ResponseWriter, req *reque
 				return // the client left or the deadline passed; close cancels the run
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
-				if req.stream {
-					if _, err := w.Write(keepAliveComment); err != nil {
-						return
-					}
-					flush(w)
+				if !em.keepAlive() {
+					return
 				}
 				continue
 			}
-			return // io.EOF after a terminal cannot happen here
-		}
-		if ev.Kind == execution.EventUsage {
-			s.recordUsage(req, ev.Usage)
-		}
-		out := proj.Event(ev)
-		if req.stream {
-			if _, err := w.Write(out); err != nil {
-				return
-			}
-			flush(w)
-		}
-		if !ev.Kind.Terminal() {
-			continue
-		}
-		if req.stream {
 			return
 		}
-		if ev.Kind == execution.EventFailed {
-			status, body := llmapi.OpenAIError(ev.Failure)
-			if status == 499 {
+		for _, c := range conv.Convert(ev) {
+			if !em.event(c) {
 				return
 			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(status)
-			w.Write(body)
-			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(proj.Body())
+	}
+}
+
+// relayTranslate answers from the provider's own format, translated: the
+// provider's answer is decoded into canonical events and rendered in the
+// client's format.
+func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req *request, x *exchange) {
+	tn := x.tunnel
+	stop := context.AfterFunc(ctx, func() { tn.Close() })
+	defer stop()
+	status, _, err := tn.Response(ctx)
+	if err != nil {
+		s.tunnelRefused(w, req, err)
 		return
 	}
+	if status != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(tn, 64<<10))
+		ae := providerError(status, b)
+		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
+		return
+	}
+	var dec llmapi.Decoder
+	switch {
+	case req.stream && x.format == formatChat:
+		dec = llmapi.DecodeChatStream(tn)
+	case req.stream:
+		dec = llmapi.DecodeAnthropicStream(tn)
+	default:
+		b, err := io.ReadAll(io.LimitReader(tn, 64<<20))
+		if err != nil {
+			fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider's answer broke off.", nil)
+			return
+		}
+		if x.format == formatChat {
+			dec = llmapi.DecodeChat(b)
+		} else {
+			dec = llmapi.DecodeAnthropic(b)
+		}
+	}
+	em := &emitter{s: s, w: w, req: req, rend: renderer(req)}
+	em.start()
+	for {
+		tn.SetReadDeadline(time.Now().Add(req.snap.keepAlive))
+		ev, err := dec.Next()
+		if err != nil {
+			if errors.Is(err, wire.ErrDeadlineExceeded) {
+				if !em.keepAlive() {
+					return
+				}
+				continue
+			}
+			return
+		}
+		if !em.event(ev) {
+			return
+		}
+	}
+}
+
+// providerError maps a provider's error answer to the client's terms. A
+// message from a 4xx is passed on, bounded; a 5xx says only what failed.
+func providerError(status int, body []byte) *llmapi.APIError {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	msg := ""
+	if json.Unmarshal(body, &e) == nil {
+		var inner struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(e.Error, &inner) == nil {
+			msg = inner.Message
+		} else {
+			json.Unmarshal(e.Error, &msg)
+		}
+	}
+	if len(msg) > 300 {
+		msg = msg[:300]
+	}
+	switch {
+	case status == http.StatusTooManyRequests:
+		return &llmapi.APIError{Status: 429, Type: "rate_limit", Message: "The model provider is rate limiting."}
+	case status == 529 || status == http.StatusServiceUnavailable:
+		return &llmapi.APIError{Status: 503, Type: "overloaded", Message: "The model provider is overloaded."}
+	case status == http.StatusBadRequest || status == http.StatusUnprocessableEntity || status == http.StatusRequestEntityTooLarge:
+		if msg == "" {
+			msg = "The model provider refused the request."
+		}
+		return &llmapi.APIError{Status: 400, Type: "invalid_request", Message: "The model provider refused the request: " + msg}
+	}
+	return &llmapi.APIError{Status: 502, Type: "api_error", Message: fmt.Sprintf("The model provider answered %d.", status)}
 }
 
 // limitWriter keeps at most n bytes and then drops the rest silently.

@@ -38,17 +38,18 @@ type Server struct {
 	snap atomic.Pointer[snapshot]
 	mux  *http.ServeMux
 
-	mu      sync.Mutex
-	closed  bool
-	servers map[*http.Server]struct{}
-	watch   sync.WaitGroup
-	sub     *nodes.Subscription
-	reqSeq  atomic.Uint64
-	usage   usageBook
-	limits  limiter
-	metrics *metrics
-	reg2    *prometheus.Registry
-	closing atomic.Bool
+	mu        sync.Mutex
+	closed    bool
+	servers   map[*http.Server]struct{}
+	watch     sync.WaitGroup
+	sub       *nodes.Subscription
+	reqSeq    atomic.Uint64
+	usage     usageBook
+	limits    limiter
+	metrics   *metrics
+	reg2      *prometheus.Registry
+	closing   atomic.Bool
+	responses responseIndex
 }
 
 // snapshot is the immutable, reloadable part of the configuration. A

@@ -1,0 +1,158 @@
+package edge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/internal/llmapi"
+)
+
+// countTokens answers POST /v1/messages/count_tokens. When a provider of
+// the route speaks Anthropic and is available, the request passes through
+// to it; otherwise the answer is an estimate by the Edge's rule (request
+// bytes / 4), marked with the header X-IOP-Token-Count: estimate.
+func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string) {
+	snap := s.snap.Load()
+	key := s.authFor(w, r, snap, apiMessages)
+	if key == nil {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, snap.maxBody))
+	if err != nil {
+		fail(w, apiMessages, http.StatusRequestEntityTooLarge, "invalid_request", "Request body too large.", nil)
+		return
+	}
+	f, err := llmapi.Scan(body, "model")
+	if err != nil {
+		fail(w, apiMessages, http.StatusBadRequest, "invalid_request", "Request body must be a JSON object: "+err.Error(), nil)
+		return
+	}
+	model, _ := f.String("model")
+	rt := snap.routes[model]
+	if rt == nil || !key.allows(model) {
+		fail(w, apiMessages, http.StatusNotFound, "not_found", fmt.Sprintf("The model %q does not exist or you do not have access to it.", model), nil)
+		return
+	}
+	for _, t := range rt.Targets {
+		pi := snap.providers[t.ProviderID]
+		if pi.adapter != "anthropic" {
+			continue
+		}
+		gen, ok := s.reg.Available(pi.nodeID, t.ProviderID)
+		if !ok {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), snap.requestTimeout)
+		defer cancel()
+		tn, err := s.reg.OpenTunnel(ctx, pi.nodeID, gen, &nodes.TunnelRequest{
+			ProviderID: t.ProviderID, Method: http.MethodPost, Path: "/v1/messages/count_tokens",
+			Header: http.Header{"Content-Type": {"application/json"}, "Anthropic-Version": {headerOr(r, "Anthropic-Version", "2023-06-01")}},
+			Body:   bytes.NewReader(f.Splice("model", llmapi.Quote(t.Model))),
+		})
+		if err != nil {
+			break
+		}
+		defer tn.Close()
+		status, hdr, err := tn.Response(ctx)
+		if err != nil {
+			break
+		}
+		for k, vs := range hdr {
+			w.Header()[k] = vs
+		}
+		w.WriteHeader(status)
+		io.Copy(w, tn)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-IOP-Token-Count", "estimate")
+	json.NewEncoder(w).Encode(map[string]int{"input_tokens": EstimateTokens(body)})
+}
+
+func headerOr(r *http.Request, name, def string) string {
+	if v := r.Header.Get(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// getResponse answers GET /v1/responses/{id} by passing it to the provider
+// that produced that response (stateful Responses features work only
+// untranslated, on the same provider).
+func (s *Server) getResponse(w http.ResponseWriter, r *http.Request, rid string) {
+	snap := s.snap.Load()
+	if s.authFor(w, r, snap, apiResponses) == nil {
+		return
+	}
+	id := r.PathValue("id")
+	node, provider, ok := s.responses.lookup(id)
+	if !ok {
+		fail(w, apiResponses, http.StatusNotFound, "not_found", "No response with that id passed through this Edge.", nil)
+		return
+	}
+	gen, ok := s.reg.Available(node, provider)
+	if !ok {
+		fail(w, apiResponses, http.StatusServiceUnavailable, "overloaded", "The provider that holds this response is unavailable.", nil)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), snap.requestTimeout)
+	defer cancel()
+	tn, err := s.reg.OpenTunnel(ctx, node, gen, &nodes.TunnelRequest{ProviderID: provider, Method: http.MethodGet, Path: "/v1/responses/" + id})
+	if err != nil {
+		fail(w, apiResponses, http.StatusServiceUnavailable, "overloaded", "The provider is unavailable.", nil)
+		return
+	}
+	defer tn.Close()
+	status, hdr, err := tn.Response(ctx)
+	if err != nil {
+		fail(w, apiResponses, http.StatusBadGateway, "api_error", "The provider could not answer.", nil)
+		return
+	}
+	for k, vs := range hdr {
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(status)
+	io.Copy(w, tn)
+}
+
+// responseIndex remembers which provider produced a Responses id, bounded
+// to the most recent entries.
+type responseIndex struct {
+	mu    sync.Mutex
+	byID  map[string][2]string
+	order []string
+}
+
+const maxRememberedResponses = 10000
+
+func (x *responseIndex) remember(id, node, provider string) {
+	if id == "" || len(id) > 256 {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.byID == nil {
+		x.byID = map[string][2]string{}
+	}
+	if _, ok := x.byID[id]; !ok {
+		x.order = append(x.order, id)
+	}
+	x.byID[id] = [2]string{node, provider}
+	if len(x.order) > maxRememberedResponses {
+		delete(x.byID, x.order[0])
+		x.order = x.order[1:]
+	}
+}
+
+func (x *responseIndex) lookup(id string) (string, string, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	v, ok := x.byID[id]
+	return v[0], v[1], ok
+}

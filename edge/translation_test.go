@@ -1,0 +1,223 @@
+package edge_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/iop-dev/iop/execution/upstreamtest"
+)
+
+// toolScript answers with text, two parallel tool calls and usage, in
+// whatever format the upstream is asked in.
+func toolScript(*upstreamtest.Request) upstreamtest.Script {
+	return upstreamtest.Script{
+		Text:      []string{"Checking ", "both."},
+		ToolCalls: []upstreamtest.ToolCall{{ID: "call_a", Name: "weather", Arguments: `{"city":"Paris"}`}, {ID: "call_b", Name: "weather", Arguments: `{"city":"Seoul"}`}},
+		Usage:     upstreamtest.Usage{InputTokens: 40, OutputTokens: 12},
+	}
+}
+
+var weatherTool = map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}}
+
+// TestEveryClientFormatAgainstEveryUpstreamFormat sends each client format
+// (Chat Completions, Responses, Anthropic Messages; buffered and streamed)
+// through the Edge to an upstream speaking Chat Completions / Responses
+// (openai adapter) and one speaking Anthropic Messages, and checks the
+// answer with the official client SDKs.
+func TestEveryClientFormatAgainstEveryUpstreamFormat(t *testing.T) {
+	r := newRig(t, rigOpts{reply: toolScript})
+	ac := anthropic.NewClient(aoption.WithBaseURL(r.url), aoption.WithAPIKey(apiKey), aoption.WithMaxRetries(0))
+	wantCalls := [][2]string{{"call_a", `{"city":"Paris"}`}, {"call_b", `{"city":"Seoul"}`}}
+
+	for _, model := range []string{"gpt-local", "via-anthropic"} {
+		t.Run("messages/"+model, func(t *testing.T) {
+			params := anthropic.MessageNewParams{
+				Model: anthropic.Model(model), MaxTokens: 256,
+				Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("weather in Paris and Seoul?"))},
+				Tools:    []anthropic.ToolUnionParam{{OfTool: &anthropic.ToolParam{Name: "weather", InputSchema: anthropic.ToolInputSchemaParam{Properties: weatherTool["properties"]}}}},
+			}
+			check := func(t *testing.T, m *anthropic.Message) {
+				t.Helper()
+				if m.StopReason != "tool_use" || len(m.Content) != 3 || m.Content[0].Text != "Checking both." {
+					t.Fatalf("message %+v", m)
+				}
+				for i, w := range wantCalls {
+					if b := m.Content[i+1]; b.ID != w[0] || string(b.Input) != w[1] {
+						t.Errorf("tool_use %d: %s %s", i, b.ID, b.Input)
+					}
+				}
+				if m.Usage.OutputTokens != 12 || m.Usage.InputTokens+m.Usage.CacheReadInputTokens != 40 {
+					t.Errorf("usage %+v", m.Usage)
+				}
+			}
+			m, err := ac.Messages.New(ctx(t), params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, m)
+			stream := ac.Messages.NewStreaming(ctx(t), params)
+			acc := anthropic.Message{}
+			for stream.Next() {
+				if err := acc.Accumulate(stream.Current()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatal(err)
+			}
+			check(t, &acc)
+		})
+		t.Run("chat/"+model, func(t *testing.T) {
+			params := openai.ChatCompletionNewParams{Model: model,
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("weather?")},
+				Tools:    []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "weather", Parameters: weatherTool})},
+			}
+			check := func(t *testing.T, msg openai.ChatCompletionMessage, finish string) {
+				t.Helper()
+				if msg.Content != "Checking both." || finish != "tool_calls" || len(msg.ToolCalls) != 2 {
+					t.Fatalf("content %q finish %q calls %d", msg.Content, finish, len(msg.ToolCalls))
+				}
+				for i, w := range wantCalls {
+					if tc := msg.ToolCalls[i]; tc.ID != w[0] || tc.Function.Arguments != w[1] {
+						t.Errorf("tool call %d: %s %s", i, tc.ID, tc.Function.Arguments)
+					}
+				}
+			}
+			c, err := r.client.Chat.Completions.New(ctx(t), params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, c.Choices[0].Message, c.Choices[0].FinishReason)
+			if c.Usage.PromptTokens != 40 || c.Usage.CompletionTokens != 12 {
+				t.Errorf("usage %+v", c.Usage)
+			}
+			params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+			s := r.client.Chat.Completions.NewStreaming(ctx(t), params)
+			acc := openai.ChatCompletionAccumulator{}
+			for s.Next() {
+				acc.AddChunk(s.Current())
+			}
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			check(t, acc.Choices[0].Message, acc.Choices[0].FinishReason)
+			if acc.Usage.CompletionTokens != 12 {
+				t.Errorf("streamed usage %+v", acc.Usage)
+			}
+		})
+		t.Run("responses/"+model, func(t *testing.T) {
+			params := responses.ResponseNewParams{Model: model, Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("weather?")},
+				Tools: []responses.ToolUnionParam{{OfFunction: &responses.FunctionToolParam{Name: "weather", Parameters: weatherTool}}}}
+			check := func(t *testing.T, resp *responses.Response) {
+				t.Helper()
+				if resp.OutputText() != "Checking both." {
+					t.Fatalf("output text %q", resp.OutputText())
+				}
+				var calls [][2]string
+				for _, it := range resp.Output {
+					if it.Type == "function_call" {
+						calls = append(calls, [2]string{it.CallID, it.Arguments.OfString})
+					}
+				}
+				if len(calls) != 2 || calls[0] != wantCalls[0] || calls[1] != wantCalls[1] {
+					t.Errorf("function calls %v", calls)
+				}
+				if resp.Usage.OutputTokens != 12 {
+					t.Errorf("usage %+v", resp.Usage)
+				}
+			}
+			resp, err := r.client.Responses.New(ctx(t), params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, resp)
+			s := r.client.Responses.NewStreaming(ctx(t), params)
+			var final *responses.Response
+			for s.Next() {
+				if ev := s.Current(); ev.Type == "response.completed" {
+					c := ev.Response
+					final = &c
+				}
+			}
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if final == nil {
+				t.Fatal("no response.completed")
+			}
+			check(t, final)
+		})
+	}
+	// Which way each went: same-format pairs were relayed untranslated.
+	seen := map[string]int{}
+	for _, q := range r.calls() {
+		seen[q.API]++
+	}
+	if seen["chat"] != 4 || seen["responses"] != 2 || seen["messages"] != 6 {
+		// chat: Chat and Messages clients on the openai route; responses:
+		// Responses clients there; messages: every client on the Anthropic
+		// route.
+		t.Errorf("upstream calls by API: %v, want chat 4, responses 2, messages 6", seen)
+	}
+	r.settled()
+}
+
+func TestAnthropicErrorsAndCountTokens(t *testing.T) {
+	r := newRig(t, rigOpts{capacity: 1})
+	do := func(path, key, body string) (int, string, http.Header) {
+		req, _ := http.NewRequest("POST", r.url+path, strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("x-api-key", key)
+		}
+		req.Header.Set("anthropic-version", "2023-06-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header
+	}
+	status, body, _ := do("/v1/messages", "wrong", `{"model":"via-anthropic","max_tokens":5,"messages":[]}`)
+	if status != 401 || !strings.Contains(body, `"type":"authentication_error"`) || !strings.Contains(body, `"type":"error"`) {
+		t.Fatalf("401: %d %s", status, body)
+	}
+	status, body, _ = do("/v1/messages", apiKey, `{"model":"nope","max_tokens":5,"messages":[]}`)
+	if status != 404 || !strings.Contains(body, "not_found_error") {
+		t.Fatalf("404: %d %s", status, body)
+	}
+	// Overload in Anthropic's terms: 529 overloaded_error.
+	gen, _ := r.srv.Registry().Current("box")
+	r.srv.Registry().Disconnect("box", gen, "test")
+	status, body, h0 := do("/v1/messages", apiKey, `{"model":"via-anthropic","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`)
+	if status != 529 || !strings.Contains(body, "overloaded_error") || h0.Get("Retry-After") == "" {
+		t.Fatalf("overloaded: %d %s", status, body)
+	}
+	for {
+		if _, ok := r.srv.Registry().Current("box"); ok {
+			break
+		}
+	}
+	// Passed through to an Anthropic provider.
+	status, body, h := do("/v1/messages/count_tokens", apiKey, `{"model":"via-anthropic","messages":[{"role":"user","content":"hello"}]}`)
+	var ct struct {
+		InputTokens int `json:"input_tokens"`
+	}
+	json.Unmarshal([]byte(body), &ct)
+	if status != 200 || ct.InputTokens == 0 || h.Get("X-IOP-Token-Count") != "" {
+		t.Fatalf("count_tokens passed through: %d %s %v", status, body, h)
+	}
+	// No Anthropic provider behind the route: the Edge's documented estimate.
+	status, body, h = do("/v1/messages/count_tokens", apiKey, `{"model":"gpt-local","messages":[{"role":"user","content":"hello"}]}`)
+	if status != 200 || h.Get("X-IOP-Token-Count") != "estimate" {
+		t.Fatalf("count_tokens estimate: %d %s %v", status, body, h)
+	}
+}

@@ -1,0 +1,747 @@
+package llmapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/iop-dev/iop/internal/sse"
+)
+
+// Decoder turns a provider's answer into canonical events, in order.
+type Decoder interface {
+	// Next returns the next event; io.EOF after the terminal (Stop or
+	// Error).
+	Next() (Event, error)
+}
+
+// errUpstream is a malformed provider answer.
+func errUpstream(format string, args ...any) *APIError {
+	return &APIError{Status: 502, Type: "api_error", Message: fmt.Sprintf(format, args...)}
+}
+
+// blockSeq assigns canonical block indices and keeps blocks from
+// overlapping: a new block closes the open one first.
+type blockSeq struct {
+	out    []Event
+	open   bool
+	index  int
+	kind   BlockKind
+	toolID string
+	name   string
+	args   strings.Builder // the open tool call's arguments
+	nextIx int
+}
+
+func (b *blockSeq) start(kind BlockKind, toolID, name string) {
+	b.stop()
+	b.open, b.kind, b.toolID, b.name, b.index = true, kind, toolID, name, b.nextIx
+	b.args.Reset()
+	b.nextIx++
+	b.out = append(b.out, Event{Kind: EvBlockStart, Index: b.index, Block: kind, ToolID: toolID, Name: name})
+}
+
+func (b *blockSeq) delta(text, sig string) {
+	if b.kind == BlockToolUse {
+		b.args.WriteString(text)
+	}
+	b.out = append(b.out, Event{Kind: EvDelta, Index: b.index, Block: b.kind, Text: text, Signature: sig})
+}
+
+func (b *blockSeq) stop() {
+	if !b.open {
+		return
+	}
+	b.open = false
+	if b.kind == BlockToolUse && !toolArgsOK(b.args.String()) {
+		b.out = append(b.out, errToolArgs(b.name))
+		return
+	}
+	b.out = append(b.out, Event{Kind: EvBlockStop, Index: b.index, Block: b.kind})
+}
+
+// toolArgsOK reports whether a tool call's complete arguments are a JSON
+// object (or empty, meaning no arguments). Anthropic clients parse input
+// as an object; arguments that are not one cannot be translated and end
+// the answer with an error instead of reaching the client half-valid.
+func toolArgsOK(s string) bool {
+	s = strings.TrimSpace(s)
+	return s == "" || (s[0] == '{' && json.Valid([]byte(s)))
+}
+
+func errToolArgs(name string) Event {
+	return Event{Kind: EvError, Err: errUpstream("the provider returned arguments for tool %q that are not a JSON object", name)}
+}
+
+// queue is a Decoder fed by a step function that appends events.
+type queue struct {
+	events []Event
+	done   bool
+	step   func() error // appends to events; io.EOF when the source ended
+}
+
+func (q *queue) Next() (Event, error) {
+	for len(q.events) == 0 {
+		if q.done {
+			return Event{}, io.EOF
+		}
+		if err := q.step(); err != nil {
+			var te interface{ Timeout() bool }
+			if errors.As(err, &te) && te.Timeout() {
+				// A read deadline (the caller's keep-alive tick), not a
+				// terminal: the stream resumes on the next call.
+				return Event{}, err
+			}
+			var ae *APIError
+			switch {
+			case errors.As(err, &ae):
+				q.events = append(q.events, Event{Kind: EvError, Err: ae})
+			case err == io.EOF:
+				q.events = append(q.events, Event{Kind: EvError, Err: errUpstream("the provider's stream ended without a terminal")})
+			default:
+				q.events = append(q.events, Event{Kind: EvError, Err: errUpstream("the provider's stream broke")})
+			}
+			q.done = true
+		}
+	}
+	e := q.events[0]
+	q.events = q.events[1:]
+	if e.Kind == EvStop || e.Kind == EvError {
+		q.done = true
+		q.events = nil
+	}
+	return e, nil
+}
+
+// --- Chat Completions stream -------------------------------------------
+
+// DecodeChatStream decodes a Chat Completions SSE stream. Tool-call
+// fragments are grouped by their index into one tool_use block each;
+// text, reasoning and tool calls never overlap.
+func DecodeChatStream(r io.Reader) Decoder {
+	rd := sse.NewReader(r, 0)
+	var seq blockSeq
+	started, finished := false, false
+	finish := ""
+	var usage *Usage
+	toolIdx := map[int]bool{}
+	var callIndex = -1
+	d := &queue{}
+	d.step = func() error {
+		ev, err := rd.Next()
+		if err == io.EOF && (finished || finish != "") {
+			seq.stop()
+			if usage != nil {
+				seq.out = append(seq.out, Event{Kind: EvUsage, Usage: *usage})
+			}
+			seq.out = append(seq.out, Event{Kind: EvStop, Reason: chatStop(finish, len(toolIdx))})
+			d.events, seq.out = append(d.events, seq.out...), nil
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if string(ev.Data) == "[DONE]" {
+			finished = true
+			return nil
+		}
+		var c struct {
+			ID      string `json:"id"`
+			Model   string `json:"model"`
+			Choices []struct {
+				Delta struct {
+					Content          *string `json:"content"`
+					ReasoningContent *string `json:"reasoning_content"`
+					Reasoning        *string `json:"reasoning"`
+					ToolCalls        []struct {
+						Index    int    `json:"index"`
+						ID       string `json:"id"`
+						Function struct {
+							Name      string `json:"name"`
+							Arguments string `json:"arguments"`
+						} `json:"function"`
+					} `json:"tool_calls"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage *chatUsageJSON `json:"usage"`
+			Error *struct {
+				Message string `json:"message"`
+				Type    string `json:"type"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(ev.Data, &c); err != nil {
+			return errUpstream("malformed stream chunk")
+		}
+		if c.Error != nil {
+			return &APIError{Status: 502, Type: "api_error", Message: "the provider failed mid-stream"}
+		}
+		if !started {
+			started = true
+			seq.out = append(seq.out, Event{Kind: EvStart, ID: c.ID, Model: c.Model})
+		}
+		for _, ch := range c.Choices {
+			reasoning := ch.Delta.ReasoningContent
+			if reasoning == nil {
+				reasoning = ch.Delta.Reasoning
+			}
+			if reasoning != nil && *reasoning != "" {
+				if !seq.open || seq.kind != BlockThinking {
+					seq.start(BlockThinking, "", "")
+				}
+				seq.delta(*reasoning, "")
+			}
+			if ch.Delta.Content != nil && *ch.Delta.Content != "" {
+				if !seq.open || seq.kind != BlockText {
+					seq.start(BlockText, "", "")
+				}
+				seq.delta(*ch.Delta.Content, "")
+			}
+			for _, tc := range ch.Delta.ToolCalls {
+				if tc.Index < 0 || tc.Index > 1024 {
+					return errUpstream("tool call index out of range")
+				}
+				if tc.Index != callIndex || !seq.open || seq.kind != BlockToolUse {
+					if toolIdx[tc.Index] {
+						return errUpstream("tool call %d resumed after another block", tc.Index)
+					}
+					toolIdx[tc.Index] = true
+					callIndex = tc.Index
+					seq.start(BlockToolUse, tc.ID, tc.Function.Name)
+				}
+				if tc.Function.Arguments != "" {
+					seq.delta(tc.Function.Arguments, "")
+				}
+			}
+			if ch.FinishReason != nil && *ch.FinishReason != "" {
+				finish = *ch.FinishReason
+			}
+		}
+		if c.Usage != nil {
+			u := c.Usage.canonical()
+			usage = &u
+		}
+		d.events, seq.out = append(d.events, seq.out...), nil
+		return nil
+	}
+	return d
+}
+
+type chatUsageJSON struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails *struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+func (u *chatUsageJSON) canonical() Usage {
+	out := Usage{Input: u.PromptTokens, Output: u.CompletionTokens}
+	if u.PromptTokensDetails != nil {
+		out.Cached = u.PromptTokensDetails.CachedTokens
+	}
+	if u.CompletionTokensDetails != nil {
+		out.Reasoning = u.CompletionTokensDetails.ReasoningTokens
+	}
+	return out
+}
+
+// chatStop maps finish_reason; a turn with a tool call is tool_use.
+func chatStop(finish string, toolCalls int) StopReason {
+	if toolCalls > 0 {
+		return StopToolUse
+	}
+	switch finish {
+	case "length":
+		return StopLength
+	case "content_filter":
+		return StopRefusal
+	case "tool_calls", "function_call":
+		return StopToolUse
+	}
+	return StopEnd
+}
+
+// --- Anthropic Messages stream ------------------------------------------
+
+// DecodeAnthropicStream decodes an Anthropic Messages SSE stream.
+func DecodeAnthropicStream(r io.Reader) Decoder {
+	rd := sse.NewReader(r, 0)
+	var usage Usage
+	stop := StopReason("")
+	// provider index -> canonical index, so a provider's indices are never
+	// trusted to be increasing or unique.
+	var seq blockSeq
+	provOpen := map[int]bool{}
+	started := false
+	d := &queue{}
+	d.step = func() error {
+		ev, err := rd.Next()
+		if err != nil {
+			return err
+		}
+		var m struct {
+			Type    string `json:"type"`
+			Index   int    `json:"index"`
+			Message struct {
+				ID    string             `json:"id"`
+				Model string             `json:"model"`
+				Usage anthropicUsageJSON `json:"usage"`
+			} `json:"message"`
+			ContentBlock struct {
+				Type      string          `json:"type"`
+				ID        string          `json:"id"`
+				Name      string          `json:"name"`
+				Text      string          `json:"text"`
+				Thinking  string          `json:"thinking"`
+				Input     json.RawMessage `json:"input"`
+				Signature string          `json:"signature"`
+			} `json:"content_block"`
+			Delta struct {
+				Type        string `json:"type"`
+				Text        string `json:"text"`
+				Thinking    string `json:"thinking"`
+				Signature   string `json:"signature"`
+				PartialJSON string `json:"partial_json"`
+				StopReason  string `json:"stop_reason"`
+			} `json:"delta"`
+			Usage *anthropicUsageJSON `json:"usage"`
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(ev.Data, &m); err != nil {
+			return errUpstream("malformed stream event")
+		}
+		switch m.Type {
+		case "message_start":
+			if started {
+				return errUpstream("a second message_start")
+			}
+			started = true
+			usage = m.Message.Usage.canonical()
+			d.events = append(d.events, Event{Kind: EvStart, ID: m.Message.ID, Model: m.Message.Model})
+		case "content_block_start":
+			if !started || provOpen[m.Index] {
+				return errUpstream("content_block_start out of order")
+			}
+			provOpen[m.Index] = true
+			switch cb := m.ContentBlock; cb.Type {
+			case "text":
+				seq.start(BlockText, "", "")
+				if cb.Text != "" {
+					seq.delta(cb.Text, "")
+				}
+			case "thinking":
+				seq.start(BlockThinking, "", "")
+				if cb.Thinking != "" {
+					seq.delta(cb.Thinking, "")
+				}
+			case "redacted_thinking":
+				seq.start(BlockThinking, "", "")
+			case "tool_use", "server_tool_use":
+				seq.start(BlockToolUse, cb.ID, cb.Name)
+				if in := strings.TrimSpace(string(cb.Input)); in != "" && in != "{}" {
+					seq.delta(in, "")
+				}
+			default:
+				seq.start(BlockText, "", "") // unknown block kinds carry no text
+			}
+		case "content_block_delta":
+			if !provOpen[m.Index] {
+				return errUpstream("delta for a block that is not open")
+			}
+			switch m.Delta.Type {
+			case "text_delta":
+				seq.delta(m.Delta.Text, "")
+			case "thinking_delta":
+				seq.delta(m.Delta.Thinking, "")
+			case "signature_delta":
+				seq.delta("", m.Delta.Signature)
+			case "input_json_delta":
+				seq.delta(m.Delta.PartialJSON, "")
+			}
+		case "content_block_stop":
+			if !provOpen[m.Index] {
+				return errUpstream("stop for a block that is not open")
+			}
+			delete(provOpen, m.Index)
+			seq.stop()
+		case "message_delta":
+			stop = anthropicStop(m.Delta.StopReason)
+			if m.Usage != nil {
+				usage.Output = m.Usage.OutputTokens
+				if m.Usage.InputTokens > 0 {
+					usage.Input = m.Usage.InputTokens + m.Usage.CacheReadInputTokens + m.Usage.CacheCreationInputTokens
+				}
+			}
+		case "message_stop":
+			seq.stop()
+			seq.out = append(seq.out, Event{Kind: EvUsage, Usage: usage}, Event{Kind: EvStop, Reason: orEnd(stop)})
+		case "error":
+			return &APIError{Status: 502, Type: errorTypeFromAnthropic(m.Error.Type), Message: "the provider failed mid-stream"}
+		}
+		d.events, seq.out = append(d.events, seq.out...), nil
+		return nil
+	}
+	return d
+}
+
+func orEnd(s StopReason) StopReason {
+	if s == "" {
+		return StopEnd
+	}
+	return s
+}
+
+type anthropicUsageJSON struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+}
+
+func (u anthropicUsageJSON) canonical() Usage {
+	return Usage{Input: u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens, Output: u.OutputTokens, Cached: u.CacheReadInputTokens}
+}
+
+func anthropicStop(s string) StopReason {
+	switch s {
+	case "max_tokens":
+		return StopLength
+	case "tool_use":
+		return StopToolUse
+	case "stop_sequence":
+		return StopSequence
+	case "refusal":
+		return StopRefusal
+	}
+	return StopEnd
+}
+
+func errorTypeFromAnthropic(t string) string {
+	switch t {
+	case "overloaded_error":
+		return "overloaded"
+	case "rate_limit_error":
+		return "rate_limit"
+	case "invalid_request_error":
+		return "invalid_request"
+	}
+	return "api_error"
+}
+
+// --- Responses stream ----------------------------------------------------
+
+// DecodeResponsesStream decodes a Responses SSE stream. A function call's
+// arguments that arrive only in the .done event become one delta.
+func DecodeResponsesStream(r io.Reader) Decoder {
+	rd := sse.NewReader(r, 0)
+	var seq blockSeq
+	started := false
+	got := map[string]bool{} // item id -> saw argument or text deltas
+	openItem := ""
+	tools := 0
+	d := &queue{}
+	d.step = func() error {
+		ev, err := rd.Next()
+		if err != nil {
+			return err
+		}
+		var m struct {
+			Type     string          `json:"type"`
+			ItemID   string          `json:"item_id"`
+			Delta    string          `json:"delta"`
+			Text     string          `json:"text"`
+			Args     string          `json:"arguments"`
+			Item     responsesItem   `json:"item"`
+			Response *responsesBody  `json:"response"`
+			Message  string          `json:"message"`
+			Code     json.RawMessage `json:"code"`
+		}
+		if err := json.Unmarshal(ev.Data, &m); err != nil {
+			return errUpstream("malformed stream event")
+		}
+		if !started && m.Response != nil {
+			started = true
+			d.events = append(d.events, Event{Kind: EvStart, ID: m.Response.ID, Model: m.Response.Model})
+		}
+		switch m.Type {
+		case "response.output_item.added":
+			openItem = m.Item.ID
+			switch m.Item.Type {
+			case "message":
+				seq.start(BlockText, "", "")
+			case "reasoning":
+				seq.start(BlockThinking, "", "")
+			case "function_call":
+				tools++
+				seq.start(BlockToolUse, m.Item.CallID, m.Item.Name)
+			default:
+				seq.start(BlockText, "", "")
+			}
+		case "response.output_text.delta", "response.reasoning_summary_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta":
+			if m.ItemID != openItem || !seq.open {
+				return errUpstream("delta for an item that is not open")
+			}
+			got[m.ItemID] = true
+			seq.delta(m.Delta, "")
+		case "response.function_call_arguments.done":
+			if m.ItemID == openItem && seq.open && !got[m.ItemID] && m.Args != "" {
+				seq.delta(m.Args, "") // the arguments came only whole
+				got[m.ItemID] = true
+			}
+		case "response.output_text.done":
+			if m.ItemID == openItem && seq.open && !got[m.ItemID] && m.Text != "" {
+				seq.delta(m.Text, "")
+				got[m.ItemID] = true
+			}
+		case "response.output_item.done":
+			if m.Item.ID == openItem {
+				if m.Item.Type == "function_call" && !got[m.Item.ID] && m.Item.Arguments != "" && seq.open {
+					seq.delta(m.Item.Arguments, "")
+					got[m.Item.ID] = true
+				}
+				seq.stop()
+				openItem = ""
+			}
+		case "response.completed", "response.incomplete":
+			seq.stop()
+			if m.Response != nil && m.Response.Usage != nil {
+				seq.out = append(seq.out, Event{Kind: EvUsage, Usage: m.Response.Usage.canonical()})
+			}
+			reason := StopEnd
+			switch {
+			case tools > 0:
+				reason = StopToolUse
+			case m.Type == "response.incomplete":
+				reason = StopLength
+			}
+			seq.out = append(seq.out, Event{Kind: EvStop, Reason: reason})
+		case "response.failed", "error":
+			return &APIError{Status: 502, Type: "api_error", Message: "the provider failed mid-stream"}
+		}
+		d.events, seq.out = append(d.events, seq.out...), nil
+		return nil
+	}
+	return d
+}
+
+type responsesItem struct {
+	Type      string `json:"type"`
+	ID        string `json:"id"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	Content   []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content"`
+	Summary []struct {
+		Text string `json:"text"`
+	} `json:"summary"`
+}
+
+type responsesBody struct {
+	ID                string           `json:"id"`
+	Model             string           `json:"model"`
+	Status            string           `json:"status"`
+	Output            []responsesItem  `json:"output"`
+	Usage             *responsesUsage  `json:"usage"`
+	IncompleteDetails *json.RawMessage `json:"incomplete_details"`
+}
+
+type responsesUsage struct {
+	InputTokens        int64 `json:"input_tokens"`
+	OutputTokens       int64 `json:"output_tokens"`
+	InputTokensDetails *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokensDetails *struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+}
+
+func (u *responsesUsage) canonical() Usage {
+	out := Usage{Input: u.InputTokens, Output: u.OutputTokens}
+	if u.InputTokensDetails != nil {
+		out.Cached = u.InputTokensDetails.CachedTokens
+	}
+	if u.OutputTokensDetails != nil {
+		out.Reasoning = u.OutputTokensDetails.ReasoningTokens
+	}
+	return out
+}
+
+// --- buffered answers ----------------------------------------------------
+
+// answer is a buffered provider answer in canonical form.
+type answer struct {
+	id, model string
+	blocks    []Part
+	stop      StopReason
+	usage     Usage
+}
+
+// events renders a buffered answer as the event sequence a stream would
+// have produced, so buffered answers reach clients through the same
+// projectors.
+func (a *answer) events() []Event {
+	out := []Event{{Kind: EvStart, ID: a.id, Model: a.model}}
+	for i, b := range a.blocks {
+		switch b.Kind {
+		case PartText:
+			out = append(out, Event{Kind: EvBlockStart, Index: i, Block: BlockText})
+			if b.Text != "" {
+				out = append(out, Event{Kind: EvDelta, Index: i, Block: BlockText, Text: b.Text})
+			}
+			out = append(out, Event{Kind: EvBlockStop, Index: i, Block: BlockText})
+		case PartThinking:
+			out = append(out, Event{Kind: EvBlockStart, Index: i, Block: BlockThinking},
+				Event{Kind: EvDelta, Index: i, Block: BlockThinking, Text: b.Text, Signature: b.Signature},
+				Event{Kind: EvBlockStop, Index: i, Block: BlockThinking})
+		case PartToolUse:
+			out = append(out, Event{Kind: EvBlockStart, Index: i, Block: BlockToolUse, ToolID: b.ID, Name: b.Name})
+			if !toolArgsOK(string(b.Input)) {
+				return append(out, errToolArgs(b.Name))
+			}
+			if len(b.Input) > 0 {
+				out = append(out, Event{Kind: EvDelta, Index: i, Block: BlockToolUse, Text: string(b.Input)})
+			}
+			out = append(out, Event{Kind: EvBlockStop, Index: i, Block: BlockToolUse})
+		}
+	}
+	return append(out, Event{Kind: EvUsage, Usage: a.usage}, Event{Kind: EvStop, Reason: a.stop})
+}
+
+type listDecoder struct{ events []Event }
+
+func (l *listDecoder) Next() (Event, error) {
+	if len(l.events) == 0 {
+		return Event{}, io.EOF
+	}
+	e := l.events[0]
+	l.events = l.events[1:]
+	return e, nil
+}
+
+// DecodeChat decodes a buffered Chat Completions answer.
+func DecodeChat(body []byte) Decoder {
+	var c struct {
+		ID      string `json:"id"`
+		Model   string `json:"model"`
+		Choices []struct {
+			Message struct {
+				Content          *string `json:"content"`
+				ReasoningContent *string `json:"reasoning_content"`
+				ToolCalls        []struct {
+					ID       string `json:"id"`
+					Function struct {
+						Name      string `json:"name"`
+						Arguments string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage *chatUsageJSON `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &c); err != nil || len(c.Choices) == 0 {
+		return &listDecoder{events: []Event{{Kind: EvError, Err: errUpstream("malformed answer")}}}
+	}
+	ch := c.Choices[0]
+	a := &answer{id: c.ID, model: c.Model, stop: chatStop(ch.FinishReason, len(ch.Message.ToolCalls))}
+	if r := ch.Message.ReasoningContent; r != nil && *r != "" {
+		a.blocks = append(a.blocks, Part{Kind: PartThinking, Text: *r})
+	}
+	if t := ch.Message.Content; t != nil && *t != "" {
+		a.blocks = append(a.blocks, Part{Kind: PartText, Text: *t})
+	}
+	for _, tc := range ch.Message.ToolCalls {
+		a.blocks = append(a.blocks, Part{Kind: PartToolUse, ID: tc.ID, Name: tc.Function.Name, Input: json.RawMessage(tc.Function.Arguments)})
+	}
+	if c.Usage != nil {
+		a.usage = c.Usage.canonical()
+	}
+	return &listDecoder{events: a.events()}
+}
+
+// DecodeAnthropic decodes a buffered Anthropic Messages answer.
+func DecodeAnthropic(body []byte) Decoder {
+	var m struct {
+		ID      string `json:"id"`
+		Model   string `json:"model"`
+		Content []struct {
+			Type      string          `json:"type"`
+			Text      string          `json:"text"`
+			Thinking  string          `json:"thinking"`
+			Signature string          `json:"signature"`
+			ID        string          `json:"id"`
+			Name      string          `json:"name"`
+			Input     json.RawMessage `json:"input"`
+		} `json:"content"`
+		StopReason string             `json:"stop_reason"`
+		Usage      anthropicUsageJSON `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &m); err != nil {
+		return &listDecoder{events: []Event{{Kind: EvError, Err: errUpstream("malformed answer")}}}
+	}
+	a := &answer{id: m.ID, model: m.Model, stop: anthropicStop(m.StopReason), usage: m.Usage.canonical()}
+	for _, b := range m.Content {
+		switch b.Type {
+		case "text":
+			a.blocks = append(a.blocks, Part{Kind: PartText, Text: b.Text})
+		case "thinking":
+			a.blocks = append(a.blocks, Part{Kind: PartThinking, Text: b.Thinking, Signature: b.Signature})
+		case "tool_use":
+			a.blocks = append(a.blocks, Part{Kind: PartToolUse, ID: b.ID, Name: b.Name, Input: b.Input})
+		}
+	}
+	for _, b := range a.blocks {
+		if b.Kind == PartToolUse {
+			a.stop = StopToolUse
+		}
+	}
+	return &listDecoder{events: a.events()}
+}
+
+// DecodeResponses decodes a buffered Responses answer.
+func DecodeResponses(body []byte) Decoder {
+	var r responsesBody
+	if err := json.Unmarshal(body, &r); err != nil {
+		return &listDecoder{events: []Event{{Kind: EvError, Err: errUpstream("malformed answer")}}}
+	}
+	a := &answer{id: r.ID, model: r.Model, stop: StopEnd}
+	if r.Status == "incomplete" {
+		a.stop = StopLength
+	}
+	for _, it := range r.Output {
+		switch it.Type {
+		case "message":
+			var b strings.Builder
+			for _, c := range it.Content {
+				b.WriteString(c.Text)
+			}
+			a.blocks = append(a.blocks, Part{Kind: PartText, Text: b.String()})
+		case "reasoning":
+			var b strings.Builder
+			for _, s := range it.Summary {
+				b.WriteString(s.Text)
+			}
+			a.blocks = append(a.blocks, Part{Kind: PartThinking, Text: b.String()})
+		case "function_call":
+			a.blocks = append(a.blocks, Part{Kind: PartToolUse, ID: it.CallID, Name: it.Name, Input: json.RawMessage(it.Arguments)})
+			a.stop = StopToolUse
+		}
+	}
+	if r.Usage != nil {
+		a.usage = r.Usage.canonical()
+	}
+	return &listDecoder{events: a.events()}
+}

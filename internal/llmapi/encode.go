@@ -1,0 +1,336 @@
+package llmapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/iop-dev/iop/execution"
+)
+
+// Thinking and reasoning mapping. Anthropic has a thinking token budget,
+// OpenAI a reasoning effort. Translating a request:
+//   - to Chat Completions, a budget becomes reasoning_effort "low" (under
+//     4,096 tokens), "medium" (under 16,384) or "high"; thinking blocks in
+//     the history are dropped, because Chat Completions has no place for
+//     them and strict servers reject unknown fields;
+//   - to Anthropic, an effort becomes a budget of 2,048 (low), 8,192
+//     (medium) or 24,576 (high) tokens, with max_tokens raised above it
+//     when needed; thinking blocks are kept only with a signature Anthropic
+//     issued, since it rejects any other.
+// Translating an answer, thinking or reasoning text becomes the client
+// format's own: Anthropic thinking blocks, Chat Completions
+// reasoning_content, a Responses reasoning item with a summary.
+
+func effortFor(budget int) string {
+	switch {
+	case budget <= 0:
+		return ""
+	case budget < 4096:
+		return "low"
+	case budget < 16384:
+		return "medium"
+	}
+	return "high"
+}
+
+func budgetFor(effort string) int {
+	switch effort {
+	case "minimal", "low":
+		return 2048
+	case "medium":
+		return 8192
+	case "high":
+		return 24576
+	}
+	return 0
+}
+
+func textOf(ps []Part) string {
+	var b strings.Builder
+	for _, p := range ps {
+		if p.Kind == PartText {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
+
+func imageURL(p Part) string {
+	if p.ImageURL != "" {
+		return p.ImageURL
+	}
+	return "data:" + p.MediaType + ";base64," + p.Data
+}
+
+// EncodeChat renders r as a Chat Completions request for model. Streams
+// always ask for usage.
+func EncodeChat(r *Request, model string) ([]byte, error) {
+	var msgs []map[string]any
+	if len(r.System) > 0 {
+		msgs = append(msgs, map[string]any{"role": "system", "content": strings.Join(r.System, "\n\n")})
+	}
+	for i, m := range r.Messages {
+		switch m.Role {
+		case RoleUser:
+			var content []any
+			for _, p := range m.Parts {
+				switch p.Kind {
+				case PartToolResult:
+					text := textOf(p.Content)
+					if p.IsError && !strings.HasPrefix(text, "Error") {
+						text = "Error: " + text
+					}
+					for _, c := range p.Content {
+						if c.Kind == PartImage {
+							return nil, badRequest("messages[%d]: an image inside a tool result cannot be sent to a Chat Completions provider", i)
+						}
+					}
+					msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": p.ToolUseID, "content": text})
+				case PartText:
+					content = append(content, map[string]any{"type": "text", "text": p.Text})
+				case PartImage:
+					content = append(content, map[string]any{"type": "image_url", "image_url": map[string]any{"url": imageURL(p)}})
+				case PartThinking:
+				default:
+					return nil, badRequest("messages[%d]: %s in a user turn", i, p.Kind)
+				}
+			}
+			if len(content) == 1 && content[0].(map[string]any)["type"] == "text" {
+				msgs = append(msgs, map[string]any{"role": "user", "content": content[0].(map[string]any)["text"]})
+			} else if len(content) > 0 {
+				msgs = append(msgs, map[string]any{"role": "user", "content": content})
+			}
+		case RoleAssistant:
+			msg := map[string]any{"role": "assistant"}
+			var calls []any
+			var text strings.Builder
+			for _, p := range m.Parts {
+				switch p.Kind {
+				case PartText:
+					text.WriteString(p.Text)
+				case PartToolUse:
+					args := string(p.Input)
+					if strings.TrimSpace(args) == "" {
+						args = "{}"
+					}
+					calls = append(calls, map[string]any{"id": p.ID, "type": "function", "function": map[string]any{"name": p.Name, "arguments": args}})
+				case PartThinking:
+					// dropped: see the mapping above
+				default:
+					return nil, badRequest("messages[%d]: %s in an assistant turn", i, p.Kind)
+				}
+			}
+			msg["content"] = text.String()
+			if calls != nil {
+				msg["tool_calls"] = calls
+				if text.Len() == 0 {
+					msg["content"] = nil
+				}
+			}
+			msgs = append(msgs, msg)
+		}
+	}
+	out := map[string]any{"model": model, "messages": msgs, "stream": r.Stream}
+	if r.Stream {
+		out["stream_options"] = map[string]any{"include_usage": true}
+	}
+	if r.MaxTokens > 0 {
+		out["max_tokens"] = r.MaxTokens
+	}
+	if r.Temperature != nil {
+		out["temperature"] = *r.Temperature
+	}
+	if r.TopP != nil {
+		out["top_p"] = *r.TopP
+	}
+	if len(r.Stop) > 0 {
+		out["stop"] = r.Stop
+	}
+	if r.User != "" {
+		out["user"] = r.User
+	}
+	effort := r.ReasoningEffort
+	if effort == "" {
+		effort = effortFor(r.ThinkingBudget)
+	}
+	if effort != "" {
+		out["reasoning_effort"] = effort
+	}
+	if len(r.Tools) > 0 {
+		var tools []any
+		for _, t := range r.Tools {
+			fn := map[string]any{"name": t.Name, "description": t.Description}
+			if len(t.Schema) > 0 {
+				fn["parameters"] = t.Schema
+			} else {
+				fn["parameters"] = map[string]any{"type": "object", "properties": map[string]any{}}
+			}
+			tools = append(tools, map[string]any{"type": "function", "function": fn})
+		}
+		out["tools"] = tools
+	}
+	if tc := r.ToolChoice; tc != nil {
+		switch tc.Mode {
+		case "auto", "none":
+			out["tool_choice"] = tc.Mode
+		case "any":
+			out["tool_choice"] = "required"
+		case "tool":
+			out["tool_choice"] = map[string]any{"type": "function", "function": map[string]any{"name": tc.Name}}
+		}
+		if tc.DisableParallel && len(r.Tools) > 0 {
+			out["parallel_tool_calls"] = false
+		}
+	}
+	return json.Marshal(out)
+}
+
+// DefaultAnthropicMaxTokens is sent when the client set no output limit:
+// the Messages API requires one.
+const DefaultAnthropicMaxTokens = 4096
+
+// EncodeAnthropic renders r as an Anthropic Messages request for model.
+// Consecutive turns of one role are merged, as the API requires.
+func EncodeAnthropic(r *Request, model string) ([]byte, error) {
+	var msgs []map[string]any
+	for i, m := range r.Messages {
+		var blocks []any
+		for _, p := range m.Parts {
+			switch p.Kind {
+			case PartText:
+				if p.Text != "" {
+					blocks = append(blocks, map[string]any{"type": "text", "text": p.Text})
+				}
+			case PartImage:
+				blocks = append(blocks, anthropicImage(p))
+			case PartToolUse:
+				input := p.Input
+				if len(strings.TrimSpace(string(input))) == 0 {
+					input = json.RawMessage("{}")
+				}
+				blocks = append(blocks, map[string]any{"type": "tool_use", "id": p.ID, "name": p.Name, "input": input})
+			case PartToolResult:
+				var content []any
+				for _, c := range p.Content {
+					switch c.Kind {
+					case PartText:
+						content = append(content, map[string]any{"type": "text", "text": c.Text})
+					case PartImage:
+						content = append(content, anthropicImage(c))
+					}
+				}
+				b := map[string]any{"type": "tool_result", "tool_use_id": p.ToolUseID}
+				if content != nil {
+					b["content"] = content
+				}
+				if p.IsError {
+					b["is_error"] = true
+				}
+				blocks = append(blocks, b)
+			case PartThinking:
+				switch {
+				case strings.HasPrefix(p.Signature, "redacted:"):
+					blocks = append(blocks, map[string]any{"type": "redacted_thinking", "data": strings.TrimPrefix(p.Signature, "redacted:")})
+				case p.Signature != "":
+					blocks = append(blocks, map[string]any{"type": "thinking", "thinking": p.Text, "signature": p.Signature})
+				}
+				// unsigned thinking is dropped: Anthropic rejects it
+			default:
+				return nil, badRequest("messages[%d]: %s cannot be sent to Anthropic", i, p.Kind)
+			}
+		}
+		if len(blocks) == 0 {
+			continue
+		}
+		if n := len(msgs); n > 0 && msgs[n-1]["role"] == string(m.Role) {
+			msgs[n-1]["content"] = append(msgs[n-1]["content"].([]any), blocks...)
+			continue
+		}
+		msgs = append(msgs, map[string]any{"role": string(m.Role), "content": blocks})
+	}
+	maxTokens := r.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = DefaultAnthropicMaxTokens
+	}
+	out := map[string]any{"model": model, "messages": msgs, "stream": r.Stream}
+	if len(r.System) > 0 {
+		out["system"] = strings.Join(r.System, "\n\n")
+	}
+	budget := r.ThinkingBudget
+	if budget == 0 {
+		budget = budgetFor(r.ReasoningEffort)
+	}
+	if budget > 0 {
+		budget = max(budget, 1024) // the API's minimum
+		out["thinking"] = map[string]any{"type": "enabled", "budget_tokens": budget}
+		if maxTokens <= budget {
+			maxTokens = budget + DefaultAnthropicMaxTokens
+		}
+	} else if t := r.Temperature; t != nil {
+		out["temperature"] = min(*t, 1) // Anthropic's range is 0..1
+	}
+	out["max_tokens"] = maxTokens
+	if r.TopP != nil && budget == 0 {
+		out["top_p"] = *r.TopP
+	}
+	if len(r.Stop) > 0 {
+		out["stop_sequences"] = r.Stop
+	}
+	if r.User != "" {
+		out["metadata"] = map[string]any{"user_id": r.User}
+	}
+	if len(r.Tools) > 0 {
+		var tools []any
+		for _, t := range r.Tools {
+			schema := t.Schema
+			if len(schema) == 0 || string(schema) == "null" {
+				schema = json.RawMessage(`{"type":"object","properties":{}}`)
+			}
+			tools = append(tools, map[string]any{"name": t.Name, "description": t.Description, "input_schema": schema})
+		}
+		out["tools"] = tools
+	}
+	if tc := r.ToolChoice; tc != nil && len(r.Tools) > 0 {
+		c := map[string]any{"type": tc.Mode}
+		if tc.Mode == "tool" {
+			c["name"] = tc.Name
+		}
+		if tc.DisableParallel && tc.Mode != "none" {
+			c["disable_parallel_tool_use"] = true
+		}
+		out["tool_choice"] = c
+	}
+	return json.Marshal(out)
+}
+
+func anthropicImage(p Part) map[string]any {
+	if p.ImageURL != "" {
+		return map[string]any{"type": "image", "source": map[string]any{"type": "url", "url": p.ImageURL}}
+	}
+	return map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": p.MediaType, "data": p.Data}}
+}
+
+// ToInput renders r as a normalized run's text conversation, refusing what
+// it cannot carry (tools, images, tool results).
+func ToInput(r *Request) (execution.Input, execution.Options, error) {
+	in := execution.Input{System: strings.Join(r.System, "\n\n")}
+	opt := execution.Options{MaxOutputTokens: r.MaxTokens, Temperature: r.Temperature, Stream: r.Stream}
+	if len(r.Tools) > 0 {
+		return in, opt, fmt.Errorf("%w: tools", ErrUnsupported)
+	}
+	for _, m := range r.Messages {
+		var b strings.Builder
+		for _, p := range m.Parts {
+			switch p.Kind {
+			case PartText:
+				b.WriteString(p.Text)
+			case PartThinking:
+			default:
+				return in, opt, fmt.Errorf("%w: %s", ErrUnsupported, p.Kind)
+			}
+		}
+		in.Messages = append(in.Messages, execution.Message{Role: string(m.Role), Content: b.String()})
+	}
+	return in, opt, nil
+}

@@ -1,0 +1,125 @@
+package llmapi_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"testing"
+
+	"github.com/iop-dev/iop/internal/llmapi"
+	"github.com/iop-dev/iop/internal/sse"
+)
+
+func seedFiles(f *testing.F, names ...string) {
+	for _, n := range names {
+		b, err := os.ReadFile("testdata/" + n)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+}
+
+// drain runs a decoder into every renderer and checks the invariants a
+// client relies on whatever the provider sent: the decoder ends with
+// exactly one terminal, every rendered SSE event carries valid JSON (or
+// [DONE]) and the buffered answer is valid JSON.
+func drain(t *testing.T, mk func() llmapi.Decoder) {
+	renderers := []llmapi.Renderer{
+		&llmapi.AnthropicRenderer{ID: "msg_1", Model: "m"},
+		&llmapi.ChatRenderer{ID: "c_1", Model: "m", IncludeUsage: true},
+		&llmapi.ResponsesRenderer{ID: "resp_1", Model: "m"},
+	}
+	for _, r := range renderers {
+		dec := mk()
+		var stream []byte
+		terminals := 0
+		for i := 0; ; i++ {
+			if i > 1<<16 {
+				t.Fatal("decoder does not end")
+			}
+			ev, err := dec.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("decoder error %v (terminals are events)", err)
+			}
+			if ev.Kind == llmapi.EvStop || ev.Kind == llmapi.EvError {
+				terminals++
+			}
+			stream = append(stream, r.Event(ev)...)
+		}
+		if terminals != 1 {
+			t.Fatalf("%d terminals", terminals)
+		}
+		rd := sse.NewReader(bytes.NewReader(stream), 0)
+		for {
+			ev, err := rd.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("rendered stream unreadable: %v", err)
+			}
+			if string(ev.Data) != "[DONE]" && !json.Valid(ev.Data) {
+				t.Fatalf("rendered event %q is not JSON: %q", ev.Type, ev.Data)
+			}
+		}
+		_, body := r.Body()
+		if !json.Valid(body) {
+			t.Fatalf("buffered answer is not JSON: %q", body)
+		}
+	}
+}
+
+func FuzzDecodeStream(f *testing.F) {
+	seedFiles(f, "chat_stream_parallel_tools.sse", "anthropic_stream_thinking_tools.sse",
+		"anthropic_stream_bad_indices.sse", "responses_stream_args_in_done.sse")
+	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":7}]}}]}\n\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		drain(t, func() llmapi.Decoder { return llmapi.DecodeChatStream(bytes.NewReader(body)) })
+		drain(t, func() llmapi.Decoder { return llmapi.DecodeAnthropicStream(bytes.NewReader(body)) })
+		drain(t, func() llmapi.Decoder { return llmapi.DecodeResponsesStream(bytes.NewReader(body)) })
+	})
+}
+
+func FuzzDecodeBuffered(f *testing.F) {
+	seedFiles(f, "chat_buffered_tool.json", "anthropic_buffered.json")
+	f.Add([]byte(`{"output":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		drain(t, func() llmapi.Decoder { return llmapi.DecodeChat(body) })
+		drain(t, func() llmapi.Decoder { return llmapi.DecodeAnthropic(body) })
+		drain(t, func() llmapi.Decoder { return llmapi.DecodeResponses(body) })
+	})
+}
+
+// FuzzDecodeRequest feeds client bodies to the request decoders: a body
+// either decodes to a Request that both encoders turn into valid JSON (or
+// refuse with an error), or is refused with an error. Nothing panics.
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add([]byte(`{"model":"m","max_tokens":10,"system":"s","messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"tool_result","tool_use_id":"t","content":"x"}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"thinking":{"type":"enabled","budget_tokens":1024}}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}],"stream":true,"stream_options":{"include_usage":true}}`))
+	f.Add([]byte(`{"model":"m","instructions":"i","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"r"}],"reasoning":{"effort":"high"}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, dec := range []func([]byte) (*llmapi.Request, error){
+			llmapi.DecodeAnthropicRequest, llmapi.DecodeChatRequest, llmapi.DecodeResponsesRequest,
+		} {
+			req, err := dec(body)
+			if err != nil {
+				if req != nil {
+					t.Fatal("request returned with an error")
+				}
+				continue
+			}
+			for _, enc := range []func(*llmapi.Request, string) ([]byte, error){llmapi.EncodeChat, llmapi.EncodeAnthropic} {
+				out, err := enc(req, "target")
+				if err == nil && !json.Valid(out) {
+					t.Fatalf("encoded request is not JSON: %q", out)
+				}
+			}
+			_, _, _ = llmapi.ToInput(req)
+		}
+	})
+}

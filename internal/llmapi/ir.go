@@ -1,0 +1,177 @@
+package llmapi
+
+import "encoding/json"
+
+// The translation layer works through one canonical form. A client request
+// (Anthropic Messages, Chat Completions or Responses) decodes into a
+// Request; a Request encodes into a provider's format. A provider's answer,
+// buffered or streamed, decodes into one ordered sequence of Events; a
+// client format's Projector renders those Events as its own stream or its
+// own buffered body. Buffered and streamed answers therefore share one
+// interpretation of every event and one terminal.
+
+// Role is a turn's author.
+type Role string
+
+// Roles.
+const (
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+)
+
+// PartKind is the kind of a content part.
+type PartKind string
+
+// Part kinds.
+const (
+	PartText       PartKind = "text"
+	PartImage      PartKind = "image"
+	PartToolUse    PartKind = "tool_use"
+	PartToolResult PartKind = "tool_result"
+	PartThinking   PartKind = "thinking"
+)
+
+// Part is one piece of a turn.
+type Part struct {
+	Kind PartKind
+	// Text for text and thinking parts.
+	Text string
+	// Image: a URL, or base64 Data with its MediaType.
+	ImageURL  string
+	MediaType string
+	Data      string
+	// Tool use: ID, Name and Input (a JSON object).
+	ID    string
+	Name  string
+	Input json.RawMessage
+	// Tool result: ToolUseID, Content (text parts and images) and IsError.
+	ToolUseID string
+	Content   []Part
+	IsError   bool
+	// Signature is a thinking block's provider signature.
+	Signature string
+}
+
+// Message is one turn.
+type Message struct {
+	Role  Role
+	Parts []Part
+}
+
+// Tool is a function the model may call.
+type Tool struct {
+	Name        string
+	Description string
+	// Schema is the JSON Schema of the input.
+	Schema json.RawMessage
+}
+
+// ToolChoice says whether and which tool the model must call.
+type ToolChoice struct {
+	// Mode is "auto", "none", "any" (some tool) or "tool" (Name).
+	Mode string
+	Name string
+	// DisableParallel forbids parallel tool calls.
+	DisableParallel bool
+}
+
+// Request is a client request in canonical form.
+type Request struct {
+	Model       string
+	System      []string
+	Messages    []Message
+	Tools       []Tool
+	ToolChoice  *ToolChoice
+	MaxTokens   int
+	Temperature *float64
+	TopP        *float64
+	Stop        []string
+	Stream      bool
+	// ThinkingBudget asks for extended thinking with this many tokens
+	// (Anthropic); ReasoningEffort is OpenAI's low/medium/high. Each maps
+	// to the other where the target has it (see EncodeChat,
+	// EncodeAnthropic).
+	ThinkingBudget  int
+	ReasoningEffort string
+	// User is an opaque end-user id.
+	User string
+}
+
+// StopReason is the canonical reason a turn ended.
+type StopReason string
+
+// Stop reasons.
+const (
+	StopEnd      StopReason = "end_turn"
+	StopLength   StopReason = "max_tokens"
+	StopToolUse  StopReason = "tool_use"
+	StopSequence StopReason = "stop_sequence"
+	StopRefusal  StopReason = "refusal"
+)
+
+// Usage counts tokens. Cached and reasoning tokens are parts of Input and
+// Output, not additions.
+type Usage struct {
+	Input, Output, Cached, Reasoning int64
+}
+
+// EventKind is the kind of a canonical answer event.
+type EventKind uint8
+
+// Event kinds. Start comes first; then blocks, each BlockStart, deltas,
+// BlockStop, with increasing, non-overlapping indices; then Stop; Usage may
+// come anywhere; Error ends a failed answer instead of Stop.
+const (
+	EvStart EventKind = iota + 1
+	EvBlockStart
+	EvDelta
+	EvBlockStop
+	EvUsage
+	EvStop
+	EvError
+)
+
+// BlockKind is the kind of an answer block.
+type BlockKind string
+
+// Block kinds.
+const (
+	BlockText     BlockKind = "text"
+	BlockThinking BlockKind = "thinking"
+	BlockToolUse  BlockKind = "tool_use"
+)
+
+// Event is one canonical answer event.
+type Event struct {
+	Kind EventKind
+	// Start: the answer's ID and Model.
+	ID, Model string
+	// Block events: Index and, on BlockStart, Block and for tool use the
+	// tool call's ToolID and Name.
+	Index  int
+	Block  BlockKind
+	ToolID string
+	Name   string
+	// Delta: Text (answer or thinking text, or a fragment of a tool call's
+	// JSON arguments), Signature (thinking).
+	Text      string
+	Signature string
+	// Stop: Reason.
+	Reason StopReason
+	// Usage: a cumulative snapshot.
+	Usage Usage
+	// Error: the failure, in client-neutral terms.
+	Err *APIError
+}
+
+// APIError is a failure to report in a client format.
+type APIError struct {
+	// Status is the HTTP status for a buffered answer.
+	Status int
+	// Type is a canonical type: invalid_request, authentication,
+	// permission, not_found, rate_limit, overloaded, api_error, timeout.
+	Type    string
+	Message string
+}
+
+func (e *APIError) Error() string { return "llmapi: " + e.Type + ": " + e.Message }

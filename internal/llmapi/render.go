@@ -1,0 +1,625 @@
+package llmapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/internal/sse"
+)
+
+// Renderer renders canonical events in one client format. Event returns
+// the stream bytes for each event; after the terminal (Stop or Error),
+// Body returns the buffered answer: the same events, the same terminal.
+type Renderer interface {
+	Event(e Event) []byte
+	Body() (status int, body []byte)
+}
+
+// state accumulates a canonical answer.
+type state struct {
+	id, model string
+	blocks    []*Part // by canonical index
+	kinds     []BlockKind
+	args      []*strings.Builder
+	usage     Usage
+	stop      StopReason
+	err       *APIError
+	done      bool
+}
+
+func (s *state) apply(e Event) {
+	switch e.Kind {
+	case EvStart:
+		if s.id == "" {
+			s.id = e.ID
+		}
+		if s.model == "" {
+			s.model = e.Model
+		}
+	case EvBlockStart:
+		p := &Part{ID: e.ToolID, Name: e.Name}
+		switch e.Block {
+		case BlockText:
+			p.Kind = PartText
+		case BlockThinking:
+			p.Kind = PartThinking
+		case BlockToolUse:
+			p.Kind = PartToolUse
+		}
+		for len(s.blocks) <= e.Index {
+			s.blocks = append(s.blocks, nil)
+			s.kinds = append(s.kinds, "")
+			s.args = append(s.args, nil)
+		}
+		s.blocks[e.Index], s.kinds[e.Index], s.args[e.Index] = p, e.Block, &strings.Builder{}
+	case EvDelta:
+		if e.Index < len(s.blocks) && s.blocks[e.Index] != nil {
+			b := s.blocks[e.Index]
+			if b.Kind == PartToolUse {
+				s.args[e.Index].WriteString(e.Text)
+			} else {
+				b.Text += e.Text
+			}
+			b.Signature += e.Signature
+		}
+	case EvUsage:
+		s.usage = e.Usage
+	case EvStop:
+		s.stop, s.done = e.Reason, true
+	case EvError:
+		s.err, s.done = e.Err, true
+	}
+}
+
+func (s *state) toolCalls() int {
+	n := 0
+	for _, b := range s.blocks {
+		if b != nil && b.Kind == PartToolUse {
+			n++
+		}
+	}
+	return n
+}
+
+// toolInput returns a tool call's complete arguments as a JSON object.
+func (s *state) toolInput(i int) json.RawMessage {
+	raw := strings.TrimSpace(s.args[i].String())
+	if raw == "" {
+		return json.RawMessage("{}")
+	}
+	return json.RawMessage(raw)
+}
+
+// finalStop is the stop reason clients see: tool_use whenever the turn
+// has a tool call.
+func (s *state) finalStop() StopReason {
+	if s.toolCalls() > 0 {
+		return StopToolUse
+	}
+	if s.stop == "" {
+		return StopEnd
+	}
+	return s.stop
+}
+
+// --- Anthropic Messages ---------------------------------------------------
+
+// AnthropicRenderer renders Anthropic Messages: message_start, then each
+// block's content_block_start / deltas / content_block_stop with the
+// canonical (increasing, non-overlapping) indices, message_delta with the
+// stop reason and cumulative usage, message_stop.
+type AnthropicRenderer struct {
+	ID, Model string
+	st        state
+	started   bool
+}
+
+var _ Renderer = (*AnthropicRenderer)(nil)
+
+func anthropicStopName(s StopReason) string {
+	switch s {
+	case StopLength:
+		return "max_tokens"
+	case StopToolUse:
+		return "tool_use"
+	case StopSequence:
+		return "stop_sequence"
+	case StopRefusal:
+		return "refusal"
+	}
+	return "end_turn"
+}
+
+func anthropicUsage(u Usage) map[string]any {
+	return map[string]any{"input_tokens": u.Input - u.Cached, "output_tokens": u.Output, "cache_read_input_tokens": u.Cached, "cache_creation_input_tokens": 0}
+}
+
+func (r *AnthropicRenderer) ev(out []byte, typ string, v map[string]any) []byte {
+	v["type"] = typ
+	return sse.AppendEvent(out, typ, mustJSON(v))
+}
+
+// Event implements Renderer.
+func (r *AnthropicRenderer) Event(e Event) []byte {
+	r.st.apply(e)
+	var out []byte
+	switch e.Kind {
+	case EvStart:
+		if r.started {
+			return nil // one message_start, whatever the provider sent
+		}
+		r.started = true
+		out = r.ev(out, "message_start", map[string]any{"message": map[string]any{
+			"id": r.ID, "type": "message", "role": "assistant", "model": r.Model, "content": []any{},
+			"stop_reason": nil, "stop_sequence": nil, "usage": anthropicUsage(Usage{}),
+		}})
+	case EvBlockStart:
+		var cb map[string]any
+		switch e.Block {
+		case BlockText:
+			cb = map[string]any{"type": "text", "text": ""}
+		case BlockThinking:
+			cb = map[string]any{"type": "thinking", "thinking": "", "signature": ""}
+		case BlockToolUse:
+			cb = map[string]any{"type": "tool_use", "id": e.ToolID, "name": e.Name, "input": map[string]any{}}
+		}
+		out = r.ev(out, "content_block_start", map[string]any{"index": e.Index, "content_block": cb})
+	case EvDelta:
+		var d map[string]any
+		switch e.Block {
+		case BlockText:
+			d = map[string]any{"type": "text_delta", "text": e.Text}
+		case BlockThinking:
+			if e.Text != "" {
+				out = r.ev(out, "content_block_delta", map[string]any{"index": e.Index, "delta": map[string]any{"type": "thinking_delta", "thinking": e.Text}})
+			}
+			if e.Signature != "" {
+				out = r.ev(out, "content_block_delta", map[string]any{"index": e.Index, "delta": map[string]any{"type": "signature_delta", "signature": e.Signature}})
+			}
+			return out
+		case BlockToolUse:
+			d = map[string]any{"type": "input_json_delta", "partial_json": e.Text}
+		}
+		out = r.ev(out, "content_block_delta", map[string]any{"index": e.Index, "delta": d})
+	case EvBlockStop:
+		out = r.ev(out, "content_block_stop", map[string]any{"index": e.Index})
+	case EvStop:
+		out = r.ev(out, "message_delta", map[string]any{"delta": map[string]any{"stop_reason": anthropicStopName(r.st.finalStop()), "stop_sequence": nil}, "usage": anthropicUsage(r.st.usage)})
+		out = r.ev(out, "message_stop", map[string]any{})
+	case EvError:
+		typ, msg := anthropicErrorType(e.Err), e.Err.Message
+		out = r.ev(out, "error", map[string]any{"error": map[string]any{"type": typ, "message": msg}})
+	}
+	return out
+}
+
+// Body implements Renderer.
+func (r *AnthropicRenderer) Body() (int, []byte) {
+	if r.st.err != nil {
+		return AnthropicError(r.st.err)
+	}
+	content := []any{}
+	for i, b := range r.st.blocks {
+		if b == nil {
+			continue
+		}
+		switch b.Kind {
+		case PartText:
+			content = append(content, map[string]any{"type": "text", "text": b.Text})
+		case PartThinking:
+			content = append(content, map[string]any{"type": "thinking", "thinking": b.Text, "signature": b.Signature})
+		case PartToolUse:
+			if !toolArgsOK(r.st.args[i].String()) { // decoders refuse these; never panic on one
+				return AnthropicError(errToolArgs(b.Name).Err)
+			}
+			content = append(content, map[string]any{"type": "tool_use", "id": b.ID, "name": b.Name, "input": r.st.toolInput(i)})
+		}
+	}
+	return http.StatusOK, mustJSON(map[string]any{
+		"id": r.ID, "type": "message", "role": "assistant", "model": r.Model, "content": content,
+		"stop_reason": anthropicStopName(r.st.finalStop()), "stop_sequence": nil, "usage": anthropicUsage(r.st.usage),
+	})
+}
+
+func anthropicErrorType(e *APIError) string {
+	switch e.Type {
+	case "invalid_request":
+		return "invalid_request_error"
+	case "authentication":
+		return "authentication_error"
+	case "permission":
+		return "permission_error"
+	case "not_found":
+		return "not_found_error"
+	case "rate_limit":
+		return "rate_limit_error"
+	case "overloaded":
+		return "overloaded_error"
+	case "timeout":
+		return "timeout_error"
+	}
+	return "api_error"
+}
+
+// AnthropicErrorBody renders Anthropic's error shape.
+func AnthropicErrorBody(typ, msg string) []byte {
+	return mustJSON(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
+}
+
+// AnthropicError maps a failure to Anthropic's status and error body.
+func AnthropicError(e *APIError) (int, []byte) {
+	status := e.Status
+	if status == 0 {
+		status = 500
+	}
+	if e.Type == "overloaded" {
+		status = 529
+	}
+	return status, AnthropicErrorBody(anthropicErrorType(e), e.Message)
+}
+
+// --- Chat Completions -----------------------------------------------------
+
+// ChatRenderer renders Chat Completions: the role in the first delta,
+// content and reasoning deltas, tool calls with their argument fragments,
+// finish_reason, a usage chunk with empty choices when asked, [DONE].
+type ChatRenderer struct {
+	ID, Model    string
+	Created      int64
+	IncludeUsage bool
+	st           state
+	started      bool
+	callIndex    map[int]int // canonical block index -> tool_calls index
+}
+
+var _ Renderer = (*ChatRenderer)(nil)
+
+func (r *ChatRenderer) chunk(delta map[string]any, finish any) []byte {
+	return sse.AppendEvent(nil, "", mustJSON(map[string]any{
+		"id": r.ID, "object": "chat.completion.chunk", "created": r.Created, "model": r.Model,
+		"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}},
+	}))
+}
+
+func chatFinish(s StopReason) string {
+	switch s {
+	case StopLength:
+		return "length"
+	case StopToolUse:
+		return "tool_calls"
+	case StopRefusal:
+		return "content_filter"
+	}
+	return "stop"
+}
+
+func chatUsage(u Usage) map[string]any {
+	return map[string]any{
+		"prompt_tokens": u.Input, "completion_tokens": u.Output, "total_tokens": u.Input + u.Output,
+		"prompt_tokens_details":     map[string]any{"cached_tokens": u.Cached},
+		"completion_tokens_details": map[string]any{"reasoning_tokens": u.Reasoning},
+	}
+}
+
+// Event implements Renderer.
+func (r *ChatRenderer) Event(e Event) []byte {
+	r.st.apply(e)
+	if r.callIndex == nil {
+		r.callIndex = map[int]int{}
+	}
+	switch e.Kind {
+	case EvStart:
+		if r.started {
+			return nil
+		}
+		r.started = true
+		return r.chunk(map[string]any{"role": "assistant", "content": ""}, nil)
+	case EvBlockStart:
+		if e.Block == BlockToolUse {
+			i := len(r.callIndex)
+			r.callIndex[e.Index] = i
+			return r.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": e.ToolID, "type": "function",
+				"function": map[string]any{"name": e.Name, "arguments": ""}}}}, nil)
+		}
+	case EvDelta:
+		switch e.Block {
+		case BlockText:
+			return r.chunk(map[string]any{"content": e.Text}, nil)
+		case BlockThinking:
+			if e.Text != "" {
+				return r.chunk(map[string]any{"reasoning_content": e.Text}, nil)
+			}
+		case BlockToolUse:
+			return r.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": r.callIndex[e.Index], "function": map[string]any{"arguments": e.Text}}}}, nil)
+		}
+	case EvStop:
+		out := r.chunk(map[string]any{}, chatFinish(r.st.finalStop()))
+		if r.IncludeUsage {
+			out = append(out, sse.AppendEvent(nil, "", mustJSON(map[string]any{
+				"id": r.ID, "object": "chat.completion.chunk", "created": r.Created, "model": r.Model,
+				"choices": []any{}, "usage": chatUsage(r.st.usage),
+			}))...)
+		}
+		return append(out, "data: [DONE]\n\n"...)
+	case EvError:
+		_, body := OpenAIErrorFrom(e.Err)
+		return sse.AppendEvent(nil, "", body)
+	}
+	return nil
+}
+
+// Body implements Renderer.
+func (r *ChatRenderer) Body() (int, []byte) {
+	if r.st.err != nil {
+		return OpenAIErrorFrom(r.st.err)
+	}
+	var text, reasoning strings.Builder
+	var calls []any
+	for i, b := range r.st.blocks {
+		if b == nil {
+			continue
+		}
+		switch b.Kind {
+		case PartText:
+			text.WriteString(b.Text)
+		case PartThinking:
+			reasoning.WriteString(b.Text)
+		case PartToolUse:
+			calls = append(calls, map[string]any{"id": b.ID, "type": "function", "function": map[string]any{"name": b.Name, "arguments": string(r.st.toolInput(i))}})
+		}
+	}
+	msg := map[string]any{"role": "assistant", "content": text.String(), "refusal": nil}
+	if reasoning.Len() > 0 {
+		msg["reasoning_content"] = reasoning.String()
+	}
+	if calls != nil {
+		msg["tool_calls"] = calls
+		if text.Len() == 0 {
+			msg["content"] = nil
+		}
+	}
+	return http.StatusOK, mustJSON(map[string]any{
+		"id": r.ID, "object": "chat.completion", "created": r.Created, "model": r.Model,
+		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": chatFinish(r.st.finalStop()), "logprobs": nil}},
+		"usage":   chatUsage(r.st.usage),
+	})
+}
+
+// OpenAIErrorFrom maps a failure to an HTTP status and OpenAI's error body.
+func OpenAIErrorFrom(e *APIError) (int, []byte) {
+	status := e.Status
+	if status == 0 {
+		status = 500
+	}
+	typ := "server_error"
+	switch e.Type {
+	case "invalid_request":
+		typ = "invalid_request_error"
+	case "authentication":
+		typ = "authentication_error"
+	case "rate_limit":
+		typ = "rate_limit_error"
+	case "not_found":
+		typ = "invalid_request_error"
+	}
+	if e.Type == "overloaded" && status == 529 {
+		status = 503
+	}
+	return status, OpenAIErrorBody(e.Message, typ, nil)
+}
+
+// --- Responses -----------------------------------------------------------
+
+// ResponsesRenderer renders the Responses API: sequence_number on every
+// event, response.output_item.added before any delta of an item, the
+// .done events, and a terminal event carrying the full response.
+type ResponsesRenderer struct {
+	ID, Model string
+	Created   int64
+	st        state
+	seq       int
+	started   bool
+	itemIDs   map[int]string
+}
+
+var _ Renderer = (*ResponsesRenderer)(nil)
+
+func (r *ResponsesRenderer) ev(out []byte, typ string, f map[string]any) []byte {
+	f["type"] = typ
+	f["sequence_number"] = r.seq
+	r.seq++
+	return sse.AppendEvent(out, typ, mustJSON(f))
+}
+
+func (r *ResponsesRenderer) item(i int, final bool) map[string]any {
+	b := r.st.blocks[i]
+	id := r.itemIDs[i]
+	status := "in_progress"
+	if final {
+		status = "completed"
+	}
+	switch b.Kind {
+	case PartThinking:
+		return map[string]any{"type": "reasoning", "id": id, "summary": []any{map[string]any{"type": "summary_text", "text": b.Text}}}
+	case PartToolUse:
+		args := ""
+		if final {
+			args = string(r.st.toolInput(i))
+		}
+		return map[string]any{"type": "function_call", "id": id, "call_id": b.ID, "name": b.Name, "arguments": args, "status": status}
+	}
+	content := []any{}
+	if final {
+		content = []any{map[string]any{"type": "output_text", "text": b.Text, "annotations": []any{}}}
+	}
+	return map[string]any{"type": "message", "id": id, "status": status, "role": "assistant", "content": content}
+}
+
+func (r *ResponsesRenderer) response(status string) map[string]any {
+	out := []any{}
+	for i, b := range r.st.blocks {
+		if b != nil {
+			out = append(out, r.item(i, true))
+		}
+	}
+	resp := map[string]any{"id": r.ID, "object": "response", "created_at": r.Created, "status": status, "model": r.Model,
+		"output": out, "error": nil, "incomplete_details": nil, "usage": nil}
+	if status == "completed" || status == "incomplete" {
+		u := r.st.usage
+		resp["usage"] = map[string]any{
+			"input_tokens": u.Input, "input_tokens_details": map[string]any{"cached_tokens": u.Cached},
+			"output_tokens": u.Output, "output_tokens_details": map[string]any{"reasoning_tokens": u.Reasoning},
+			"total_tokens": u.Input + u.Output,
+		}
+	}
+	if status == "incomplete" {
+		resp["incomplete_details"] = map[string]any{"reason": "max_output_tokens"}
+	}
+	return resp
+}
+
+// Event implements Renderer.
+func (r *ResponsesRenderer) Event(e Event) []byte {
+	r.st.apply(e)
+	if r.itemIDs == nil {
+		r.itemIDs = map[int]string{}
+	}
+	var out []byte
+	switch e.Kind {
+	case EvStart:
+		if r.started {
+			return nil
+		}
+		r.started = true
+		out = r.ev(out, "response.created", map[string]any{"response": r.response("in_progress")})
+		out = r.ev(out, "response.in_progress", map[string]any{"response": r.response("in_progress")})
+	case EvBlockStart:
+		prefix := map[BlockKind]string{BlockText: "msg", BlockThinking: "rs", BlockToolUse: "fc"}[e.Block]
+		r.itemIDs[e.Index] = fmt.Sprintf("%s_%s_%d", prefix, r.ID, e.Index)
+		out = r.ev(out, "response.output_item.added", map[string]any{"output_index": e.Index, "item": r.item(e.Index, false)})
+		if e.Block == BlockText {
+			out = r.ev(out, "response.content_part.added", map[string]any{"item_id": r.itemIDs[e.Index], "output_index": e.Index, "content_index": 0,
+				"part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}}})
+		}
+	case EvDelta:
+		id := r.itemIDs[e.Index]
+		switch e.Block {
+		case BlockText:
+			out = r.ev(out, "response.output_text.delta", map[string]any{"item_id": id, "output_index": e.Index, "content_index": 0, "delta": e.Text})
+		case BlockThinking:
+			if e.Text != "" {
+				out = r.ev(out, "response.reasoning_summary_text.delta", map[string]any{"item_id": id, "output_index": e.Index, "summary_index": 0, "delta": e.Text})
+			}
+		case BlockToolUse:
+			out = r.ev(out, "response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": e.Index, "delta": e.Text})
+		}
+	case EvBlockStop:
+		id, b := r.itemIDs[e.Index], r.st.blocks[e.Index]
+		switch e.Block {
+		case BlockText:
+			part := map[string]any{"type": "output_text", "text": b.Text, "annotations": []any{}}
+			out = r.ev(out, "response.output_text.done", map[string]any{"item_id": id, "output_index": e.Index, "content_index": 0, "text": b.Text})
+			out = r.ev(out, "response.content_part.done", map[string]any{"item_id": id, "output_index": e.Index, "content_index": 0, "part": part})
+		case BlockToolUse:
+			out = r.ev(out, "response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": e.Index, "arguments": string(r.st.toolInput(e.Index))})
+		}
+		out = r.ev(out, "response.output_item.done", map[string]any{"output_index": e.Index, "item": r.item(e.Index, true)})
+	case EvStop:
+		status := "completed"
+		if r.st.finalStop() == StopLength {
+			status = "incomplete"
+		}
+		out = r.ev(out, "response."+status, map[string]any{"response": r.response(status)})
+	case EvError:
+		_, body := OpenAIErrorFrom(e.Err)
+		var eb struct {
+			Error struct {
+				Message string `json:"message"`
+				Type    string `json:"type"`
+			} `json:"error"`
+		}
+		json.Unmarshal(body, &eb)
+		out = r.ev(out, "error", map[string]any{"code": eb.Error.Type, "message": eb.Error.Message, "param": nil})
+	}
+	return out
+}
+
+// Body implements Renderer.
+func (r *ResponsesRenderer) Body() (int, []byte) {
+	if r.st.err != nil {
+		return OpenAIErrorFrom(r.st.err)
+	}
+	status := "completed"
+	if r.st.finalStop() == StopLength {
+		status = "incomplete"
+	}
+	return http.StatusOK, mustJSON(r.response(status))
+}
+
+// --- normalized runs ---------------------------------------------------
+
+// RunEvents turns a normalized run's events into canonical events, so
+// runs render through the same Renderers. It keeps block state across
+// calls.
+type RunEvents struct {
+	seq     blockSeq
+	started bool
+}
+
+// Convert returns the canonical events for one run event.
+func (c *RunEvents) Convert(e execution.Event) []Event {
+	c.seq.out = nil
+	switch e.Kind {
+	case execution.EventStarted:
+		if !c.started {
+			c.started = true
+			c.seq.out = append(c.seq.out, Event{Kind: EvStart, Model: e.Model})
+		}
+	case execution.EventDelta:
+		kind := BlockText
+		if e.Reasoning {
+			kind = BlockThinking
+		}
+		if !c.seq.open || c.seq.kind != kind {
+			c.seq.start(kind, "", "")
+		}
+		c.seq.delta(e.Text, "")
+	case execution.EventToolCall:
+		c.seq.start(BlockToolUse, e.ToolCall.ID, e.ToolCall.Name)
+		c.seq.delta(e.ToolCall.Arguments, "")
+		c.seq.stop()
+	case execution.EventUsage:
+		c.seq.out = append(c.seq.out, Event{Kind: EvUsage, Usage: Usage{Input: e.Usage.InputTokens, Output: e.Usage.OutputTokens, Cached: e.Usage.CachedInputTokens, Reasoning: e.Usage.ReasoningTokens}})
+	case execution.EventCompleted:
+		c.seq.stop()
+		reason := StopEnd
+		switch e.StopReason {
+		case "length":
+			reason = StopLength
+		case "tool_calls":
+			reason = StopToolUse
+		case "content_filter":
+			reason = StopRefusal
+		}
+		c.seq.out = append(c.seq.out, Event{Kind: EvStop, Reason: reason})
+	case execution.EventFailed:
+		c.seq.stop()
+		status, _ := OpenAIError(e.Failure)
+		typ := "api_error"
+		switch e.Failure.Class {
+		case execution.FailureInvalidRequest:
+			typ = "invalid_request"
+		case execution.FailureRateLimited:
+			typ = "rate_limit"
+		case execution.FailureUnavailable, execution.FailureTransport:
+			typ = "overloaded"
+		case execution.FailureDeadline:
+			typ = "timeout"
+		}
+		c.seq.out = append(c.seq.out, Event{Kind: EvError, Err: &APIError{Status: status, Type: typ, Message: "The model provider failed: " + e.Failure.Class.String()}})
+	}
+	return c.seq.out
+}

@@ -1,0 +1,536 @@
+package llmapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// badRequest is a client request that cannot be translated.
+func badRequest(format string, args ...any) *APIError {
+	return &APIError{Status: 400, Type: "invalid_request", Message: fmt.Sprintf(format, args...)}
+}
+
+// oneOrMany decodes a JSON string or array of strings.
+func oneOrMany(raw json.RawMessage) []string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if s == "" {
+			return nil
+		}
+		return []string{s}
+	}
+	var list []string
+	json.Unmarshal(raw, &list)
+	return list
+}
+
+// --- Anthropic Messages request ------------------------------------------
+
+type anthropicBlock struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`
+	Thinking  string          `json:"thinking"`
+	Signature string          `json:"signature"`
+	Data      string          `json:"data"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"`
+	IsError   bool            `json:"is_error"`
+	Source    *struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+		URL       string `json:"url"`
+	} `json:"source"`
+}
+
+func anthropicParts(raw json.RawMessage, where string) ([]Part, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []Part{{Kind: PartText, Text: s}}, nil
+	}
+	var blocks []anthropicBlock
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return nil, badRequest("%s: content must be a string or a list of blocks", where)
+	}
+	var out []Part
+	for i, b := range blocks {
+		switch b.Type {
+		case "text":
+			out = append(out, Part{Kind: PartText, Text: b.Text})
+		case "image":
+			if b.Source == nil {
+				return nil, badRequest("%s[%d]: image without source", where, i)
+			}
+			switch b.Source.Type {
+			case "base64":
+				out = append(out, Part{Kind: PartImage, MediaType: b.Source.MediaType, Data: b.Source.Data})
+			case "url":
+				out = append(out, Part{Kind: PartImage, ImageURL: b.Source.URL})
+			default:
+				return nil, badRequest("%s[%d]: image source %q not supported", where, i, b.Source.Type)
+			}
+		case "tool_use":
+			out = append(out, Part{Kind: PartToolUse, ID: b.ID, Name: b.Name, Input: b.Input})
+		case "tool_result":
+			var content []Part
+			if len(b.Content) > 0 && string(b.Content) != "null" {
+				c, err := anthropicParts(b.Content, fmt.Sprintf("%s[%d].content", where, i))
+				if err != nil {
+					return nil, err
+				}
+				content = c
+			}
+			out = append(out, Part{Kind: PartToolResult, ToolUseID: b.ToolUseID, Content: content, IsError: b.IsError})
+		case "thinking":
+			out = append(out, Part{Kind: PartThinking, Text: b.Thinking, Signature: b.Signature})
+		case "redacted_thinking":
+			// Opaque; only Anthropic can read it back. Kept as a thinking part
+			// with its data as the signature, dropped for other providers.
+			out = append(out, Part{Kind: PartThinking, Signature: "redacted:" + b.Data})
+		default:
+			return nil, badRequest("%s[%d]: content block %q not supported", where, i, b.Type)
+		}
+	}
+	return out, nil
+}
+
+// DecodeAnthropicRequest decodes an Anthropic Messages request.
+func DecodeAnthropicRequest(body []byte) (*Request, error) {
+	var m struct {
+		Model     string          `json:"model"`
+		MaxTokens int             `json:"max_tokens"`
+		System    json.RawMessage `json:"system"`
+		Messages  []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+		Tools []struct {
+			Type        string          `json:"type"`
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			InputSchema json.RawMessage `json:"input_schema"`
+		} `json:"tools"`
+		ToolChoice *struct {
+			Type                   string `json:"type"`
+			Name                   string `json:"name"`
+			DisableParallelToolUse bool   `json:"disable_parallel_tool_use"`
+		} `json:"tool_choice"`
+		Temperature   *float64 `json:"temperature"`
+		TopP          *float64 `json:"top_p"`
+		StopSequences []string `json:"stop_sequences"`
+		Stream        bool     `json:"stream"`
+		Thinking      *struct {
+			Type         string `json:"type"`
+			BudgetTokens int    `json:"budget_tokens"`
+		} `json:"thinking"`
+		Metadata *struct {
+			UserID string `json:"user_id"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, badRequest("invalid request body: %v", err)
+	}
+	r := &Request{Model: m.Model, MaxTokens: m.MaxTokens, Temperature: m.Temperature, TopP: m.TopP, Stop: m.StopSequences, Stream: m.Stream}
+	if len(m.System) > 0 && string(m.System) != "null" {
+		parts, err := anthropicParts(m.System, "system")
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range parts {
+			if p.Kind != PartText {
+				return nil, badRequest("system: only text blocks are allowed")
+			}
+			r.System = append(r.System, p.Text)
+		}
+	}
+	for i, msg := range m.Messages {
+		role := Role(msg.Role)
+		if role != RoleUser && role != RoleAssistant {
+			return nil, badRequest("messages[%d].role %q", i, msg.Role)
+		}
+		parts, err := anthropicParts(msg.Content, fmt.Sprintf("messages[%d].content", i))
+		if err != nil {
+			return nil, err
+		}
+		r.Messages = append(r.Messages, Message{Role: role, Parts: parts})
+	}
+	for _, t := range m.Tools {
+		if t.Type != "" && t.Type != "custom" {
+			return nil, badRequest("server tool %q cannot be translated", t.Type)
+		}
+		r.Tools = append(r.Tools, Tool{Name: t.Name, Description: t.Description, Schema: t.InputSchema})
+	}
+	if tc := m.ToolChoice; tc != nil {
+		r.ToolChoice = &ToolChoice{Mode: tc.Type, Name: tc.Name, DisableParallel: tc.DisableParallelToolUse}
+	}
+	if m.Thinking != nil && m.Thinking.Type == "enabled" {
+		r.ThinkingBudget = m.Thinking.BudgetTokens
+	}
+	if m.Metadata != nil {
+		r.User = m.Metadata.UserID
+	}
+	return r, nil
+}
+
+// --- Chat Completions request ---------------------------------------------
+
+func chatParts(raw json.RawMessage, where string) ([]Part, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []Part{{Kind: PartText, Text: s}}, nil
+	}
+	var parts []struct {
+		Type     string `json:"type"`
+		Text     string `json:"text"`
+		ImageURL *struct {
+			URL string `json:"url"`
+		} `json:"image_url"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return nil, badRequest("%s: content must be a string or a list of parts", where)
+	}
+	var out []Part
+	for i, p := range parts {
+		switch p.Type {
+		case "text":
+			out = append(out, Part{Kind: PartText, Text: p.Text})
+		case "image_url":
+			if p.ImageURL == nil {
+				return nil, badRequest("%s[%d]: image_url without url", where, i)
+			}
+			out = append(out, imagePart(p.ImageURL.URL))
+		default:
+			return nil, badRequest("%s[%d]: content part %q not supported", where, i, p.Type)
+		}
+	}
+	return out, nil
+}
+
+// imagePart reads a URL that may be a base64 data URL.
+func imagePart(u string) Part {
+	if rest, ok := strings.CutPrefix(u, "data:"); ok {
+		if meta, data, ok := strings.Cut(rest, ","); ok && strings.HasSuffix(meta, ";base64") {
+			return Part{Kind: PartImage, MediaType: strings.TrimSuffix(meta, ";base64"), Data: data}
+		}
+	}
+	return Part{Kind: PartImage, ImageURL: u}
+}
+
+// DecodeChatRequest decodes a Chat Completions request. Consecutive tool
+// messages become one user turn of tool results, as Anthropic requires.
+func DecodeChatRequest(body []byte) (*Request, error) {
+	var c struct {
+		Model    string `json:"model"`
+		Messages []struct {
+			Role      string          `json:"role"`
+			Content   json.RawMessage `json:"content"`
+			ToolCalls []struct {
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+			ToolCallID string `json:"tool_call_id"`
+		} `json:"messages"`
+		Tools []struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name        string          `json:"name"`
+				Description string          `json:"description"`
+				Parameters  json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		} `json:"tools"`
+		ToolChoice          json.RawMessage `json:"tool_choice"`
+		ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
+		MaxTokens           int             `json:"max_tokens"`
+		MaxCompletionTokens int             `json:"max_completion_tokens"`
+		Temperature         *float64        `json:"temperature"`
+		TopP                *float64        `json:"top_p"`
+		Stop                json.RawMessage `json:"stop"`
+		Stream              bool            `json:"stream"`
+		ReasoningEffort     string          `json:"reasoning_effort"`
+		User                string          `json:"user"`
+	}
+	if err := json.Unmarshal(body, &c); err != nil {
+		return nil, badRequest("invalid request body: %v", err)
+	}
+	r := &Request{Model: c.Model, MaxTokens: max(c.MaxTokens, c.MaxCompletionTokens), Temperature: c.Temperature, TopP: c.TopP,
+		Stop: oneOrMany(c.Stop), Stream: c.Stream, ReasoningEffort: c.ReasoningEffort, User: c.User}
+	for i, m := range c.Messages {
+		where := fmt.Sprintf("messages[%d]", i)
+		switch m.Role {
+		case "system", "developer":
+			parts, err := chatParts(m.Content, where)
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range parts {
+				if p.Kind != PartText {
+					return nil, badRequest("%s: only text in system messages", where)
+				}
+				r.System = append(r.System, p.Text)
+			}
+		case "user":
+			parts, err := chatParts(m.Content, where)
+			if err != nil {
+				return nil, err
+			}
+			r.Messages = append(r.Messages, Message{Role: RoleUser, Parts: parts})
+		case "assistant":
+			parts, err := chatParts(m.Content, where)
+			if err != nil {
+				return nil, err
+			}
+			for j, tc := range m.ToolCalls {
+				args := strings.TrimSpace(tc.Function.Arguments)
+				if args == "" {
+					args = "{}"
+				}
+				if !json.Valid([]byte(args)) {
+					return nil, badRequest("%s.tool_calls[%d]: arguments are not JSON", where, j)
+				}
+				parts = append(parts, Part{Kind: PartToolUse, ID: tc.ID, Name: tc.Function.Name, Input: json.RawMessage(args)})
+			}
+			r.Messages = append(r.Messages, Message{Role: RoleAssistant, Parts: parts})
+		case "tool", "function":
+			parts, err := chatParts(m.Content, where)
+			if err != nil {
+				return nil, err
+			}
+			res := Part{Kind: PartToolResult, ToolUseID: m.ToolCallID, Content: parts}
+			if n := len(r.Messages); n > 0 && r.Messages[n-1].Role == RoleUser && allToolResults(r.Messages[n-1].Parts) {
+				r.Messages[n-1].Parts = append(r.Messages[n-1].Parts, res)
+			} else {
+				r.Messages = append(r.Messages, Message{Role: RoleUser, Parts: []Part{res}})
+			}
+		default:
+			return nil, badRequest("%s.role %q", where, m.Role)
+		}
+	}
+	for _, t := range c.Tools {
+		if t.Type != "" && t.Type != "function" {
+			return nil, badRequest("tool type %q cannot be translated", t.Type)
+		}
+		r.Tools = append(r.Tools, Tool{Name: t.Function.Name, Description: t.Function.Description, Schema: t.Function.Parameters})
+	}
+	if tc, err := chatToolChoice(c.ToolChoice); err != nil {
+		return nil, err
+	} else if tc != nil {
+		r.ToolChoice = tc
+	}
+	if c.ParallelToolCalls != nil && !*c.ParallelToolCalls {
+		if r.ToolChoice == nil {
+			r.ToolChoice = &ToolChoice{Mode: "auto"}
+		}
+		r.ToolChoice.DisableParallel = true
+	}
+	return r, nil
+}
+
+func allToolResults(ps []Part) bool {
+	for _, p := range ps {
+		if p.Kind != PartToolResult {
+			return false
+		}
+	}
+	return len(ps) > 0
+}
+
+func chatToolChoice(raw json.RawMessage) (*ToolChoice, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		switch s {
+		case "auto", "none":
+			return &ToolChoice{Mode: s}, nil
+		case "required":
+			return &ToolChoice{Mode: "any"}, nil
+		}
+		return nil, badRequest("tool_choice %q", s)
+	}
+	var o struct {
+		Type     string `json:"type"`
+		Name     string `json:"name"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return nil, badRequest("tool_choice must be a string or an object")
+	}
+	name := o.Function.Name
+	if name == "" {
+		name = o.Name
+	}
+	if name == "" {
+		return nil, badRequest("tool_choice names no function")
+	}
+	return &ToolChoice{Mode: "tool", Name: name}, nil
+}
+
+// --- Responses request -----------------------------------------------------
+
+// ErrStateful is returned for Responses features that keep state at the
+// provider (previous_response_id): they work only when the client's format
+// reaches the provider untranslated.
+var ErrStateful = errors.New("llmapi: previous_response_id needs a provider that speaks Responses")
+
+// DecodeResponsesRequest decodes a Responses request.
+func DecodeResponsesRequest(body []byte) (*Request, error) {
+	var q struct {
+		Model        string          `json:"model"`
+		Instructions string          `json:"instructions"`
+		Input        json.RawMessage `json:"input"`
+		Tools        []struct {
+			Type        string          `json:"type"`
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+		} `json:"tools"`
+		ToolChoice        json.RawMessage `json:"tool_choice"`
+		ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+		MaxOutputTokens   int             `json:"max_output_tokens"`
+		Temperature       *float64        `json:"temperature"`
+		TopP              *float64        `json:"top_p"`
+		Stream            bool            `json:"stream"`
+		Reasoning         *struct {
+			Effort string `json:"effort"`
+		} `json:"reasoning"`
+		PreviousResponseID string `json:"previous_response_id"`
+		User               string `json:"user"`
+	}
+	if err := json.Unmarshal(body, &q); err != nil {
+		return nil, badRequest("invalid request body: %v", err)
+	}
+	if q.PreviousResponseID != "" {
+		return nil, &APIError{Status: 400, Type: "invalid_request", Message: ErrStateful.Error()}
+	}
+	r := &Request{Model: q.Model, MaxTokens: q.MaxOutputTokens, Temperature: q.Temperature, TopP: q.TopP, Stream: q.Stream, User: q.User}
+	if q.Instructions != "" {
+		r.System = append(r.System, q.Instructions)
+	}
+	if q.Reasoning != nil {
+		r.ReasoningEffort = q.Reasoning.Effort
+	}
+	var s string
+	if json.Unmarshal(q.Input, &s) == nil {
+		r.Messages = []Message{{Role: RoleUser, Parts: []Part{{Kind: PartText, Text: s}}}}
+	} else {
+		var items []struct {
+			Type    string          `json:"type"`
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+			CallID  string          `json:"call_id"`
+			Name    string          `json:"name"`
+			Args    string          `json:"arguments"`
+			Output  json.RawMessage `json:"output"`
+		}
+		if err := json.Unmarshal(q.Input, &items); err != nil {
+			return nil, badRequest("input must be a string or a list of items")
+		}
+		add := func(role Role, p ...Part) {
+			if n := len(r.Messages); n > 0 && r.Messages[n-1].Role == role {
+				r.Messages[n-1].Parts = append(r.Messages[n-1].Parts, p...)
+				return
+			}
+			r.Messages = append(r.Messages, Message{Role: role, Parts: p})
+		}
+		for i, it := range items {
+			where := fmt.Sprintf("input[%d]", i)
+			switch it.Type {
+			case "", "message":
+				parts, err := responsesContent(it.Content, where)
+				if err != nil {
+					return nil, err
+				}
+				switch it.Role {
+				case "system", "developer":
+					for _, p := range parts {
+						r.System = append(r.System, p.Text)
+					}
+				case "user":
+					add(RoleUser, parts...)
+				case "assistant":
+					add(RoleAssistant, parts...)
+				default:
+					return nil, badRequest("%s.role %q", where, it.Role)
+				}
+			case "function_call":
+				args := strings.TrimSpace(it.Args)
+				if args == "" {
+					args = "{}"
+				}
+				if !json.Valid([]byte(args)) {
+					return nil, badRequest("%s: arguments are not JSON", where)
+				}
+				add(RoleAssistant, Part{Kind: PartToolUse, ID: it.CallID, Name: it.Name, Input: json.RawMessage(args)})
+			case "function_call_output":
+				var out string
+				if json.Unmarshal(it.Output, &out) != nil {
+					out = string(it.Output)
+				}
+				add(RoleUser, Part{Kind: PartToolResult, ToolUseID: it.CallID, Content: []Part{{Kind: PartText, Text: out}}})
+			case "reasoning":
+				// Provider-held reasoning state; not portable.
+			default:
+				return nil, badRequest("%s: item type %q cannot be translated", where, it.Type)
+			}
+		}
+	}
+	for _, t := range q.Tools {
+		if t.Type != "function" {
+			return nil, badRequest("tool type %q cannot be translated", t.Type)
+		}
+		r.Tools = append(r.Tools, Tool{Name: t.Name, Description: t.Description, Schema: t.Parameters})
+	}
+	if tc, err := chatToolChoice(q.ToolChoice); err != nil {
+		return nil, err
+	} else if tc != nil {
+		r.ToolChoice = tc
+	}
+	if q.ParallelToolCalls != nil && !*q.ParallelToolCalls {
+		if r.ToolChoice == nil {
+			r.ToolChoice = &ToolChoice{Mode: "auto"}
+		}
+		r.ToolChoice.DisableParallel = true
+	}
+	return r, nil
+}
+
+func responsesContent(raw json.RawMessage, where string) ([]Part, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []Part{{Kind: PartText, Text: s}}, nil
+	}
+	var parts []struct {
+		Type     string `json:"type"`
+		Text     string `json:"text"`
+		ImageURL string `json:"image_url"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return nil, badRequest("%s: content must be a string or a list of parts", where)
+	}
+	var out []Part
+	for i, p := range parts {
+		switch p.Type {
+		case "input_text", "output_text", "text":
+			out = append(out, Part{Kind: PartText, Text: p.Text})
+		case "input_image":
+			out = append(out, imagePart(p.ImageURL))
+		default:
+			return nil, badRequest("%s[%d]: content part %q not supported", where, i, p.Type)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,461 @@
+package llmapi_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/google/go-cmp/cmp"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/iop-dev/iop/internal/llmapi"
+	"github.com/iop-dev/iop/internal/sse"
+)
+
+// Provider fixtures under testdata/ are written by hand from the providers'
+// published API references, never captured from this code's output.
+
+func fixture(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// render drives a decoder through a renderer and returns the stream bytes
+// and the buffered answer.
+func render(t *testing.T, dec llmapi.Decoder, r llmapi.Renderer) ([]byte, int, []byte) {
+	t.Helper()
+	var stream []byte
+	for {
+		ev, err := dec.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream = append(stream, r.Event(ev)...)
+	}
+	status, body := r.Body()
+	return stream, status, body
+}
+
+func events(t *testing.T, stream []byte) []sse.Event {
+	t.Helper()
+	rd := sse.NewReader(bytes.NewReader(stream), 0)
+	var out []sse.Event
+	for {
+		ev, err := rd.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ev)
+	}
+}
+
+// accumulateAnthropic feeds a rendered stream to the Anthropic SDK's own
+// accumulator, checking the event grammar on the way: one message_start
+// first, blocks started in index order without overlap, message_delta
+// then message_stop last.
+func accumulateAnthropic(t *testing.T, stream []byte) anthropic.Message {
+	t.Helper()
+	var msg anthropic.Message
+	evs := events(t, stream)
+	open := -1
+	next := 0
+	for i, ev := range evs {
+		var u anthropic.MessageStreamEventUnion
+		if err := json.Unmarshal(ev.Data, &u); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if u.Type != ev.Type {
+			t.Fatalf("event %d: SSE type %q, JSON type %q", i, ev.Type, u.Type)
+		}
+		switch u.Type {
+		case "message_start":
+			if i != 0 {
+				t.Fatalf("message_start at position %d", i)
+			}
+		case "content_block_start":
+			if open != -1 || int(u.Index) != next {
+				t.Fatalf("block %d started while %d open (next %d)", u.Index, open, next)
+			}
+			open = int(u.Index)
+			next++
+		case "content_block_delta":
+			if int(u.Index) != open {
+				t.Fatalf("delta for block %d while %d open", u.Index, open)
+			}
+		case "content_block_stop":
+			if int(u.Index) != open {
+				t.Fatalf("stop for block %d while %d open", u.Index, open)
+			}
+			open = -1
+		case "message_delta":
+			if i != len(evs)-2 {
+				t.Fatalf("message_delta at %d of %d", i, len(evs))
+			}
+		case "message_stop":
+			if i != len(evs)-1 {
+				t.Fatalf("message_stop before the end")
+			}
+		}
+		if err := msg.Accumulate(u); err != nil {
+			t.Fatalf("SDK accumulate event %d (%s): %v", i, u.Type, err)
+		}
+	}
+	if len(evs) == 0 || evs[len(evs)-1].Type != "message_stop" {
+		t.Fatalf("stream does not end with message_stop")
+	}
+	return msg
+}
+
+// accumulateChat feeds a rendered stream to openai-go's accumulator.
+func accumulateChat(t *testing.T, stream []byte) (openai.ChatCompletionAccumulator, *openai.CompletionUsage) {
+	t.Helper()
+	acc := openai.ChatCompletionAccumulator{}
+	evs := events(t, stream)
+	var usage *openai.CompletionUsage
+	for i, ev := range evs {
+		if string(ev.Data) == "[DONE]" {
+			if i != len(evs)-1 {
+				t.Fatalf("[DONE] before the end")
+			}
+			continue
+		}
+		var c openai.ChatCompletionChunk
+		if err := json.Unmarshal(ev.Data, &c); err != nil {
+			t.Fatalf("chunk %d: %v", i, err)
+		}
+		if i == 0 && c.Choices[0].Delta.Role != "assistant" {
+			t.Fatalf("first delta without the role")
+		}
+		if len(c.Choices) == 0 {
+			u := c.Usage
+			usage = &u
+		}
+		if !acc.AddChunk(c) {
+			t.Fatalf("SDK accumulator refused chunk %d: %s", i, ev.Data)
+		}
+	}
+	if len(evs) == 0 || string(evs[len(evs)-1].Data) != "[DONE]" {
+		t.Fatalf("stream does not end with [DONE]")
+	}
+	return acc, usage
+}
+
+// checkResponses checks the Responses event grammar and returns the final
+// response.
+func checkResponses(t *testing.T, stream []byte) responses.Response {
+	t.Helper()
+	evs := events(t, stream)
+	added := map[string]bool{}
+	var final responses.Response
+	for i, ev := range evs {
+		var u responses.ResponseStreamEventUnion
+		if err := json.Unmarshal(ev.Data, &u); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if int(u.SequenceNumber) != i {
+			t.Fatalf("event %d has sequence_number %d", i, u.SequenceNumber)
+		}
+		switch u.Type {
+		case "response.output_item.added":
+			added[u.Item.ID] = true
+		case "response.output_text.delta", "response.function_call_arguments.delta", "response.reasoning_summary_text.delta":
+			if !added[u.ItemID] {
+				t.Fatalf("%s for item %q before its output_item.added", u.Type, u.ItemID)
+			}
+		case "response.completed", "response.incomplete":
+			if i != len(evs)-1 {
+				t.Fatal("terminal event before the end")
+			}
+			final = u.Response
+		}
+	}
+	if final.ID == "" {
+		t.Fatal("no terminal event with the full response")
+	}
+	return final
+}
+
+func TestChatStreamToAnthropic(t *testing.T) {
+	// Regressions other gateways shipped: tool arguments lost in a streamed
+	// Anthropic answer from an OpenAI-format upstream; end_turn instead of
+	// tool_use when a turn has text and a tool call (the upstream even
+	// said "stop"); only the first of parallel tool calls translated; zero
+	// usage in streams.
+	stream, _, _ := render(t, llmapi.DecodeChatStream(bytes.NewReader(fixture(t, "chat_stream_parallel_tools.sse"))), &llmapi.AnthropicRenderer{ID: "msg_x", Model: "pub"})
+	msg := accumulateAnthropic(t, stream)
+	if msg.StopReason != "tool_use" {
+		t.Errorf("stop_reason %q, want tool_use", msg.StopReason)
+	}
+	if len(msg.Content) != 3 || msg.Content[0].Text != "Let me check both cities." {
+		t.Fatalf("content %+v", msg.Content)
+	}
+	for i, want := range []string{`{"city":"Paris"}`, `{"city":"Seoul"}`} {
+		b := msg.Content[i+1]
+		if b.Type != "tool_use" || b.Name != "get_weather" || string(b.Input) != want {
+			t.Errorf("tool call %d: %s %s %s, want %s", i, b.Type, b.Name, b.Input, want)
+		}
+	}
+	if msg.Content[1].ID != "call_paris" || msg.Content[2].ID != "call_seoul" {
+		t.Errorf("tool ids %q %q", msg.Content[1].ID, msg.Content[2].ID)
+	}
+	if msg.Usage.InputTokens != 23 || msg.Usage.CacheReadInputTokens != 8 || msg.Usage.OutputTokens != 40 {
+		t.Errorf("usage %+v", msg.Usage)
+	}
+}
+
+func TestAnthropicStreamToChatAndResponses(t *testing.T) {
+	fx := fixture(t, "anthropic_stream_thinking_tools.sse")
+	stream, _, body := render(t, llmapi.DecodeAnthropicStream(bytes.NewReader(fx)), &llmapi.ChatRenderer{ID: "c1", Model: "pub", IncludeUsage: true})
+	acc, usage := accumulateChat(t, stream)
+	m := acc.Choices[0].Message
+	if m.Content != "Checking." || acc.Choices[0].FinishReason != "tool_calls" {
+		t.Fatalf("content %q finish %q", m.Content, acc.Choices[0].FinishReason)
+	}
+	if len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Arguments != `{"city": "San Francisco", "unit": "c"}` || m.ToolCalls[0].ID != "toolu_01A" {
+		t.Fatalf("tool calls %+v", m.ToolCalls)
+	}
+	if usage == nil || usage.PromptTokens != 30 || usage.PromptTokensDetails.CachedTokens != 5 || usage.CompletionTokens != 89 {
+		t.Fatalf("usage chunk %+v", usage)
+	}
+	if !strings.Contains(string(stream), `"reasoning_content":"The user wants "`) {
+		t.Error("thinking did not become reasoning_content")
+	}
+	// The buffered answer says the same.
+	var c openai.ChatCompletion
+	if err := json.Unmarshal(body, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Choices[0].Message.Content != "Checking." || c.Choices[0].Message.ToolCalls[0].Function.Arguments != m.ToolCalls[0].Function.Arguments || c.Usage.TotalTokens != 119 {
+		t.Fatalf("buffered %+v", c)
+	}
+
+	stream, _, _ = render(t, llmapi.DecodeAnthropicStream(bytes.NewReader(fx)), &llmapi.ResponsesRenderer{ID: "r1", Model: "pub"})
+	final := checkResponses(t, stream)
+	if final.OutputText() != "Checking." || len(final.Output) != 3 || final.Output[2].Arguments.OfString != `{"city": "San Francisco", "unit": "c"}` {
+		t.Fatalf("final response %+v", final.Output)
+	}
+	if final.Usage.InputTokens != 30 || final.Usage.OutputTokens != 89 {
+		t.Fatalf("usage %+v", final.Usage)
+	}
+}
+
+func TestResponsesArgumentsOnlyInDone(t *testing.T) {
+	fx := fixture(t, "responses_stream_args_in_done.sse")
+	stream, _, _ := render(t, llmapi.DecodeResponsesStream(bytes.NewReader(fx)), &llmapi.ChatRenderer{ID: "c", Model: "pub"})
+	acc, _ := accumulateChat(t, stream)
+	if tc := acc.Choices[0].Message.ToolCalls; len(tc) != 1 || tc[0].Function.Arguments != `{"q":"iop","limit":3}` || tc[0].ID != "call_only_done" {
+		t.Fatalf("tool calls %+v", tc)
+	}
+	stream, _, _ = render(t, llmapi.DecodeResponsesStream(bytes.NewReader(fx)), &llmapi.AnthropicRenderer{ID: "m", Model: "pub"})
+	msg := accumulateAnthropic(t, stream)
+	if msg.StopReason != "tool_use" || string(msg.Content[0].Input) != `{"q":"iop","limit":3}` {
+		t.Fatalf("anthropic %+v", msg)
+	}
+}
+
+func TestOverlappingProviderIndices(t *testing.T) {
+	stream, _, _ := render(t, llmapi.DecodeAnthropicStream(bytes.NewReader(fixture(t, "anthropic_stream_bad_indices.sse"))), &llmapi.AnthropicRenderer{ID: "m", Model: "pub"})
+	msg := accumulateAnthropic(t, stream) // checks indices 0, 1, non-overlapping
+	if len(msg.Content) != 2 || msg.Content[0].Text+msg.Content[1].Text != "first second" {
+		t.Fatalf("content %+v", msg.Content)
+	}
+}
+
+func TestOneMessageStart(t *testing.T) {
+	r := &llmapi.AnthropicRenderer{ID: "m", Model: "pub"}
+	var out []byte
+	for _, e := range []llmapi.Event{{Kind: llmapi.EvStart}, {Kind: llmapi.EvStart}, {Kind: llmapi.EvStop, Reason: llmapi.StopEnd}} {
+		out = append(out, r.Event(e)...)
+	}
+	if n := strings.Count(string(out), "event: message_start"); n != 1 {
+		t.Fatalf("%d message_start events", n)
+	}
+	// A provider stream that starts twice is malformed: it ends in an error
+	// event of the client's format.
+	dup := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"a\",\"model\":\"m\",\"usage\":{}}}\n\n" +
+		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"b\",\"model\":\"m\",\"usage\":{}}}\n\n"
+	stream, status, _ := render(t, llmapi.DecodeAnthropicStream(strings.NewReader(dup)), &llmapi.AnthropicRenderer{ID: "m", Model: "pub"})
+	if !strings.Contains(string(stream), "event: error") || strings.Count(string(stream), "event: message_start") != 1 || status < 500 {
+		t.Fatalf("stream:\n%s", stream)
+	}
+}
+
+func TestErrorMidStreamInClientFormat(t *testing.T) {
+	in := `data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"par"}}]}` + "\n\n" +
+		`data: {"error":{"message":"boom","type":"server_error"}}` + "\n\n"
+	for name, r := range map[string]llmapi.Renderer{
+		"anthropic": &llmapi.AnthropicRenderer{ID: "m"},
+		"chat":      &llmapi.ChatRenderer{ID: "c"},
+		"responses": &llmapi.ResponsesRenderer{ID: "r"},
+	} {
+		stream, _, _ := render(t, llmapi.DecodeChatStream(strings.NewReader(in)), r)
+		evs := events(t, stream)
+		last := evs[len(evs)-1]
+		switch name {
+		case "anthropic", "responses":
+			if last.Type != "error" {
+				t.Errorf("%s: last event %q", name, last.Type)
+			}
+		case "chat":
+			if !strings.Contains(string(last.Data), `"error"`) || strings.Contains(string(stream), "[DONE]") {
+				t.Errorf("chat: last %s", last.Data)
+			}
+		}
+		if strings.Contains(string(stream), "boom") {
+			t.Errorf("%s: the upstream's error text leaked", name)
+		}
+	}
+}
+
+func TestBufferedAnswers(t *testing.T) {
+	_, status, body := render(t, llmapi.DecodeChat(fixture(t, "chat_buffered_tool.json")), &llmapi.AnthropicRenderer{ID: "m", Model: "pub"})
+	var msg anthropic.Message
+	if err := json.Unmarshal(body, &msg); err != nil || status != 200 {
+		t.Fatal(status, err)
+	}
+	if msg.StopReason != "tool_use" || msg.Content[0].Text != "Sure." || string(msg.Content[1].Input) != `{"a":1,"b":2}` || msg.Usage.OutputTokens != 7 {
+		t.Fatalf("%+v", msg)
+	}
+	_, _, body = render(t, llmapi.DecodeAnthropic(fixture(t, "anthropic_buffered.json")), &llmapi.ChatRenderer{ID: "c", Model: "pub"})
+	var c openai.ChatCompletion
+	json.Unmarshal(body, &c)
+	if c.Choices[0].Message.Content != "Hi there" || c.Choices[0].FinishReason != "tool_calls" || c.Choices[0].Message.ToolCalls[0].Function.Arguments != `{"a":1}` {
+		t.Fatalf("%+v", c.Choices[0])
+	}
+	if !strings.Contains(string(body), `"reasoning_content":"hmm"`) {
+		t.Error("thinking lost in the buffered chat answer")
+	}
+}
+
+func TestRequestTranslation(t *testing.T) {
+	chat := `{"model":"pub","stream":true,"parallel_tool_calls":false,"messages":[
+		{"role":"system","content":"Be terse."},
+		{"role":"user","content":[{"type":"text","text":"Weather?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]},
+		{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"w","arguments":"{\"c\":\"Paris\"}"}},{"id":"call_2","type":"function","function":{"name":"w","arguments":"{\"c\":\"Rome\"}"}}]},
+		{"role":"tool","tool_call_id":"call_1","content":"sunny"},
+		{"role":"tool","tool_call_id":"call_2","content":"rain"}],
+		"tools":[{"type":"function","function":{"name":"w","description":"weather","parameters":{"type":"object","properties":{"c":{"type":"string"}}}}}],
+		"tool_choice":"required","max_tokens":50}`
+	ir, err := llmapi.DecodeChatRequest([]byte(chat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := llmapi.EncodeAnthropic(ir, "claude-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	json.Unmarshal(b, &got)
+	want := map[string]any{
+		"model": "claude-up", "system": "Be terse.", "stream": true, "max_tokens": float64(50),
+		"tool_choice": map[string]any{"type": "any", "disable_parallel_tool_use": true},
+		"tools":       []any{map[string]any{"name": "w", "description": "weather", "input_schema": map[string]any{"type": "object", "properties": map[string]any{"c": map[string]any{"type": "string"}}}}},
+		"messages": []any{
+			map[string]any{"role": "user", "content": []any{
+				map[string]any{"type": "text", "text": "Weather?"},
+				map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+			}},
+			map[string]any{"role": "assistant", "content": []any{
+				map[string]any{"type": "tool_use", "id": "call_1", "name": "w", "input": map[string]any{"c": "Paris"}},
+				map[string]any{"type": "tool_use", "id": "call_2", "name": "w", "input": map[string]any{"c": "Rome"}},
+			}},
+			map[string]any{"role": "user", "content": []any{
+				map[string]any{"type": "tool_result", "tool_use_id": "call_1", "content": []any{map[string]any{"type": "text", "text": "sunny"}}},
+				map[string]any{"type": "tool_result", "tool_use_id": "call_2", "content": []any{map[string]any{"type": "text", "text": "rain"}}},
+			}},
+		},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("chat -> anthropic (-want +got):\n%s", d)
+	}
+
+	// Anthropic -> Chat: thinking in the history is never forwarded to an
+	// upstream that has no place for it; the budget becomes an effort.
+	msgs := `{"model":"pub","max_tokens":100,"thinking":{"type":"enabled","budget_tokens":5000},"system":[{"type":"text","text":"S"}],"messages":[
+		{"role":"user","content":"q"},
+		{"role":"assistant","content":[{"type":"thinking","thinking":"secret plan","signature":"sig"},{"type":"text","text":"a"},{"type":"tool_use","id":"toolu_1","name":"f","input":{"x":1}}]},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"42","is_error":true}]}]}`
+	ir, err = llmapi.DecodeAnthropicRequest([]byte(msgs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = llmapi.EncodeChat(ir, "gpt-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "secret plan") || strings.Contains(string(b), "sig") || strings.Contains(string(b), "thinking") {
+		t.Fatalf("thinking forwarded to a Chat Completions upstream: %s", b)
+	}
+	got = nil
+	json.Unmarshal(b, &got)
+	if got["reasoning_effort"] != "medium" || got["messages"].([]any)[0].(map[string]any)["content"] != "S" {
+		t.Fatalf("chat request %s", b)
+	}
+	tool := got["messages"].([]any)[3].(map[string]any)
+	if tool["role"] != "tool" || tool["tool_call_id"] != "toolu_1" || tool["content"] != "Error: 42" {
+		t.Fatalf("tool result %v", tool)
+	}
+	// Unsigned thinking (from a Chat upstream's reasoning) is dropped on the
+	// way to Anthropic, which rejects it.
+	ir.Messages[1].Parts[0].Signature = ""
+	b, _ = llmapi.EncodeAnthropic(ir, "claude-up")
+	if strings.Contains(string(b), "secret plan") {
+		t.Fatalf("unsigned thinking sent to Anthropic: %s", b)
+	}
+
+	// previous_response_id cannot be translated.
+	if _, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","input":"x","previous_response_id":"resp_1"}`)); err == nil {
+		t.Fatal("previous_response_id translated")
+	}
+	// A Responses conversation with function calls.
+	ir, err = llmapi.DecodeResponsesRequest([]byte(`{"model":"m","instructions":"I","input":[{"role":"user","content":"hi"},{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"ok"}],"tools":[{"type":"function","name":"f","parameters":{"type":"object"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = llmapi.EncodeAnthropic(ir, "c")
+	if !strings.Contains(string(b), `"tool_use_id":"c1"`) || !strings.Contains(string(b), `"system":"I"`) {
+		t.Fatalf("responses -> anthropic %s", b)
+	}
+}
+
+// A model can emit tool arguments that are not JSON. Anthropic clients
+// need an object, so the answer ends with an error in the client's format
+// rather than a tool_use the client cannot parse (or a panic).
+func TestMalformedToolArguments(t *testing.T) {
+	stream := `data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get","arguments":"{\"a\":"}}]}}]}` + "\n\n" +
+		`data: {"id":"c","model":"m","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\n" + "data: [DONE]\n\n"
+	buffered := `{"id":"c","model":"m","choices":[{"index":0,"message":{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get","arguments":"[1,2]"}}]},"finish_reason":"tool_calls"}]}`
+	for name, dec := range map[string]llmapi.Decoder{
+		"stream":   llmapi.DecodeChatStream(strings.NewReader(stream)),
+		"buffered": llmapi.DecodeChat([]byte(buffered)),
+	} {
+		out, status, body := render(t, dec, &llmapi.AnthropicRenderer{ID: "msg_1"})
+		evs := events(t, out)
+		if last := evs[len(evs)-1]; last.Type != "error" {
+			t.Errorf("%s: last event %q, want error", name, last.Type)
+		}
+		if status != 502 || !strings.Contains(string(body), "not a JSON object") {
+			t.Errorf("%s: buffered %d %s", name, status, body)
+		}
+		for _, ev := range evs {
+			if ev.Type == "content_block_stop" {
+				t.Errorf("%s: the malformed tool block was closed as if valid", name)
+			}
+		}
+	}
+}
