@@ -41,7 +41,7 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string)
 	}
 	for _, t := range rt.Targets {
 		pi := snap.providers[t.ProviderID]
-		if pi.adapter != "anthropic" {
+		if !pi.apis.has(apiMessages) {
 			continue
 		}
 		gen, ok := s.reg.Available(pi.nodeID, t.ProviderID)

@@ -60,35 +60,70 @@ type wireFormat uint8
 const (
 	formatChat wireFormat = iota + 1
 	formatMessages
+	formatResponses
 )
 
-// capability says how a provider adapter serves a client API.
-func capability(adapter string, a api) (dispatchPath, wireFormat) {
-	switch adapter {
-	case "openai":
-		if a == apiMessages {
-			return pathTranslate, formatChat
-		}
-		return pathTunnel, 0
-	case "ollama":
-		switch a {
-		case apiChat, apiEmbeddings:
-			return pathTunnel, 0
-		}
-		return pathTranslate, formatChat
-	case "anthropic":
-		switch a {
-		case apiMessages:
-			return pathTunnel, 0
-		case apiEmbeddings:
-			return pathNone, 0
-		}
-		return pathTranslate, formatMessages
-	case "cli":
+// apiNames are the API names of ProviderSpec.APIs.
+var apiNames = map[string]api{"chat": apiChat, "responses": apiResponses, "messages": apiMessages, "embeddings": apiEmbeddings}
+
+// adapterAPIs are, per adapter, the APIs its upstream can serve natively
+// (its tunnel allows them) and, in order, the default when a provider
+// names none. A cli provider serves normalized runs only.
+var adapterAPIs = map[string][]api{
+	"openai":    {apiChat, apiResponses, apiEmbeddings},
+	"ollama":    {apiChat, apiEmbeddings},
+	"anthropic": {apiMessages},
+	"cli":       nil,
+}
+
+// apiSet is a set of APIs a provider's upstream serves natively.
+type apiSet uint8
+
+func (s apiSet) has(a api) bool { return s&(1<<a) != 0 }
+
+func setOf(as ...api) apiSet {
+	var s apiSet
+	for _, a := range as {
+		s |= 1 << a
+	}
+	return s
+}
+
+// providerAPIs resolves a provider's configured API names (validated by
+// Config.Validate) to a set, the adapter's default when none are named.
+func providerAPIs(adapter string, names []string) apiSet {
+	if len(names) == 0 {
+		return setOf(adapterAPIs[adapter]...)
+	}
+	var s apiSet
+	for _, n := range names {
+		s |= setOf(apiNames[n])
+	}
+	return s
+}
+
+// capability says how a provider serves a client API: relayed as is when
+// its upstream speaks the API, translated into a format it does speak
+// (Anthropic Messages, else Chat Completions, else Responses), a
+// normalized run for a cli provider, or not at all (embeddings are never
+// translated).
+func capability(pi providerInfo, a api) (dispatchPath, wireFormat) {
+	switch {
+	case pi.adapter == "cli":
 		if a == apiEmbeddings {
 			return pathNone, 0
 		}
 		return pathRun, 0
+	case pi.apis.has(a):
+		return pathTunnel, 0
+	case a == apiEmbeddings:
+		return pathNone, 0
+	case pi.apis.has(apiMessages):
+		return pathTranslate, formatMessages
+	case pi.apis.has(apiChat):
+		return pathTranslate, formatChat
+	case pi.apis.has(apiResponses):
+		return pathTranslate, formatResponses
 	}
 	return pathNone, 0
 }
@@ -466,7 +501,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			if !ok {
 				continue
 			}
-			p, _ := capability(pi.adapter, req.api)
+			p, _ := capability(pi, req.api)
 			if p == pathNone || (p != pathTunnel && req.irErr != nil) {
 				continue
 			}
@@ -498,7 +533,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 	pi := req.snap.providers[t.ProviderID]
 	x := &exchange{lease: lease, target: t}
 	deadline, _ := ctx.Deadline()
-	path, format := capability(pi.adapter, req.api)
+	path, format := capability(pi, req.api)
 	switch path {
 	case pathTunnel, pathTranslate:
 		var body []byte
@@ -515,6 +550,10 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			body, err = llmapi.EncodeChat(req.ir, t.Model)
 			upPath = apiChat.path()
 			x.format = formatChat
+		case format == formatResponses:
+			body, err = llmapi.EncodeResponses(req.ir, t.Model)
+			upPath = apiResponses.path()
+			x.format = formatResponses
 		default:
 			body, err = llmapi.EncodeAnthropic(req.ir, t.Model)
 			upPath = apiMessages.path()
@@ -559,7 +598,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 func (snap *snapshot) needsIR(rt *Route, a api) bool {
 	for _, t := range rt.Targets {
 		if pi, ok := snap.providers[t.ProviderID]; ok {
-			if p, _ := capability(pi.adapter, a); p == pathTranslate || p == pathRun {
+			if p, _ := capability(pi, a); p == pathTranslate || p == pathRun {
 				return true
 			}
 		}
@@ -571,7 +610,7 @@ func (snap *snapshot) needsIR(rt *Route, a api) bool {
 func (snap *snapshot) hasTunnel(rt *Route, a api) bool {
 	for _, t := range rt.Targets {
 		if pi, ok := snap.providers[t.ProviderID]; ok {
-			if p, _ := capability(pi.adapter, a); p == pathTunnel {
+			if p, _ := capability(pi, a); p == pathTunnel {
 				return true
 			}
 		}

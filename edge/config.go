@@ -139,6 +139,23 @@ func (c *Config) validate() error {
 				return fmt.Errorf("Nodes: provider id %q is on both %q and %q; provider ids are unique per Edge", p.ID, other, n.ID)
 			}
 			providers[p.ID] = n.ID
+			allowed := setOf(adapterAPIs[p.Adapter]...)
+			seen := map[string]bool{}
+			for _, name := range p.APIs {
+				a, ok := apiNames[name]
+				switch {
+				case !ok:
+					return fmt.Errorf("Nodes: provider %q: APIs: unknown API %q (chat, responses, messages, embeddings)", p.ID, name)
+				case !allowed.has(a):
+					return fmt.Errorf("Nodes: provider %q: APIs: the %s adapter cannot serve %q", p.ID, p.Adapter, name)
+				case seen[name]:
+					return fmt.Errorf("Nodes: provider %q: APIs: %q twice", p.ID, name)
+				}
+				seen[name] = true
+			}
+			if len(p.APIs) > 0 && !seen["chat"] && !seen["responses"] && !seen["messages"] {
+				return fmt.Errorf("Nodes: provider %q: APIs: names no generation API (chat, responses or messages)", p.ID)
+			}
 		}
 	}
 	names := map[string]bool{}

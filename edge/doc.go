@@ -1,7 +1,7 @@
 // Package edge holds edge.Server, the gateway and composition root of an
-// Edge: the OpenAI-compatible HTTP API (Chat Completions, Responses,
-// Embeddings, Models; also mountable as an http.Handler in your own
-// server), API keys and principals, model routes, admission and leases,
+// Edge: the client HTTP APIs (OpenAI Chat Completions, Responses,
+// Embeddings and Models; Anthropic Messages and count_tokens; also
+// mountable as an http.Handler in your own server), API keys and principals, model routes, admission and leases,
 // the listener for Node sessions, and the one dispatch path every API goes
 // through.
 //
@@ -12,10 +12,19 @@
 // configured capacity, or its queue timeout passes (503 with Retry-After).
 // The slot is a lease bound to the provider and to the Node connection
 // generation; it is released exactly once on every terminal path. The
-// request then runs on that exact generation, either as a raw tunnel (the
-// provider speaks the client's format: only "model" is rewritten, by a
-// byte splice) or as a normalized run rendered by the client format's
-// projector. A client that disconnects cancels the upstream call; a silent
+// request then runs on that exact generation in one of three ways:
+//
+//   - a raw tunnel, when the provider's upstream speaks the client's
+//     format (nodes.ProviderSpec.APIs, or the adapter's default): only
+//     "model" is rewritten, by a byte splice;
+//   - a translated tunnel, when it speaks another format: the request is
+//     translated into the provider's format (Anthropic Messages, else
+//     Chat Completions, else Responses) and the answer, streamed or not,
+//     back into the client's;
+//   - a normalized run (cli providers), rendered in the client's format.
+//
+// Errors reach the client in its own format: OpenAI's error object, or
+// Anthropic's with 529 overloaded_error when no provider has room. A client that disconnects cancels the upstream call; a silent
 // stream gets a keep-alive comment every 15 s; silence is never a terminal.
 //
 // Sub-packages make the parts visible: edge/nodes is the node registry and

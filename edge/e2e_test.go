@@ -63,12 +63,18 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	t.Cleanup(up.Close)
 	oa, _ := oaadapter.New(oaadapter.Config{ID: "local", BaseURL: upURL, Models: []string{"up-model"}})
 	an, _ := anthropic.New(anthropic.Config{ID: "claude", BaseURL: upURL, Models: []string{"up-model"}})
+	// Two more views of the same upstream: one that speaks only Responses
+	// and one that speaks only Chat Completions (ProviderSpec.APIs).
+	ro, _ := oaadapter.New(oaadapter.Config{ID: "resp-only", BaseURL: upURL, Models: []string{"up-model"}})
+	co, _ := oaadapter.New(oaadapter.Config{ID: "chat-only", BaseURL: upURL, Models: []string{"up-model"}})
 
 	cfg := edge.Config{
 		Epoch: 1,
 		Nodes: []nodes.Record{{ID: "box", TokenHash: nodes.HashToken(nodeToken), Providers: []nodes.ProviderSpec{
 			{ID: "local", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"up-model"}, Capacity: o.capacity},
 			{ID: "claude", Adapter: "anthropic", Category: execution.CategoryAPI, Models: []string{"up-model"}, Capacity: o.capacity},
+			{ID: "resp-only", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"up-model"}, Capacity: o.capacity, APIs: []string{"responses"}},
+			{ID: "chat-only", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"up-model"}, Capacity: o.capacity, APIs: []string{"chat", "embeddings"}},
 		}}},
 		APIKeys: []edge.APIKey{
 			{Name: "alice", Hash: edge.HashKey(apiKey), Models: []string{"*"}},
@@ -77,6 +83,8 @@ func newRig(t *testing.T, o rigOpts) *rig {
 		Routes: []edge.Route{
 			{Model: "gpt-local", Targets: []edge.Target{{ProviderID: "local", Model: "up-model"}}},
 			{Model: "via-anthropic", Targets: []edge.Target{{ProviderID: "claude", Model: "up-model"}}},
+			{Model: "via-responses", Targets: []edge.Target{{ProviderID: "resp-only", Model: "up-model"}}},
+			{Model: "via-chat", Targets: []edge.Target{{ProviderID: "chat-only", Model: "up-model"}}},
 		},
 		QueueTimeout: o.queueTimeout,
 		KeepAlive:    o.keepAlive,
@@ -95,7 +103,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	wg.Go(func() { srv.Serve(apiLn) })
 	wg.Go(func() { srv.ServeNodes(nodeLn) })
 	rt, _ := node.New(node.Config{EdgeAddr: nodeLn.Addr().String(), NodeID: "box", Token: nodeToken,
-		Providers: []node.Hosted{{Provider: oa}, {Provider: an}}, Backoff: node.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
+		Providers: []node.Hosted{{Provider: oa}, {Provider: an}, {Provider: ro}, {Provider: co}}, Backoff: node.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
 	ctx, cancel := context.WithCancel(context.Background())
 	wg.Go(func() { rt.Run(ctx) })
 	t.Cleanup(func() {
@@ -280,7 +288,7 @@ func TestEmbeddingsAndModels(t *testing.T) {
 	for _, m := range page.Data {
 		ids = append(ids, m.ID)
 	}
-	if strings.Join(ids, ",") != "gpt-local,via-anthropic" {
+	if strings.Join(ids, ",") != "gpt-local,via-anthropic,via-chat,via-responses" {
 		t.Fatalf("models %v", ids)
 	}
 	bob := openai.NewClient(option.WithBaseURL(r.url+"/v1/"), option.WithAPIKey(apiKey+"-bob"), option.WithMaxRetries(0))

@@ -334,6 +334,8 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 	switch {
 	case req.stream && x.format == formatChat:
 		dec = llmapi.DecodeChatStream(tn)
+	case req.stream && x.format == formatResponses:
+		dec = llmapi.DecodeResponsesStream(tn)
 	case req.stream:
 		dec = llmapi.DecodeAnthropicStream(tn)
 	default:
@@ -342,9 +344,12 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 			fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider's answer broke off.", nil)
 			return
 		}
-		if x.format == formatChat {
+		switch x.format {
+		case formatChat:
 			dec = llmapi.DecodeChat(b)
-		} else {
+		case formatResponses:
+			dec = llmapi.DecodeResponses(b)
+		default:
 			dec = llmapi.DecodeAnthropic(b)
 		}
 	}

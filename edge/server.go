@@ -68,6 +68,7 @@ type snapshot struct {
 type providerInfo struct {
 	nodeID       string
 	adapter      string
+	apis         apiSet // the APIs its upstream serves natively
 	category     execution.Category
 	capacity     int
 	longCapacity int
@@ -96,7 +97,7 @@ func newSnapshot(c *Config) *snapshot {
 	}
 	for _, n := range c.Nodes {
 		for _, p := range n.Providers {
-			s.providers[p.ID] = providerInfo{nodeID: n.ID, adapter: p.Adapter, category: p.Category, capacity: p.Capacity, longCapacity: p.LongContextCapacity}
+			s.providers[p.ID] = providerInfo{nodeID: n.ID, adapter: p.Adapter, apis: providerAPIs(p.Adapter, p.APIs), category: p.Category, capacity: p.Capacity, longCapacity: p.LongContextCapacity}
 		}
 	}
 	return s

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -29,15 +30,16 @@ var weatherTool = map[string]any{"type": "object", "properties": map[string]any{
 
 // TestEveryClientFormatAgainstEveryUpstreamFormat sends each client format
 // (Chat Completions, Responses, Anthropic Messages; buffered and streamed)
-// through the Edge to an upstream speaking Chat Completions / Responses
-// (openai adapter) and one speaking Anthropic Messages, and checks the
-// answer with the official client SDKs.
+// through the Edge to upstreams speaking Chat Completions and Responses
+// (gpt-local: relayed untranslated where the format matches), only
+// Anthropic Messages, only Responses and only Chat Completions, and checks
+// every answer with the official client SDKs.
 func TestEveryClientFormatAgainstEveryUpstreamFormat(t *testing.T) {
 	r := newRig(t, rigOpts{reply: toolScript})
 	ac := anthropic.NewClient(aoption.WithBaseURL(r.url), aoption.WithAPIKey(apiKey), aoption.WithMaxRetries(0))
 	wantCalls := [][2]string{{"call_a", `{"city":"Paris"}`}, {"call_b", `{"city":"Seoul"}`}}
 
-	for _, model := range []string{"gpt-local", "via-anthropic"} {
+	for _, model := range []string{"gpt-local", "via-anthropic", "via-responses", "via-chat"} {
 		t.Run("messages/"+model, func(t *testing.T) {
 			params := anthropic.MessageNewParams{
 				Model: anthropic.Model(model), MaxTokens: 256,
@@ -161,11 +163,11 @@ func TestEveryClientFormatAgainstEveryUpstreamFormat(t *testing.T) {
 	for _, q := range r.calls() {
 		seen[q.API]++
 	}
-	if seen["chat"] != 4 || seen["responses"] != 2 || seen["messages"] != 6 {
-		// chat: Chat and Messages clients on the openai route; responses:
-		// Responses clients there; messages: every client on the Anthropic
-		// route.
-		t.Errorf("upstream calls by API: %v, want chat 4, responses 2, messages 6", seen)
+	// gpt-local: Chat and Messages clients as chat (4), Responses clients
+	// as responses (2); via-anthropic: all six as messages; via-responses:
+	// all six as responses; via-chat: all six as chat.
+	if seen["chat"] != 10 || seen["responses"] != 8 || seen["messages"] != 6 {
+		t.Errorf("upstream calls by API: %v, want chat 10, responses 8, messages 6", seen)
 	}
 	r.settled()
 }
@@ -205,6 +207,7 @@ func TestAnthropicErrorsAndCountTokens(t *testing.T) {
 		if _, ok := r.srv.Registry().Current("box"); ok {
 			break
 		}
+		time.Sleep(2 * time.Millisecond)
 	}
 	// Passed through to an Anthropic provider.
 	status, body, h := do("/v1/messages/count_tokens", apiKey, `{"model":"via-anthropic","messages":[{"role":"user","content":"hello"}]}`)

@@ -38,6 +38,11 @@ type ProviderSpec struct {
 	Models              []string
 	Capacity            int
 	LongContextCapacity int
+	// APIs names the client APIs the provider's upstream serves natively
+	// ("chat", "responses", "messages", "embeddings"); the Edge relays
+	// those as they are and translates the others. Empty means the
+	// adapter's default (edge.Config.Validate checks the names).
+	APIs []string
 }
 
 // HashToken returns the value to store in Record.TokenHash for a token.

@@ -73,6 +73,9 @@ func TestEdgeStrictness(t *testing.T) {
 		{"route to unknown provider", "provider: p1, model: m}", "Routes[0] (pub).Targets[0]: unknown provider"},
 		{"zero capacity", "capacity: 1}", "Capacity must be at least 1"},
 		{"short secret", "key: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}", "at least 128 random bits"},
+		{"unknown api", "capacity: 1}", `unknown API "completions"`},
+		{"api the adapter cannot serve", "capacity: 1}", `the openai adapter cannot serve "messages"`},
+		{"no generation api", "capacity: 1}", "names no generation API"},
 	}
 	replacements := []string{
 		"state_dir: state\nstatedir: oops",
@@ -81,6 +84,9 @@ func TestEdgeStrictness(t *testing.T) {
 		"provider: p2, model: m}",
 		"capacity: 0}",
 		"key: {env: IOP_TEST_SHORT_KEY}",
+		"capacity: 1, apis: [completions]}",
+		"capacity: 1, apis: [chat, messages]}",
+		"capacity: 1, apis: [embeddings]}",
 	}
 	t.Setenv("IOP_TEST_SHORT_KEY", "short")
 	for i, tc := range cases {
@@ -98,6 +104,18 @@ func TestEdgeStrictness(t *testing.T) {
 				t.Fatalf("error %q does not mention %q", err, tc.want)
 			}
 		})
+	}
+	ok := strings.Replace(minimalEdge, "capacity: 1}", "capacity: 1, apis: [responses]}", 1)
+	ef, err := ParseEdge([]byte(ok), t.TempDir())
+	if err != nil {
+		t.Fatalf("apis: [responses] refused: %v", err)
+	}
+	cfg, err := ef.Config(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Nodes[0].Providers[0].APIs; len(got) != 1 || got[0] != "responses" {
+		t.Fatalf("apis not carried: %v", got)
 	}
 	if _, err := ParseEdge([]byte(minimalEdge+"---\nextra: doc\n"), t.TempDir()); err == nil {
 		t.Fatal("a second YAML document was accepted")

@@ -48,6 +48,7 @@ type EdgeFile struct {
 			Models              []string `yaml:"models"`
 			Capacity            int      `yaml:"capacity"`
 			LongContextCapacity int      `yaml:"long_context_capacity"`
+			APIs                []string `yaml:"apis"`
 		} `yaml:"providers"`
 	} `yaml:"nodes"`
 	Routes []struct {
@@ -149,7 +150,7 @@ func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
 			if p.Category == "" {
 				return cfg, fmt.Errorf("nodes[%d].providers[%d].category is required (cli, api or local)", i, j)
 			}
-			rec.Providers = append(rec.Providers, nodes.ProviderSpec{ID: p.ID, Adapter: p.Adapter, Category: cat, Models: p.Models, Capacity: p.Capacity, LongContextCapacity: p.LongContextCapacity})
+			rec.Providers = append(rec.Providers, nodes.ProviderSpec{ID: p.ID, Adapter: p.Adapter, Category: cat, Models: p.Models, Capacity: p.Capacity, LongContextCapacity: p.LongContextCapacity, APIs: p.APIs})
 		}
 		cfg.Nodes = append(cfg.Nodes, rec)
 	}

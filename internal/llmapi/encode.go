@@ -17,7 +17,12 @@ import (
 //   - to Anthropic, an effort becomes a budget of 2,048 (low), 8,192
 //     (medium) or 24,576 (high) tokens, with max_tokens raised above it
 //     when needed; thinking blocks are kept only with a signature Anthropic
-//     issued, since it rejects any other.
+//     issued, since it rejects any other;
+//   - to Responses, either becomes reasoning.effort (a budget through the
+//     same thresholds as for Chat Completions) with summary "auto", so
+//     the reasoning comes back as text; thinking blocks in the history are
+//     dropped, because a Responses reasoning item needs the provider's own
+//     item id or encrypted content.
 // Translating an answer, thinking or reasoning text becomes the client
 // format's own: Anthropic thinking blocks, Chat Completions
 // reasoning_content, a Responses reasoning item with a summary.
@@ -302,6 +307,134 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 		out["tool_choice"] = c
 	}
 	return json.Marshal(out)
+}
+
+// EncodeResponses renders r as a Responses request for model. Translated
+// requests are stateless: store is false, and the whole conversation
+// travels in input. Stop sequences have no Responses field and are
+// refused rather than dropped. Function tools are sent with strict false,
+// as Chat Completions and Anthropic clients expect of their schemas.
+func EncodeResponses(r *Request, model string) ([]byte, error) {
+	if len(r.Stop) > 0 {
+		return nil, badRequest("stop sequences cannot be sent to a Responses provider")
+	}
+	input := []any{}
+	for i, m := range r.Messages {
+		var content []any
+		flush := func() {
+			if len(content) == 0 {
+				return
+			}
+			input = append(input, map[string]any{"type": "message", "role": string(m.Role), "content": content})
+			content = nil
+		}
+		for _, p := range m.Parts {
+			switch {
+			case p.Kind == PartText && m.Role == RoleUser:
+				content = append(content, map[string]any{"type": "input_text", "text": p.Text})
+			case p.Kind == PartText:
+				if p.Text != "" {
+					content = append(content, map[string]any{"type": "output_text", "text": p.Text, "annotations": []any{}})
+				}
+			case p.Kind == PartImage && m.Role == RoleUser:
+				content = append(content, map[string]any{"type": "input_image", "image_url": imageURL(p), "detail": "auto"})
+			case p.Kind == PartToolUse && m.Role == RoleAssistant:
+				flush()
+				args := string(p.Input)
+				if strings.TrimSpace(args) == "" {
+					args = "{}"
+				}
+				input = append(input, map[string]any{"type": "function_call", "call_id": p.ID, "name": p.Name, "arguments": args})
+			case p.Kind == PartToolResult && m.Role == RoleUser:
+				flush()
+				input = append(input, map[string]any{"type": "function_call_output", "call_id": p.ToolUseID, "output": responsesToolOutput(p)})
+			case p.Kind == PartThinking:
+				// dropped: see the mapping above
+			default:
+				return nil, badRequest("messages[%d]: %s in a %s turn", i, p.Kind, m.Role)
+			}
+		}
+		flush()
+	}
+	out := map[string]any{"model": model, "input": input, "stream": r.Stream, "store": false}
+	if len(r.System) > 0 {
+		out["instructions"] = strings.Join(r.System, "\n\n")
+	}
+	if r.MaxTokens > 0 {
+		out["max_output_tokens"] = r.MaxTokens
+	}
+	if r.Temperature != nil {
+		out["temperature"] = *r.Temperature
+	}
+	if r.TopP != nil {
+		out["top_p"] = *r.TopP
+	}
+	if r.User != "" {
+		out["user"] = r.User
+	}
+	effort := r.ReasoningEffort
+	if effort == "" {
+		effort = effortFor(r.ThinkingBudget)
+	}
+	if effort != "" {
+		out["reasoning"] = map[string]any{"effort": effort, "summary": "auto"}
+	}
+	if len(r.Tools) > 0 {
+		var tools []any
+		for _, t := range r.Tools {
+			var schema any = t.Schema
+			if len(t.Schema) == 0 || string(t.Schema) == "null" {
+				schema = map[string]any{"type": "object", "properties": map[string]any{}}
+			}
+			tools = append(tools, map[string]any{"type": "function", "name": t.Name, "description": t.Description, "parameters": schema, "strict": false})
+		}
+		out["tools"] = tools
+	}
+	if tc := r.ToolChoice; tc != nil {
+		switch tc.Mode {
+		case "auto", "none":
+			out["tool_choice"] = tc.Mode
+		case "any":
+			out["tool_choice"] = "required"
+		case "tool":
+			out["tool_choice"] = map[string]any{"type": "function", "name": tc.Name}
+		}
+		if tc.DisableParallel && len(r.Tools) > 0 {
+			out["parallel_tool_calls"] = false
+		}
+	}
+	return json.Marshal(out)
+}
+
+// responsesToolOutput is a tool result as function_call_output's output:
+// plain text, or a list of input_text and input_image parts when the
+// result carries an image. An error result is marked in its text, as
+// Responses has no error flag.
+func responsesToolOutput(p Part) any {
+	text := textOf(p.Content)
+	if p.IsError && !strings.HasPrefix(text, "Error") {
+		text = "Error: " + text
+	}
+	hasImage := false
+	for _, c := range p.Content {
+		hasImage = hasImage || c.Kind == PartImage
+	}
+	if !hasImage {
+		return text
+	}
+	var parts []any
+	if p.IsError {
+		parts = append(parts, map[string]any{"type": "input_text", "text": "Error:"})
+	}
+	for _, c := range p.Content {
+		switch c.Kind {
+		case PartText:
+			parts = append(parts, map[string]any{"type": "input_text", "text": c.Text})
+		case PartImage:
+			parts = append(parts, map[string]any{"type": "input_image", "image_url": imageURL(c), "detail": "auto"})
+		}
+	}
+	return parts
 }
 
 func anthropicImage(p Part) map[string]any {

@@ -113,7 +113,7 @@ func FuzzDecodeRequest(f *testing.F) {
 				}
 				continue
 			}
-			for _, enc := range []func(*llmapi.Request, string) ([]byte, error){llmapi.EncodeChat, llmapi.EncodeAnthropic} {
+			for _, enc := range []func(*llmapi.Request, string) ([]byte, error){llmapi.EncodeChat, llmapi.EncodeAnthropic, llmapi.EncodeResponses} {
 				out, err := enc(req, "target")
 				if err == nil && !json.Valid(out) {
 					t.Fatalf("encoded request is not JSON: %q", out)

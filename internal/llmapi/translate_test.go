@@ -459,3 +459,61 @@ func TestMalformedToolArguments(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestToResponses covers the Responses encoder: history becomes
+// input items in order, tool results function_call_output, thinking is
+// dropped and the budget becomes an effort with a summary; translated
+// requests are never stored; stop sequences are refused, not dropped.
+func TestRequestToResponses(t *testing.T) {
+	msgs := `{"model":"pub","max_tokens":100,"stream":true,"thinking":{"type":"enabled","budget_tokens":20000},"system":"S","messages":[
+		{"role":"user","content":[{"type":"text","text":"look"},{"type":"image","source":{"type":"url","url":"https://x/cat.png"}}]},
+		{"role":"assistant","content":[{"type":"thinking","thinking":"secret plan","signature":"sig"},{"type":"text","text":"calling"},{"type":"tool_use","id":"toolu_1","name":"f","input":{"x":1}}]},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"42","is_error":true},{"type":"text","text":"and?"}]}],
+		"tools":[{"name":"f","description":"d","input_schema":{"type":"object","properties":{"x":{"type":"integer"}}}}],
+		"tool_choice":{"type":"tool","name":"f","disable_parallel_tool_use":true}}`
+	ir, err := llmapi.DecodeAnthropicRequest([]byte(msgs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := llmapi.EncodeResponses(ir, "gpt-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	json.Unmarshal(b, &got)
+	want := map[string]any{
+		"model": "gpt-up", "instructions": "S", "stream": true, "store": false, "max_output_tokens": float64(100),
+		"reasoning":           map[string]any{"effort": "high", "summary": "auto"},
+		"tool_choice":         map[string]any{"type": "function", "name": "f"},
+		"parallel_tool_calls": false,
+		"tools": []any{map[string]any{"type": "function", "name": "f", "description": "d", "strict": false,
+			"parameters": map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"type": "integer"}}}}},
+		"input": []any{
+			map[string]any{"type": "message", "role": "user", "content": []any{
+				map[string]any{"type": "input_text", "text": "look"},
+				map[string]any{"type": "input_image", "image_url": "https://x/cat.png", "detail": "auto"},
+			}},
+			map[string]any{"type": "message", "role": "assistant", "content": []any{
+				map[string]any{"type": "output_text", "text": "calling", "annotations": []any{}},
+			}},
+			map[string]any{"type": "function_call", "call_id": "toolu_1", "name": "f", "arguments": `{"x":1}`},
+			map[string]any{"type": "function_call_output", "call_id": "toolu_1", "output": "Error: 42"},
+			map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": "and?"}}},
+		},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("anthropic -> responses (-want +got):\n%s", d)
+	}
+	if strings.Contains(string(b), "secret plan") {
+		t.Fatalf("thinking forwarded: %s", b)
+	}
+
+	// Chat Completions stop sequences have no Responses field.
+	ir, err = llmapi.DecodeChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"stop":["END"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := llmapi.EncodeResponses(ir, "m"); err == nil {
+		t.Fatal("stop sequences dropped silently")
+	}
+}
