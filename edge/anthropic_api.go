@@ -84,14 +84,16 @@ func headerOr(r *http.Request, name, def string) string {
 
 // getResponse answers GET /v1/responses/{id} by passing it to the provider
 // that produced that response (stateful Responses features work only
-// untranslated, on the same provider).
+// untranslated, on the same provider). Only the API key that created a
+// response can read it; to any other it does not exist.
 func (s *Server) getResponse(w http.ResponseWriter, r *http.Request, rid string) {
 	snap := s.snap.Load()
-	if s.authFor(w, r, snap, apiResponses) == nil {
+	key := s.authFor(w, r, snap, apiResponses)
+	if key == nil {
 		return
 	}
 	id := r.PathValue("id")
-	node, provider, ok := s.responses.lookup(id)
+	node, provider, ok := s.responses.lookup(id, key.Name)
 	if !ok {
 		fail(w, apiResponses, http.StatusNotFound, "not_found", "No response with that id passed through this Edge.", nil)
 		return
@@ -121,38 +123,44 @@ func (s *Server) getResponse(w http.ResponseWriter, r *http.Request, rid string)
 	io.Copy(w, tn)
 }
 
-// responseIndex remembers which provider produced a Responses id, bounded
-// to the most recent entries.
+// responseIndex remembers which provider produced a Responses id, and for
+// which API key, bounded to the most recent entries.
 type responseIndex struct {
 	mu    sync.Mutex
-	byID  map[string][2]string
+	byID  map[string]responseOwner
 	order []string
 }
 
-const maxRememberedResponses = 10000
+type responseOwner struct{ node, provider, key string }
 
-func (x *responseIndex) remember(id, node, provider string) {
+// maxRememberedResponses bounds the index (about 100 bytes an entry).
+const maxRememberedResponses = 100_000
+
+func (x *responseIndex) remember(id, node, provider, key string) {
 	if id == "" || len(id) > 256 {
 		return
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.byID == nil {
-		x.byID = map[string][2]string{}
+		x.byID = map[string]responseOwner{}
 	}
 	if _, ok := x.byID[id]; !ok {
 		x.order = append(x.order, id)
 	}
-	x.byID[id] = [2]string{node, provider}
+	x.byID[id] = responseOwner{node, provider, key}
 	if len(x.order) > maxRememberedResponses {
 		delete(x.byID, x.order[0])
 		x.order = x.order[1:]
 	}
 }
 
-func (x *responseIndex) lookup(id string) (string, string, bool) {
+func (x *responseIndex) lookup(id, key string) (node, provider string, ok bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	v, ok := x.byID[id]
-	return v[0], v[1], ok
+	if !ok || v.key != key {
+		return "", "", false
+	}
+	return v.node, v.provider, true
 }

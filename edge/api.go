@@ -322,6 +322,9 @@ type request struct {
 	irErr error
 	// anthropic carries the client's anthropic-version and -beta headers.
 	anthropic http.Header
+	// pin is the only provider that may serve the request: the one holding
+	// the state a Responses previous_response_id refers to.
+	pin string
 }
 
 // generate is the one handler of the generation APIs: authenticate, read
@@ -351,7 +354,7 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 		}
 		return // the client went away
 	}
-	f, err := llmapi.Scan(body, "model", "stream", "stream_options")
+	f, err := llmapi.Scan(body, "model", "stream", "stream_options", "previous_response_id")
 	if err != nil {
 		fail(w, a, http.StatusBadRequest, "invalid_request", "Request body must be a JSON object: "+err.Error(), nil)
 		return
@@ -382,6 +385,19 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 			return
 		}
 		req.includeUsage = opt.IncludeUsage
+	}
+	if prev := f.Raw("previous_response_id"); a == apiResponses && prev != nil && string(prev) != "null" {
+		id, ok := f.String("previous_response_id")
+		_, provider, known := s.responses.lookup(id, key.Name)
+		if !ok || !known {
+			fail(w, a, http.StatusBadRequest, "invalid_request", "previous_response_id is not a response this API key created through this Edge (or the Edge no longer remembers it).", "previous_response_not_found")
+			return
+		}
+		if !rt.hasProvider(provider) {
+			fail(w, a, http.StatusBadRequest, "invalid_request", fmt.Sprintf("previous_response_id refers to a response served outside model %q; continue it with the model that created it.", rt.Model), "previous_response_not_found")
+			return
+		}
+		req.pin = provider
 	}
 	if a == apiMessages {
 		req.anthropic = http.Header{}
@@ -498,7 +514,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 		var out []pool.Candidate
 		for _, t := range req.route.Targets {
 			pi, ok := req.snap.providers[t.ProviderID]
-			if !ok {
+			if !ok || (req.pin != "" && t.ProviderID != req.pin) {
 				continue
 			}
 			p, _ := capability(pi, req.api)

@@ -227,3 +227,13 @@ func (c *Config) validate() error {
 	}
 	return nil
 }
+
+// hasProvider reports whether a target of r is on provider id.
+func (r *Route) hasProvider(id string) bool {
+	for _, t := range r.Targets {
+		if t.ProviderID == id {
+			return true
+		}
+	}
+	return false
+}

@@ -60,7 +60,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 					s.recordUsage(req, usageFromChat(f.Raw("usage")))
 				}
 				if id, ok := f.String("id"); ok && req.api == apiResponses {
-					s.responses.remember(id, x.lease.NodeID, x.lease.ProviderID)
+					s.responses.remember(id, x.lease.NodeID, x.lease.ProviderID, req.key.Name)
 				}
 			}
 		}
@@ -97,7 +97,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 				} `json:"response"`
 			}
 			if json.Unmarshal(ev.Data, &m) == nil {
-				s.responses.remember(m.Response.ID, x.lease.NodeID, x.lease.ProviderID)
+				s.responses.remember(m.Response.ID, x.lease.NodeID, x.lease.ProviderID, req.key.Name)
 			}
 		}
 		if bytes.Contains(ev.Data, []byte(`"usage":{`)) {
@@ -225,10 +225,19 @@ func renderer(req *request) llmapi.Renderer {
 // keep-alive comments between them), or one buffered body at the
 // terminal. Buffered and streamed answers come from the same renderer.
 type emitter struct {
-	s    *Server
-	w    http.ResponseWriter
-	req  *request
-	rend llmapi.Renderer
+	s     *Server
+	w     http.ResponseWriter
+	req   *request
+	rend  llmapi.Renderer
+	usage *execution.Usage // the latest cumulative snapshot, booked by finish
+}
+
+// finish books the answer's usage once, however the answer ended.
+func (e *emitter) finish() {
+	if e.usage != nil {
+		e.s.recordUsage(e.req, e.usage)
+		e.usage = nil
+	}
 }
 
 func (e *emitter) start() {
@@ -254,8 +263,9 @@ func (e *emitter) keepAlive() bool {
 // event renders one canonical event; it reports whether to go on.
 func (e *emitter) event(ev llmapi.Event) bool {
 	if ev.Kind == llmapi.EvUsage {
+		// Usage events are cumulative snapshots: only the last counts.
 		u := ev.Usage
-		e.s.recordUsage(e.req, &execution.Usage{InputTokens: u.Input, OutputTokens: u.Output, CachedInputTokens: u.Cached, ReasoningTokens: u.Reasoning})
+		e.usage = &execution.Usage{InputTokens: u.Input, OutputTokens: u.Output, CachedInputTokens: u.Cached, ReasoningTokens: u.Reasoning}
 	}
 	out := e.rend.Event(ev)
 	if e.req.stream {
@@ -286,6 +296,7 @@ func (s *Server) relayRun(ctx context.Context, w http.ResponseWriter, req *reque
 	stop := context.AfterFunc(ctx, func() { x.run.Close() })
 	defer stop()
 	em := &emitter{s: s, w: w, req: req, rend: renderer(req)}
+	defer em.finish()
 	em.start()
 	var conv llmapi.RunEvents
 	for {
@@ -354,6 +365,7 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 		}
 	}
 	em := &emitter{s: s, w: w, req: req, rend: renderer(req)}
+	defer em.finish()
 	em.start()
 	for {
 		tn.SetReadDeadline(time.Now().Add(req.snap.keepAlive))

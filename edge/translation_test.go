@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/iop-dev/iop/execution/upstreamtest"
@@ -223,4 +225,88 @@ func TestAnthropicErrorsAndCountTokens(t *testing.T) {
 	if status != 200 || h.Get("X-IOP-Token-Count") != "estimate" {
 		t.Fatalf("count_tokens estimate: %d %s %v", status, body, h)
 	}
+}
+
+// Stateful Responses features pass through to the provider that holds the
+// state when no translation is needed, and are refused with a clear 400
+// when they would be.
+func TestStatefulResponses(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	params := responses.ResponseNewParams{Model: "gpt-local", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hello")}}
+	first, err := r.client.Responses.New(ctx(t), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A streamed response is remembered from its response.created event.
+	s := r.client.Responses.NewStreaming(ctx(t), params)
+	streamedID := ""
+	for s.Next() {
+		if ev := s.Current(); ev.Type == "response.created" {
+			streamedID = ev.Response.ID
+		}
+	}
+	if err := s.Err(); err != nil || streamedID == "" {
+		t.Fatalf("stream: %v, id %q", err, streamedID)
+	}
+	for _, id := range []string{first.ID, streamedID} {
+		got, err := r.client.Responses.Get(ctx(t), id, responses.ResponseGetParams{})
+		if err != nil {
+			t.Fatalf("GET %s: %v", id, err)
+		}
+		if got.ID != id || got.OutputText() == "" {
+			t.Fatalf("GET %s: %+v", id, got)
+		}
+	}
+	status := func(key, id string) int {
+		req, _ := http.NewRequest("GET", r.url+"/v1/responses/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// Another key cannot read it, nor learn that it exists.
+	if got := status(apiKey+"-bob", first.ID); got != 404 {
+		t.Fatalf("another key read a response: %d", got)
+	}
+	if got := status(apiKey, "resp_unknown"); got != 404 {
+		t.Fatalf("unknown id: %d", got)
+	}
+
+	// previous_response_id: passed through when untranslated...
+	params.PreviousResponseID = openai.String(first.ID)
+	if _, err := r.client.Responses.New(ctx(t), params); err != nil {
+		t.Fatalf("previous_response_id, untranslated: %v", err)
+	}
+	// ...and a clear 400 where it cannot be: on another route, for another
+	// key, for an id this Edge never saw.
+	refused := func(what string, c openai.Client, p responses.ResponseNewParams) {
+		t.Helper()
+		_, err := c.Responses.New(ctx(t), p)
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(apiErr.Message, "previous_response_id") {
+			t.Fatalf("previous_response_id %s: %v", what, err)
+		}
+	}
+	other := params
+	other.Model = "via-anthropic"
+	refused("on a translated route", r.client, other)
+	bob := openai.NewClient(option.WithBaseURL(r.url+"/v1/"), option.WithAPIKey(apiKey+"-bob"), option.WithMaxRetries(0))
+	other.Model = "via-anthropic"
+	refused("of another key", bob, other)
+	unknown := params
+	unknown.PreviousResponseID = openai.String("resp_never_seen")
+	refused("unknown", r.client, unknown)
+	gets := 0
+	for _, q := range r.calls() {
+		if q.API == "get_response" {
+			gets++
+		}
+	}
+	if gets != 2 {
+		t.Errorf("GETs reaching the provider: %d, want 2 (refused ones never leave the Edge)", gets)
+	}
+	r.settled()
 }

@@ -131,12 +131,24 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.watch(r, req)()
+	var state struct {
+		Store    *bool  `json:"store"`
+		Previous string `json:"previous_response_id"`
+	}
+	json.Unmarshal(req.Body, &state)
+	if state.Previous != "" && s.storedResponse(state.Previous) == nil {
+		writeJSONStatus(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
+			"message": fmt.Sprintf("Previous response with id '%s' not found.", state.Previous),
+			"type":    "invalid_request_error", "param": "previous_response_id", "code": "previous_response_not_found"}})
+		return
+	}
 	sc := s.cfg.Reply(req)
 	if !prelude(w, r, "responses", &sc) {
 		return
 	}
 	n := s.nextID()
 	id := fmt.Sprintf("resp_%d", n)
+	store := state.Store == nil || *state.Store // the API stores unless told not to
 	created := time.Now().Unix()
 	u := usage(&sc, req)
 	usageObj := map[string]any{
@@ -166,6 +178,9 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 			out = []any{}
 		}
 		return map[string]any{"id": id, "object": "response", "created_at": created, "status": status, "model": req.Model, "output": out, "usage": usage, "error": nil, "incomplete_details": nil}
+	}
+	if store {
+		s.storeResponse(id, response("completed", output, usageObj))
 	}
 	if !req.Stream {
 		if !sleep(r.Context(), sc.TTFT) {
@@ -299,7 +314,49 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"object": "list", "data": data})
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
+func writeJSON(w http.ResponseWriter, v any) { writeJSONStatus(w, http.StatusOK, v) }
+
+func writeJSONStatus(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
+}
+
+// getResponse serves GET /v1/responses/{id}: a stored response, or the
+// API's 404.
+func (s *Server) getResponse(w http.ResponseWriter, r *http.Request) {
+	req, ok := s.record(w, r, "get_response")
+	if !ok {
+		return
+	}
+	req.finished.Store(true)
+	id := r.PathValue("id")
+	resp := s.storedResponse(id)
+	if resp == nil {
+		writeJSONStatus(w, http.StatusNotFound, map[string]any{"error": map[string]any{
+			"message": fmt.Sprintf("Response with id '%s' not found.", id), "type": "invalid_request_error", "param": nil, "code": nil}})
+		return
+	}
+	writeJSON(w, resp)
+}
+
+func (s *Server) storeResponse(id string, resp map[string]any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stored == nil {
+		s.stored = map[string]map[string]any{}
+	}
+	if len(s.stored) >= s.maxRecorded() {
+		for k := range s.stored { // forget one: the fake keeps a bounded set
+			delete(s.stored, k)
+			break
+		}
+	}
+	s.stored[id] = resp
+}
+
+func (s *Server) storedResponse(id string) map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stored[id]
 }

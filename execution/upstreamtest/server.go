@@ -78,7 +78,7 @@ type Usage struct {
 
 // Request is a request the server received.
 type Request struct {
-	// API is "chat", "responses", "embeddings", "models", "messages",
+	// API is "chat", "responses", "get_response", "embeddings", "models", "messages",
 	// "count_tokens", "ollama_chat", "ollama_tags", "ollama_ps",
 	// "ollama_show", "ollama_version".
 	API    string
@@ -107,7 +107,8 @@ type Config struct {
 	// Reply scripts the answer to a request. Nil means Echo.
 	Reply func(*Request) Script
 	// MaxRecorded bounds the requests Requests keeps (the oldest go
-	// first). Zero means 10,000.
+	// first) and the Responses kept for GET /v1/responses/{id} and
+	// previous_response_id. Zero means 10,000.
 	MaxRecorded int
 }
 
@@ -119,6 +120,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	requests []*Request
+	stored   map[string]map[string]any // Responses stored by id
 	canceled int
 	srv      *http.Server
 	url      string
@@ -139,6 +141,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, mux: http.NewServeMux()}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	s.mux.HandleFunc("POST /v1/responses", s.responses)
+	s.mux.HandleFunc("GET /v1/responses/{id}", s.getResponse)
 	s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.HandleFunc("POST /v1/messages", s.messages)
@@ -260,16 +263,21 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request, api string) (*Re
 		}
 	}
 	s.mu.Lock()
-	limit := s.cfg.MaxRecorded
-	if limit <= 0 {
-		limit = 10000
-	}
+	limit := s.maxRecorded()
 	if len(s.requests) >= limit {
 		s.requests = append(s.requests[:0], s.requests[len(s.requests)-limit+1:]...)
 	}
 	s.requests = append(s.requests, req)
 	s.mu.Unlock()
 	return req, true
+}
+
+// maxRecorded is the bound on recorded requests and stored responses.
+func (s *Server) maxRecorded() int {
+	if s.cfg.MaxRecorded <= 0 {
+		return 10000
+	}
+	return s.cfg.MaxRecorded
 }
 
 // watch returns the handler's deferred check: a request whose answer did
