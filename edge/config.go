@@ -69,6 +69,10 @@ type Config struct {
 	// Logger receives server events (ids and classes; never keys, prompts
 	// or output). Nil means silent.
 	Logger hclog.Logger
+	// ConfigSource, when set, is where the Control Plane's config.refresh
+	// command reads the new configuration from (the examples/edge daemon
+	// re-reads edge.yaml). Nil means the Edge refuses that command.
+	ConfigSource func() (Config, error)
 }
 
 // APIKey is one client credential.

@@ -50,6 +50,11 @@ type Server struct {
 	reg2      *prometheus.Registry
 	closing   atomic.Bool
 	responses responseIndex
+	configRev atomic.Uint64                 // configuration loads: 1 at New
+	source    func() (Config, error)        // Config.ConfigSource
+	reloadMu  sync.Mutex                    // one config.refresh at a time
+	links     map[uint64]context.CancelFunc // ConnectControlPlane calls, ended by Close
+	linkSeq   uint64
 }
 
 // snapshot is the immutable, reloadable part of the configuration. A
@@ -127,7 +132,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{log: log, reg: reg, pool: pool.New(), servers: map[*http.Server]struct{}{}, reg2: cfg.Metrics}
 	s.pool.AgingStep = cfg.AgingStep
+	s.source = cfg.ConfigSource
 	s.snap.Store(newSnapshot(&cfg))
+	s.configRev.Store(1)
 	s.usage.init()
 	s.metrics = newMetrics(s, cfg.Metrics)
 	s.mux = s.routes()
@@ -154,6 +161,7 @@ func (s *Server) Reload(cfg Config) error {
 	}
 	st, _ := nodes.NewStaticStore(cfg.Nodes)
 	s.snap.Store(newSnapshot(&cfg))
+	s.configRev.Add(1)
 	s.reg.Refresh(st)
 	s.pool.Kick()
 	s.log.Info("configuration reloaded", "nodes", len(cfg.Nodes), "routes", len(cfg.Routes), "keys", len(cfg.APIKeys))
@@ -241,6 +249,9 @@ func (s *Server) stop() []*http.Server {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	for _, cancel := range s.links {
+		cancel()
+	}
 	var out []*http.Server
 	for hs := range s.servers {
 		out = append(out, hs)
@@ -258,19 +269,7 @@ func (s *Server) finish() {
 // figures (in flight, queued) coming from admission.
 func (s *Server) Nodes() []nodes.NodeSnapshot {
 	snaps := s.reg.Snapshot()
-	for i := range snaps {
-		n := &snaps[i]
-		for j := range n.Providers {
-			p := &n.Providers[j]
-			load := s.pool.Load(pool.Key{NodeID: n.ID, ProviderID: p.ID}, n.Generation)
-			p.Queued = load.Queued
-			if n.Connected {
-				p.InFlight, p.LongContextInFlight = load.InFlight, load.LongContextInFlight
-			} else {
-				p.InFlight, p.LongContextInFlight, p.Queued = 0, 0, 0
-			}
-		}
-	}
+	s.addPressure(snaps)
 	return snaps
 }
 

@@ -120,6 +120,13 @@ func (h *hub) publish(e Event) {
 	}
 }
 
+// lastSeq is the Seq of the last published event.
+func (h *hub) lastSeq() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seq
+}
+
 func (h *hub) close() {
 	h.mu.Lock()
 	subs := h.subs

@@ -70,6 +70,8 @@ var (
 	ErrProviderUnavailable = errors.New("nodes: provider not hosted by the node")
 	// ErrUnknownNode: no record for the node id.
 	ErrUnknownNode = errors.New("nodes: unknown node")
+	// ErrUnknownProvider: no record hosts the provider id.
+	ErrUnknownProvider = errors.New("nodes: unknown provider")
 	// ErrClosed is returned by Serve after Close or Shutdown.
 	ErrClosed = errors.New("nodes: registry closed")
 )
@@ -111,6 +113,9 @@ type nodeState struct {
 	cur        *conn // current registered connection, ready or not
 	probing    bool  // a new registration is probing cur
 	lastReason string
+	// Operator state the Edge owns; it outlives connections.
+	draining bool            // admit nothing new to this node
+	disabled map[string]bool // providers admitting nothing new
 }
 
 // New returns a Registry for cfg.
@@ -356,6 +361,11 @@ func (r *Registry) applyStoreLocked(s Store) (pushes []push, drops []*conn) {
 			r.nodes[rec.ID] = ns
 		}
 		ns.rec = rec
+		for id := range ns.disabled {
+			if !slices.ContainsFunc(rec.Providers, func(p ProviderSpec) bool { return p.ID == id }) {
+				delete(ns.disabled, id)
+			}
+		}
 		providers := payloadProviders(rec)
 		if ns.payload != nil && providersEqual(ns.payload.GetProviders(), providers) {
 			continue
@@ -417,6 +427,13 @@ func (r *Registry) fenceLocked(ns *nodeState, c *conn, reason string) {
 // Snapshot returns every configured node, sorted by id, including nodes
 // that never connected (Connected false).
 func (r *Registry) Snapshot() []NodeSnapshot {
+	snap, _ := r.SnapshotSeq()
+	return snap
+}
+
+// SnapshotSeq is Snapshot with the Seq of the last lifecycle event it
+// reflects: every event with a higher Seq happened after it.
+func (r *Registry) SnapshotSeq() ([]NodeSnapshot, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]NodeSnapshot, 0, len(r.nodes))
@@ -425,7 +442,7 @@ func (r *Registry) Snapshot() []NodeSnapshot {
 			out = append(out, ns.snapshot())
 		}
 	}
-	return out
+	return out, r.hub.lastSeq()
 }
 
 // Node returns one node's snapshot.
@@ -460,10 +477,90 @@ func (r *Registry) Available(nodeID, providerID string) (uint64, bool) {
 		return 0, false
 	}
 	rep, ok := ns.cur.providers[providerID]
-	if !ok || rep.status != StatusAvailable {
+	if !ok || rep.status != StatusAvailable || ns.draining || ns.disabled[providerID] {
 		return 0, false
 	}
 	return ns.cur.gen, true
+}
+
+// SetDraining drains a node (on) or resumes it: a draining node is admitted
+// nothing new while the work it holds finishes. The state is the Edge's and
+// outlives the node's connections. Providers whose status changes are
+// published as EventProviderHealth.
+func (r *Registry) SetDraining(nodeID string, on bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ns := r.nodes[nodeID]
+	if ns == nil {
+		return ErrUnknownNode
+	}
+	if ns.draining == on {
+		return nil
+	}
+	before := ns.snapshot()
+	ns.draining = on
+	r.publishChangesLocked(ns, before)
+	return nil
+}
+
+// SetProviderEnabled disables a provider (admitting nothing new to it) or
+// enables it again. Like draining, the state is the Edge's.
+func (r *Registry) SetProviderEnabled(providerID string, enabled bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ns := range r.nodes {
+		for _, p := range ns.rec.Providers {
+			if p.ID != providerID {
+				continue
+			}
+			if !ns.disabled[providerID] == enabled {
+				return nil
+			}
+			before := ns.snapshot()
+			if ns.disabled == nil {
+				ns.disabled = map[string]bool{}
+			}
+			if enabled {
+				delete(ns.disabled, providerID)
+			} else {
+				ns.disabled[providerID] = true
+			}
+			r.publishChangesLocked(ns, before)
+			return nil
+		}
+	}
+	return ErrUnknownProvider
+}
+
+// ProviderNode returns the id of the node that hosts a configured provider.
+func (r *Registry) ProviderNode(providerID string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, ns := range r.nodes {
+		for _, p := range ns.rec.Providers {
+			if p.ID == providerID {
+				return id, true
+			}
+		}
+	}
+	return "", false
+}
+
+// publishChangesLocked publishes EventProviderHealth for each provider of
+// ns whose snapshot differs from before, when the node is ready.
+func (r *Registry) publishChangesLocked(ns *nodeState, before NodeSnapshot) {
+	c := ns.cur
+	if c == nil || !c.ready {
+		return
+	}
+	after := ns.snapshot()
+	for i, p := range after.Providers {
+		if i < len(before.Providers) && before.Providers[i].Status == p.Status && before.Providers[i].Health == p.Health {
+			continue
+		}
+		p := p.clone()
+		r.hub.publish(Event{Kind: EventProviderHealth, NodeID: c.nodeID, Generation: c.gen, Provider: &p})
+	}
 }
 
 // Disconnect closes the node's connection of the given generation (an
@@ -491,6 +588,7 @@ func (ns *nodeState) snapshot() NodeSnapshot {
 	snap := NodeSnapshot{
 		ID:             ns.rec.ID,
 		LastDisconnect: ns.lastReason,
+		Draining:       ns.draining,
 	}
 	if ns.payload != nil {
 		snap.ConfigRevision = ns.payload.GetRevision()
@@ -519,6 +617,11 @@ func (ns *nodeState) snapshot() NodeSnapshot {
 				ps.Health = HealthRefused
 			case hosted:
 				ps.Status, ps.Health = rep.status, rep.health
+				if ps.Status == StatusAvailable && ns.disabled[p.ID] {
+					ps.Status = StatusDisabled
+				} else if ps.Status == StatusAvailable && ns.draining {
+					ps.Status = StatusDraining
+				}
 				ps.Capacity = p.Capacity
 				ps.LongContextCapacity = p.LongContextCapacity
 				ps.InFlight = c.inflight[p.ID]

@@ -48,13 +48,18 @@ type NodeSnapshot struct {
 	ConnectedAt time.Time
 	// LastDisconnect is the reason the last ready connection ended.
 	LastDisconnect string
+	// Draining: the Edge admits nothing new to this node (SetDraining);
+	// its available providers report StatusDraining.
+	Draining bool
 	// Providers are the configured providers, in configuration order.
 	Providers []ProviderSnapshot
 }
 
 // ProviderSnapshot is one configured provider's state. A provider on a Node
 // that is not connected keeps its identity with StatusUnavailable,
-// HealthOffline and zero figures.
+// HealthOffline and zero figures. A provider the Edge disabled
+// (SetProviderEnabled) reports StatusDisabled, one on a draining node
+// StatusDraining; both keep their capacity and in-flight figures.
 type ProviderSnapshot struct {
 	ID                  string
 	Adapter             string

@@ -119,6 +119,14 @@ type Envelope struct {
 	//	*Envelope_ProviderTunnelRequest
 	//	*Envelope_ProviderTunnelResponse
 	//	*Envelope_ProviderTunnelEnd
+	//	*Envelope_EdgeHelloRequest
+	//	*Envelope_EdgeHelloResponse
+	//	*Envelope_EdgeStatusRequest
+	//	*Envelope_EdgeStatusResponse
+	//	*Envelope_EdgeNodeEvent
+	//	*Envelope_EdgeCommandRequest
+	//	*Envelope_EdgeCommandResponse
+	//	*Envelope_EdgeCommandEvent
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -305,6 +313,78 @@ func (x *Envelope) GetProviderTunnelEnd() *ProviderTunnelEnd {
 	return nil
 }
 
+func (x *Envelope) GetEdgeHelloRequest() *EdgeHelloRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_EdgeHelloRequest); ok {
+			return x.EdgeHelloRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetEdgeHelloResponse() *EdgeHelloResponse {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_EdgeHelloResponse); ok {
+			return x.EdgeHelloResponse
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetEdgeStatusRequest() *EdgeStatusRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_EdgeStatusRequest); ok {
+			return x.EdgeStatusRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetEdgeStatusResponse() *EdgeStatusResponse {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_EdgeStatusResponse); ok {
+			return x.EdgeStatusResponse
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetEdgeNodeEvent() *EdgeNodeEvent {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_EdgeNodeEvent); ok {
+			return x.EdgeNodeEvent
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetEdgeCommandRequest() *EdgeCommandRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_EdgeCommandRequest); ok {
+			return x.EdgeCommandRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetEdgeCommandResponse() *EdgeCommandResponse {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_EdgeCommandResponse); ok {
+			return x.EdgeCommandResponse
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetEdgeCommandEvent() *EdgeCommandEvent {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_EdgeCommandEvent); ok {
+			return x.EdgeCommandEvent
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -376,6 +456,39 @@ type Envelope_ProviderTunnelEnd struct {
 	ProviderTunnelEnd *ProviderTunnelEnd `protobuf:"bytes,302,opt,name=provider_tunnel_end,json=providerTunnelEnd,proto3,oneof"`
 }
 
+type Envelope_EdgeHelloRequest struct {
+	// 500-699: Edge <-> Control Plane (control.proto).
+	EdgeHelloRequest *EdgeHelloRequest `protobuf:"bytes,500,opt,name=edge_hello_request,json=edgeHelloRequest,proto3,oneof"`
+}
+
+type Envelope_EdgeHelloResponse struct {
+	EdgeHelloResponse *EdgeHelloResponse `protobuf:"bytes,501,opt,name=edge_hello_response,json=edgeHelloResponse,proto3,oneof"`
+}
+
+type Envelope_EdgeStatusRequest struct {
+	EdgeStatusRequest *EdgeStatusRequest `protobuf:"bytes,502,opt,name=edge_status_request,json=edgeStatusRequest,proto3,oneof"`
+}
+
+type Envelope_EdgeStatusResponse struct {
+	EdgeStatusResponse *EdgeStatusResponse `protobuf:"bytes,503,opt,name=edge_status_response,json=edgeStatusResponse,proto3,oneof"`
+}
+
+type Envelope_EdgeNodeEvent struct {
+	EdgeNodeEvent *EdgeNodeEvent `protobuf:"bytes,504,opt,name=edge_node_event,json=edgeNodeEvent,proto3,oneof"`
+}
+
+type Envelope_EdgeCommandRequest struct {
+	EdgeCommandRequest *EdgeCommandRequest `protobuf:"bytes,510,opt,name=edge_command_request,json=edgeCommandRequest,proto3,oneof"`
+}
+
+type Envelope_EdgeCommandResponse struct {
+	EdgeCommandResponse *EdgeCommandResponse `protobuf:"bytes,511,opt,name=edge_command_response,json=edgeCommandResponse,proto3,oneof"`
+}
+
+type Envelope_EdgeCommandEvent struct {
+	EdgeCommandEvent *EdgeCommandEvent `protobuf:"bytes,512,opt,name=edge_command_event,json=edgeCommandEvent,proto3,oneof"`
+}
+
 func (*Envelope_Error) isEnvelope_Body() {}
 
 func (*Envelope_RegisterRequest) isEnvelope_Body() {}
@@ -407,6 +520,22 @@ func (*Envelope_ProviderTunnelRequest) isEnvelope_Body() {}
 func (*Envelope_ProviderTunnelResponse) isEnvelope_Body() {}
 
 func (*Envelope_ProviderTunnelEnd) isEnvelope_Body() {}
+
+func (*Envelope_EdgeHelloRequest) isEnvelope_Body() {}
+
+func (*Envelope_EdgeHelloResponse) isEnvelope_Body() {}
+
+func (*Envelope_EdgeStatusRequest) isEnvelope_Body() {}
+
+func (*Envelope_EdgeStatusResponse) isEnvelope_Body() {}
+
+func (*Envelope_EdgeNodeEvent) isEnvelope_Body() {}
+
+func (*Envelope_EdgeCommandRequest) isEnvelope_Body() {}
+
+func (*Envelope_EdgeCommandResponse) isEnvelope_Body() {}
+
+func (*Envelope_EdgeCommandEvent) isEnvelope_Body() {}
 
 // Error answers a request on a stream that cannot be served at all, in place
 // of the reply the request expected. Role-specific failures with richer
@@ -468,7 +597,7 @@ var File_iop_v1_envelope_proto protoreflect.FileDescriptor
 
 const file_iop_v1_envelope_proto_rawDesc = "" +
 	"\n" +
-	"\x15iop/v1/envelope.proto\x12\x06iop.v1\x1a\x11iop/v1/node.proto\x1a\x13iop/v1/tunnel.proto\"\xfd\b\n" +
+	"\x15iop/v1/envelope.proto\x12\x06iop.v1\x1a\x14iop/v1/control.proto\x1a\x11iop/v1/node.proto\x1a\x13iop/v1/tunnel.proto\"\xe7\r\n" +
 	"\bEnvelope\x12%\n" +
 	"\x05error\x18\x01 \x01(\v2\r.iop.v1.ErrorH\x00R\x05error\x12D\n" +
 	"\x10register_request\x18d \x01(\v2\x17.iop.v1.RegisterRequestH\x00R\x0fregisterRequest\x12G\n" +
@@ -487,7 +616,15 @@ const file_iop_v1_envelope_proto_rawDesc = "" +
 	"\x13node_command_result\x18y \x01(\v2\x19.iop.v1.NodeCommandResultH\x00R\x11nodeCommandResult\x12X\n" +
 	"\x17provider_tunnel_request\x18\xac\x02 \x01(\v2\x1d.iop.v1.ProviderTunnelRequestH\x00R\x15providerTunnelRequest\x12[\n" +
 	"\x18provider_tunnel_response\x18\xad\x02 \x01(\v2\x1e.iop.v1.ProviderTunnelResponseH\x00R\x16providerTunnelResponse\x12L\n" +
-	"\x13provider_tunnel_end\x18\xae\x02 \x01(\v2\x19.iop.v1.ProviderTunnelEndH\x00R\x11providerTunnelEndB\x06\n" +
+	"\x13provider_tunnel_end\x18\xae\x02 \x01(\v2\x19.iop.v1.ProviderTunnelEndH\x00R\x11providerTunnelEnd\x12I\n" +
+	"\x12edge_hello_request\x18\xf4\x03 \x01(\v2\x18.iop.v1.EdgeHelloRequestH\x00R\x10edgeHelloRequest\x12L\n" +
+	"\x13edge_hello_response\x18\xf5\x03 \x01(\v2\x19.iop.v1.EdgeHelloResponseH\x00R\x11edgeHelloResponse\x12L\n" +
+	"\x13edge_status_request\x18\xf6\x03 \x01(\v2\x19.iop.v1.EdgeStatusRequestH\x00R\x11edgeStatusRequest\x12O\n" +
+	"\x14edge_status_response\x18\xf7\x03 \x01(\v2\x1a.iop.v1.EdgeStatusResponseH\x00R\x12edgeStatusResponse\x12@\n" +
+	"\x0fedge_node_event\x18\xf8\x03 \x01(\v2\x15.iop.v1.EdgeNodeEventH\x00R\redgeNodeEvent\x12O\n" +
+	"\x14edge_command_request\x18\xfe\x03 \x01(\v2\x1a.iop.v1.EdgeCommandRequestH\x00R\x12edgeCommandRequest\x12R\n" +
+	"\x15edge_command_response\x18\xff\x03 \x01(\v2\x1b.iop.v1.EdgeCommandResponseH\x00R\x13edgeCommandResponse\x12I\n" +
+	"\x12edge_command_event\x18\x80\x04 \x01(\v2\x18.iop.v1.EdgeCommandEventH\x00R\x10edgeCommandEventB\x06\n" +
 	"\x04body\"H\n" +
 	"\x05Error\x12%\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x11.iop.v1.ErrorCodeR\x04code\x12\x18\n" +
@@ -536,6 +673,14 @@ var file_iop_v1_envelope_proto_goTypes = []any{
 	(*ProviderTunnelRequest)(nil),  // 15: iop.v1.ProviderTunnelRequest
 	(*ProviderTunnelResponse)(nil), // 16: iop.v1.ProviderTunnelResponse
 	(*ProviderTunnelEnd)(nil),      // 17: iop.v1.ProviderTunnelEnd
+	(*EdgeHelloRequest)(nil),       // 18: iop.v1.EdgeHelloRequest
+	(*EdgeHelloResponse)(nil),      // 19: iop.v1.EdgeHelloResponse
+	(*EdgeStatusRequest)(nil),      // 20: iop.v1.EdgeStatusRequest
+	(*EdgeStatusResponse)(nil),     // 21: iop.v1.EdgeStatusResponse
+	(*EdgeNodeEvent)(nil),          // 22: iop.v1.EdgeNodeEvent
+	(*EdgeCommandRequest)(nil),     // 23: iop.v1.EdgeCommandRequest
+	(*EdgeCommandResponse)(nil),    // 24: iop.v1.EdgeCommandResponse
+	(*EdgeCommandEvent)(nil),       // 25: iop.v1.EdgeCommandEvent
 }
 var file_iop_v1_envelope_proto_depIdxs = []int32{
 	2,  // 0: iop.v1.Envelope.error:type_name -> iop.v1.Error
@@ -554,12 +699,20 @@ var file_iop_v1_envelope_proto_depIdxs = []int32{
 	15, // 13: iop.v1.Envelope.provider_tunnel_request:type_name -> iop.v1.ProviderTunnelRequest
 	16, // 14: iop.v1.Envelope.provider_tunnel_response:type_name -> iop.v1.ProviderTunnelResponse
 	17, // 15: iop.v1.Envelope.provider_tunnel_end:type_name -> iop.v1.ProviderTunnelEnd
-	0,  // 16: iop.v1.Error.code:type_name -> iop.v1.ErrorCode
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	18, // 16: iop.v1.Envelope.edge_hello_request:type_name -> iop.v1.EdgeHelloRequest
+	19, // 17: iop.v1.Envelope.edge_hello_response:type_name -> iop.v1.EdgeHelloResponse
+	20, // 18: iop.v1.Envelope.edge_status_request:type_name -> iop.v1.EdgeStatusRequest
+	21, // 19: iop.v1.Envelope.edge_status_response:type_name -> iop.v1.EdgeStatusResponse
+	22, // 20: iop.v1.Envelope.edge_node_event:type_name -> iop.v1.EdgeNodeEvent
+	23, // 21: iop.v1.Envelope.edge_command_request:type_name -> iop.v1.EdgeCommandRequest
+	24, // 22: iop.v1.Envelope.edge_command_response:type_name -> iop.v1.EdgeCommandResponse
+	25, // 23: iop.v1.Envelope.edge_command_event:type_name -> iop.v1.EdgeCommandEvent
+	0,  // 24: iop.v1.Error.code:type_name -> iop.v1.ErrorCode
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_iop_v1_envelope_proto_init() }
@@ -567,6 +720,7 @@ func file_iop_v1_envelope_proto_init() {
 	if File_iop_v1_envelope_proto != nil {
 		return
 	}
+	file_iop_v1_control_proto_init()
 	file_iop_v1_node_proto_init()
 	file_iop_v1_tunnel_proto_init()
 	file_iop_v1_envelope_proto_msgTypes[0].OneofWrappers = []any{
@@ -586,6 +740,14 @@ func file_iop_v1_envelope_proto_init() {
 		(*Envelope_ProviderTunnelRequest)(nil),
 		(*Envelope_ProviderTunnelResponse)(nil),
 		(*Envelope_ProviderTunnelEnd)(nil),
+		(*Envelope_EdgeHelloRequest)(nil),
+		(*Envelope_EdgeHelloResponse)(nil),
+		(*Envelope_EdgeStatusRequest)(nil),
+		(*Envelope_EdgeStatusResponse)(nil),
+		(*Envelope_EdgeNodeEvent)(nil),
+		(*Envelope_EdgeCommandRequest)(nil),
+		(*Envelope_EdgeCommandResponse)(nil),
+		(*Envelope_EdgeCommandEvent)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

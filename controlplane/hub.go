@@ -1,0 +1,583 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/iop-dev/iop/internal/nodewire"
+	"github.com/iop-dev/iop/wire"
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+// Defaults applied when a Config field is zero.
+const (
+	DefaultStatusInterval = 10 * time.Second
+	DefaultStatusTimeout  = 10 * time.Second
+	DefaultCommandTimeout = 10 * time.Minute
+	DefaultProbeTimeout   = 5 * time.Second
+	DefaultHelloTimeout   = 10 * time.Second
+	DefaultMaxPending     = 256
+	DefaultEventBuffer    = 256
+	DefaultRecentEvents   = 200
+)
+
+// EdgeRecord is an Edge the Hub enrolls.
+type EdgeRecord struct {
+	ID string
+	// TokenHash is the SHA-256 of the Edge's token (HashToken). Zero means
+	// the Edge must present a verified client certificate whose common
+	// name or a DNS name is its ID.
+	TokenHash [32]byte
+}
+
+// Operator is a person or tool allowed to use the operator API.
+type Operator struct {
+	Name string
+	// TokenHash is the SHA-256 of the operator's bearer token.
+	TokenHash [32]byte
+}
+
+// HashToken returns the value to store in EdgeRecord.TokenHash or
+// Operator.TokenHash. The token itself is never stored.
+func HashToken(token string) [32]byte { return sha256.Sum256([]byte(token)) }
+
+// Config configures a Hub. Each field's comment says what its zero value
+// means.
+type Config struct {
+	// Edges are the Edges the Hub enrolls.
+	Edges []EdgeRecord
+	// AllowUnknownEdges also enrolls an Edge that is not in Edges when its
+	// verified client certificate (TLS must require one) names its edge
+	// id. False means unknown Edges are rejected.
+	AllowUnknownEdges bool
+	// TLS makes ServeEdges require TLS 1.3 (ALPN iop/1); with ClientCAs
+	// it requires mutual TLS. Nil means plaintext.
+	TLS *tls.Config
+	// Wire tunes the Edge sessions. Nil means wire defaults.
+	Wire *wire.Config
+	// Operators may use the operator API with their bearer token, or sign
+	// in to the status page with it.
+	Operators []Operator
+	// OperatorMTLS also accepts a verified client certificate on the
+	// operator HTTPS server as an operator (named by its common name).
+	OperatorMTLS bool
+	// StatusInterval is how often each connected Edge is asked for its
+	// status. Zero means DefaultStatusInterval.
+	StatusInterval time.Duration
+	// StatusTimeout bounds one status answer. Zero means
+	// DefaultStatusTimeout.
+	StatusTimeout time.Duration
+	// CommandTimeout bounds one command. Zero means DefaultCommandTimeout.
+	CommandTimeout time.Duration
+	// ProbeTimeout bounds the ping of a live connection when the same
+	// edge id says hello again. Zero means DefaultProbeTimeout.
+	ProbeTimeout time.Duration
+	// HelloTimeout bounds everything from TCP accept to an accepted hello.
+	// Zero means DefaultHelloTimeout.
+	HelloTimeout time.Duration
+	// MaxPending caps connections that have not said hello yet. Zero
+	// means DefaultMaxPending.
+	MaxPending int
+	// EventBuffer is each event subscriber's buffer; one that falls
+	// further behind is told to resync. Zero means DefaultEventBuffer.
+	EventBuffer int
+	// RecentEvents is how many events RecentEvents keeps. Zero means
+	// DefaultRecentEvents.
+	RecentEvents int
+	// Logger receives Hub events (ids and reasons, never tokens). Nil
+	// means silent.
+	Logger hclog.Logger
+}
+
+// Validate reports the first invalid field.
+func (c *Config) Validate() error {
+	seen := map[string]bool{}
+	for i, e := range c.Edges {
+		if err := validEdgeID(e.ID); err != nil {
+			return fmt.Errorf("controlplane: config: Edges[%d].ID: %w", i, err)
+		}
+		if seen[e.ID] {
+			return fmt.Errorf("controlplane: config: Edges[%d]: duplicate id %q", i, e.ID)
+		}
+		seen[e.ID] = true
+		if e.TokenHash == ([32]byte{}) && (c.TLS == nil || c.TLS.ClientCAs == nil) {
+			return fmt.Errorf("controlplane: config: Edges[%d] (%s) has no TokenHash and TLS does not verify client certificates", i, e.ID)
+		}
+	}
+	if c.AllowUnknownEdges && (c.TLS == nil || c.TLS.ClientCAs == nil) {
+		return errors.New("controlplane: config: AllowUnknownEdges needs TLS with ClientCAs (unknown Edges prove their id with a certificate)")
+	}
+	names := map[string]bool{}
+	for i, o := range c.Operators {
+		if o.Name == "" || o.TokenHash == ([32]byte{}) {
+			return fmt.Errorf("controlplane: config: Operators[%d]: Name and TokenHash are required", i)
+		}
+		if names[o.Name] {
+			return fmt.Errorf("controlplane: config: Operators[%d]: duplicate name %q", i, o.Name)
+		}
+		names[o.Name] = true
+	}
+	if c.StatusInterval < 0 || c.StatusTimeout < 0 || c.CommandTimeout < 0 || c.ProbeTimeout < 0 || c.HelloTimeout < 0 || c.MaxPending < 0 || c.EventBuffer < 0 || c.RecentEvents < 0 {
+		return errors.New("controlplane: config: negative interval, timeout or size")
+	}
+	return c.Wire.Validate()
+}
+
+// ErrClosed is returned by ServeEdges after Close.
+var ErrClosed = errors.New("controlplane: hub closed")
+
+// ErrUnknownEdge: no Edge with that id is known to the Hub.
+var ErrUnknownEdge = errors.New("controlplane: unknown edge")
+
+// ErrEdgeOffline: the Edge is not connected to the Hub.
+var ErrEdgeOffline = errors.New("controlplane: edge not connected")
+
+// Hub is the Control Plane: Edges dial it and say hello; it keeps a view of
+// every Edge, its Nodes and providers (from status answers and relayed
+// lifecycle events), relays operator commands for each Edge to resolve and
+// run, and serves operators (Handler). It keeps a view only: it never
+// connects to a Node, never schedules work, and stores no Edge
+// configuration or registry state as a source of truth.
+type Hub struct {
+	cfg    Config
+	log    hclog.Logger
+	epoch  uint32
+	ctx    context.Context
+	cancel context.CancelFunc
+	events *feed
+	ops    *operators
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	closed    bool
+	edges     map[string]*edgeState
+	records   map[string]EdgeRecord
+	counter   uint32
+	pending   int
+	listeners map[net.Listener]struct{}
+	sessions  map[*wire.Session]struct{}
+}
+
+// edgeState is the Hub's state for one Edge id. Fields are guarded by the
+// Hub's mu.
+type edgeState struct {
+	id      string
+	cur     *edgeConn
+	probing bool
+	view    EdgeView
+	// viewSeq is the Edge event seq the node view reflects; recent holds
+	// the events applied since, to re-apply over a fresher status.
+	viewSeq uint64
+	recent  []*iopv1.EdgeNodeEvent
+}
+
+// New returns a Hub for cfg. It serves nothing until ServeEdges and
+// Handler.
+func New(cfg Config) (*Hub, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	h := &Hub{
+		cfg:       cfg,
+		log:       log,
+		epoch:     uint32(time.Now().Unix()),
+		events:    newFeed(orDefault(cfg.EventBuffer, DefaultEventBuffer), orDefault(cfg.RecentEvents, DefaultRecentEvents)),
+		edges:     map[string]*edgeState{},
+		records:   map[string]EdgeRecord{},
+		listeners: map[net.Listener]struct{}{},
+		sessions:  map[*wire.Session]struct{}{},
+	}
+	h.ops = newOperators(cfg.Operators, cfg.OperatorMTLS)
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	for _, e := range cfg.Edges {
+		h.records[e.ID] = e
+		h.edges[e.ID] = &edgeState{id: e.ID, view: EdgeView{ID: e.ID, Nodes: []NodeView{}}}
+	}
+	return h, nil
+}
+
+func orDefault[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// ServeEdges accepts Edge connections on ln until Close, and then returns
+// ErrClosed. Each connection is served on a goroutine the Hub owns.
+func (h *Hub) ServeEdges(ln net.Listener) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		ln.Close()
+		return ErrClosed
+	}
+	h.listeners[ln] = struct{}{}
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.listeners, ln)
+		h.mu.Unlock()
+	}()
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if h.ctx.Err() != nil {
+				return ErrClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				select {
+				case <-time.After(delay):
+				case <-h.ctx.Done():
+					return ErrClosed
+				}
+				continue
+			}
+			return err
+		}
+		delay = 0
+		h.mu.Lock()
+		if h.closed || h.pending >= orDefault(h.cfg.MaxPending, DefaultMaxPending) {
+			closed := h.closed
+			h.mu.Unlock()
+			nc.Close()
+			if closed {
+				return ErrClosed
+			}
+			h.log.Warn("too many connections without hello; closing one", "remote", nc.RemoteAddr())
+			continue
+		}
+		h.pending++
+		h.wg.Go(func() { h.serveConn(nc) })
+		h.mu.Unlock()
+	}
+}
+
+// Close stops accepting, closes every Edge session and ends every event
+// subscription. It waits for the Hub's goroutines.
+func (h *Hub) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		h.wg.Wait()
+		return nil
+	}
+	h.closed = true
+	h.cancel()
+	for ln := range h.listeners {
+		ln.Close()
+	}
+	var sessions []*wire.Session
+	for s := range h.sessions {
+		sessions = append(sessions, s)
+	}
+	h.mu.Unlock()
+	for _, s := range sessions {
+		s.CloseWithReason(wire.ReasonNormal, "hub closing")
+	}
+	h.wg.Wait()
+	h.events.close()
+	return nil
+}
+
+// edgeConn is one accepted Edge connection.
+type edgeConn struct {
+	h       *Hub
+	sess    *wire.Session
+	ctl     *wire.Stream
+	edgeID  string
+	gen     uint64
+	version string
+	since   time.Time
+	refresh chan struct{} // asks the status loop for a status now
+}
+
+func (h *Hub) serveConn(nc net.Conn) {
+	ctx, cancel := context.WithTimeout(h.ctx, orDefault(h.cfg.HelloTimeout, DefaultHelloTimeout))
+	sess, err := wire.Accept(ctx, nc, h.cfg.TLS, h.cfg.Wire)
+	release := func() {
+		h.mu.Lock()
+		h.pending--
+		h.mu.Unlock()
+	}
+	if err != nil {
+		cancel()
+		release()
+		h.log.Debug("edge handshake failed", "remote", nc.RemoteAddr(), "error", err)
+		return
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		cancel()
+		release()
+		sess.CloseWithReason(wire.ReasonRejected, "hub closing")
+		return
+	}
+	h.sessions[sess] = struct{}{}
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.sessions, sess)
+		h.mu.Unlock()
+	}()
+	c := h.hello(ctx, sess)
+	cancel()
+	release()
+	if c == nil {
+		return
+	}
+	c.serve()
+}
+
+// hello runs the hello on a new session and returns the accepted
+// connection, or nil after rejecting it.
+func (h *Hub) hello(ctx context.Context, sess *wire.Session) *edgeConn {
+	st, err := sess.AcceptStream(ctx)
+	if err != nil {
+		sess.CloseWithReason(wire.ReasonRejected, "no hello in time")
+		return nil
+	}
+	env, err := st.ReadMessage(ctx)
+	if err != nil {
+		sess.CloseWithReason(wire.ReasonRejected, "no hello in time")
+		return nil
+	}
+	req := env.GetEdgeHelloRequest()
+	reject := func(r iopv1.EdgeHelloRejection, note string) *edgeConn {
+		st.WriteMessage(msg(&iopv1.EdgeHelloResponse{Rejection: r, Message: note}))
+		st.Close()
+		sess.CloseWithReason(wire.ReasonRejected, note)
+		return nil
+	}
+	if req == nil {
+		return reject(iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_MALFORMED, "the first message must be a hello")
+	}
+	id := req.GetEdgeId()
+	if err := validEdgeID(id); err != nil {
+		h.log.Warn("edge hello refused: invalid edge id", "remote", sess.RemoteAddr())
+		return reject(iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_MALFORMED, "invalid edge id")
+	}
+	if r := h.authenticate(id, req.GetCredential(), sess); r != 0 {
+		h.log.Warn("edge hello refused", "edge", id, "remote", sess.RemoteAddr(), "rejection", r.String())
+		return reject(r, "refused")
+	}
+	c := &edgeConn{h: h, sess: sess, ctl: st, edgeID: id, version: nodewire.Note(req.GetVersion()), since: time.Now(), refresh: make(chan struct{}, 1)}
+	if r := h.admit(ctx, c); r != 0 {
+		h.log.Warn("edge hello refused", "edge", id, "rejection", r.String())
+		return reject(r, "edge id has a live connection")
+	}
+	if err := st.WriteMessage(msg(&iopv1.EdgeHelloResponse{Accepted: true, Generation: c.gen})); err != nil {
+		h.drop(c, "hello answer failed")
+		return nil
+	}
+	h.log.Info("edge connected", "edge", id, "generation", c.gen, "version", c.version)
+	return c
+}
+
+// authenticate checks an Edge's identity: its token when its record has
+// one, otherwise a verified client certificate naming it.
+func (h *Hub) authenticate(id string, credential []byte, sess *wire.Session) iopv1.EdgeHelloRejection {
+	h.mu.Lock()
+	rec, known := h.records[id]
+	h.mu.Unlock()
+	certNamed := false
+	if cs, ok := sess.ConnectionState(); ok && len(cs.VerifiedChains) > 0 {
+		leaf := cs.VerifiedChains[0][0]
+		certNamed = leaf.Subject.CommonName == id || slices.Contains(leaf.DNSNames, id)
+	}
+	switch {
+	case known && rec.TokenHash != [32]byte{}:
+		sum := sha256.Sum256(credential)
+		if subtle.ConstantTimeCompare(sum[:], rec.TokenHash[:]) != 1 {
+			return iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_UNAUTHENTICATED
+		}
+	case known:
+		if !certNamed {
+			return iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_UNAUTHENTICATED
+		}
+	case h.cfg.AllowUnknownEdges:
+		if !certNamed {
+			return iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_UNAUTHENTICATED
+		}
+	default:
+		return iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_UNKNOWN_EDGE
+	}
+	return 0
+}
+
+// admit makes c the Edge's connection. An existing connection is probed
+// first: one that answers keeps its place and c is rejected without
+// disturbing it; a silent one is fenced at once.
+func (h *Hub) admit(ctx context.Context, c *edgeConn) iopv1.EdgeHelloRejection {
+	for {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_UNAVAILABLE
+		}
+		es := h.edges[c.edgeID]
+		if es == nil {
+			es = &edgeState{id: c.edgeID, view: EdgeView{ID: c.edgeID, Nodes: []NodeView{}}}
+			h.edges[c.edgeID] = es
+		}
+		old := es.cur
+		if old == nil {
+			h.counter++
+			c.gen = uint64(h.epoch)<<32 | uint64(h.counter)
+			es.cur = c
+			es.view.Connected, es.view.Generation, es.view.Version = true, c.gen, c.version
+			t := c.since.UTC()
+			es.view.ConnectedAt = &t
+			es.recent, es.viewSeq = nil, 0 // the Edge may have restarted its sequence
+			h.mu.Unlock()
+			h.events.publish(Event{Kind: EventEdgeConnected, EdgeID: c.edgeID, Generation: c.gen})
+			return 0
+		}
+		if es.probing {
+			h.mu.Unlock()
+			return iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_DUPLICATE
+		}
+		es.probing = true
+		h.mu.Unlock()
+		pctx, cancel := context.WithTimeout(ctx, orDefault(h.cfg.ProbeTimeout, DefaultProbeTimeout))
+		_, perr := old.sess.Ping(pctx)
+		cancel()
+		h.mu.Lock()
+		es.probing = false
+		if perr == nil && es.cur == old {
+			h.mu.Unlock()
+			return iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_DUPLICATE
+		}
+		if es.cur == old {
+			h.fenceLocked(es, old, "superseded: silent when the same edge said hello again")
+		}
+		h.mu.Unlock()
+		old.sess.CloseWithReason(wire.ReasonSuperseded, "a new connection for this edge id")
+	}
+}
+
+// fenceLocked ends c as its Edge's connection, once; a stale close never
+// disturbs the live one.
+func (h *Hub) fenceLocked(es *edgeState, c *edgeConn, reason string) {
+	if es.cur != c {
+		return
+	}
+	es.cur = nil
+	es.view.Connected = false
+	es.view.LastDisconnect = nodewire.Note(reason)
+	h.log.Info("edge disconnected", "edge", c.edgeID, "generation", c.gen, "reason", reason)
+	h.events.publish(Event{Kind: EventEdgeDisconnected, EdgeID: c.edgeID, Generation: c.gen, Reason: nodewire.Note(reason)})
+}
+
+func (h *Hub) drop(c *edgeConn, reason string) {
+	h.mu.Lock()
+	if es := h.edges[c.edgeID]; es != nil {
+		h.fenceLocked(es, c, reason)
+	}
+	h.mu.Unlock()
+	c.sess.CloseWithReason(wire.ReasonNormal, reason)
+}
+
+// serve runs an accepted connection: the event reader and the status loop,
+// until the session ends.
+func (c *edgeConn) serve() {
+	var wg sync.WaitGroup
+	wg.Go(c.statusLoop)
+	c.readEvents()
+	c.sess.Close()
+	wg.Wait()
+	reason := "closed"
+	var ce *wire.CloseError
+	if errors.As(c.sess.Err(), &ce) {
+		reason = ce.Reason.String()
+	}
+	c.h.mu.Lock()
+	if es := c.h.edges[c.edgeID]; es != nil {
+		c.h.fenceLocked(es, c, reason)
+	}
+	c.h.mu.Unlock()
+}
+
+// readEvents applies the Edge's lifecycle events in order until the
+// control stream or the session ends.
+func (c *edgeConn) readEvents() {
+	for {
+		env, err := c.ctl.ReadMessage(c.sess.Context())
+		if err != nil {
+			if errors.Is(err, wire.ErrUnsupportedMessage) {
+				continue // a newer Edge's message: skip it, keep the link
+			}
+			return
+		}
+		ev := env.GetEdgeNodeEvent()
+		if ev == nil {
+			c.sess.CloseWithReason(wire.ReasonProtocolError, "expected an edge node event")
+			return
+		}
+		c.h.applyEvent(c, ev)
+	}
+}
+
+// statusLoop takes a status at once, then every StatusInterval and
+// whenever asked.
+func (c *edgeConn) statusLoop() {
+	interval := orDefault(c.h.cfg.StatusInterval, DefaultStatusInterval)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-c.refresh:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		case <-c.sess.Done():
+			return
+		}
+		if err := c.h.takeStatus(c.sess.Context(), c); err != nil && c.sess.Err() == nil {
+			c.h.log.Warn("edge status failed", "edge", c.edgeID, "error", err)
+		}
+		// Event storms ask for a status per event: take at most one per
+		// minStatusGap, however many were asked for meanwhile.
+		gap := time.NewTimer(minStatusGap)
+		select {
+		case <-gap.C:
+		case <-c.sess.Done():
+			gap.Stop()
+			return
+		}
+		t.Reset(interval)
+	}
+}
+
+// minStatusGap is the least time between two statuses of one Edge.
+const minStatusGap = 100 * time.Millisecond
+
+// askStatus asks the status loop for a status soon (coalesced).
+func (c *edgeConn) askStatus() {
+	select {
+	case c.refresh <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,293 @@
+package controlplane_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/iop-dev/iop/controlplane"
+	"github.com/iop-dev/iop/edge"
+	"github.com/iop-dev/iop/execution/upstreamtest"
+)
+
+func offlineWithZeros(n controlplane.NodeView) bool {
+	if n.Connected || len(n.Providers) == 0 {
+		return false
+	}
+	for _, p := range n.Providers {
+		if p.Status != "unavailable" || p.Health != "offline" || p.Capacity != 0 || p.InFlight != 0 || p.Queued != 0 || p.LongContextCapacity != 0 || p.LongContextInFlight != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func onlineWithCapacity(n controlplane.NodeView) bool {
+	return n.Connected && len(n.Providers) == 1 && n.Providers[0].Status == "available" &&
+		n.Providers[0].Health == "healthy" && n.Providers[0].Capacity == 4 && n.Providers[0].LongContextCapacity == 1
+}
+
+// TestNodeSnapshotsAndEvents follows a Node through its life as a Hub with
+// two Edges sees it: configured before its first connect, ready, offline,
+// back; one relayed event per transition.
+func TestNodeSnapshotsAndEvents(t *testing.T) {
+	h := startHub(t, "", nil)
+	log := watchEvents(t, h.hub)
+	e1 := startEdge(t, "e1", h.addr, nil)
+	e2 := startEdge(t, "e2", h.addr, nil)
+	e2.startNode()
+
+	// Before its first connect the Node is in the view, offline, with its
+	// provider's identity and zero figures.
+	waitFor(t, "e1's first status", func() bool { n, ok := nodeView(h.hub, "e1", "n-e1"); return ok && offlineWithZeros(n) })
+	n, _ := nodeView(h.hub, "e1", "n-e1")
+	if p := n.Providers[0]; p.ID != "p-e1" || p.Adapter != "openai" || p.Category != "local" || len(p.Models) != 1 {
+		t.Fatalf("provider identity lost before the first connect: %+v", p)
+	}
+	// A configured Edge that never connected is listed too.
+	if e3, ok := h.hub.Edge("e3"); !ok || e3.Connected {
+		t.Fatalf("e3: %+v %v", e3, ok)
+	}
+	waitFor(t, "e2's node online", func() bool { n, ok := nodeView(h.hub, "e2", "n-e2"); return ok && onlineWithCapacity(n) })
+
+	e1.startNode()
+	waitFor(t, "n-e1 online with its capacity", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return onlineWithCapacity(n) })
+	e1.stopNodeRuntime()
+	waitFor(t, "n-e1 offline", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return offlineWithZeros(n) })
+	e1.startNode()
+	waitFor(t, "n-e1 back with capacity", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return onlineWithCapacity(n) })
+	// The reconnected Node admits work again.
+	if code := chat(t, e1.url); code != 200 {
+		t.Fatalf("chat after reconnect: %d", code)
+	}
+
+	waitFor(t, "events relayed", func() bool { return log.count(controlplane.EventNodeReady, "e1", "n-e1") == 2 })
+	if got := log.count(controlplane.EventNodeDisconnected, "e1", "n-e1"); got != 1 {
+		t.Errorf("node_disconnected events for one disconnect: %d", got)
+	}
+	if got := log.count(controlplane.EventNodeReady, "e2", "n-e2"); got != 1 {
+		t.Errorf("node_ready events for e2's one connect: %d", got)
+	}
+	if got := log.count(controlplane.EventEdgeConnected, "e1", ""); got != 1 {
+		t.Errorf("edge_connected events: %d", got)
+	}
+}
+
+func chat(t *testing.T, url string) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func command(t *testing.T, h *controlplane.Hub, edgeID string, cmd controlplane.Command) (*controlplane.CommandRun, []controlplane.CommandEvent) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	run, err := h.Command(ctx, edgeID, cmd)
+	if err != nil {
+		t.Fatalf("%s: %v", cmd.Operation, err)
+	}
+	defer run.Close()
+	evs, err := run.Wait(ctx)
+	if err != nil {
+		t.Fatalf("%s: %v", cmd.Operation, err)
+	}
+	return run, evs
+}
+
+func phases(evs []controlplane.CommandEvent) string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, string(e.Phase))
+	}
+	return strings.Join(out, ",")
+}
+
+func TestCommands(t *testing.T) {
+	release := make(chan struct{})
+	hold := func(r *upstreamtest.Request) upstreamtest.Script {
+		if strings.Contains(r.Prompt, "hold") {
+			<-release
+		}
+		return upstreamtest.Echo(r)
+	}
+	h := startHub(t, "", nil)
+	log := watchEvents(t, h.hub)
+	e1 := startEdge(t, "e1", h.addr, hold)
+	e1.startNode()
+	waitFor(t, "n-e1 online", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return onlineWithCapacity(n) })
+
+	// A node command: phases in order, the Node's answer on the last.
+	run, evs := command(t, h.hub, "e1", controlplane.Command{Operation: controlplane.OpNodeCapabilities, NodeID: "n-e1"})
+	if !run.Accepted || phases(evs) != "accepted,running,succeeded" {
+		t.Fatalf("capabilities: accepted %v phases %s", run.Accepted, phases(evs))
+	}
+	if caps := evs[2].NodeResult.GetCapabilities(); caps.GetNodeId() != "n-e1" || len(caps.GetProviders()) != 1 {
+		t.Fatalf("capabilities result: %v", evs[2].NodeResult)
+	}
+	for i, e := range evs {
+		if e.Seq != i+1 {
+			t.Fatalf("phase %d has seq %d", i, e.Seq)
+		}
+	}
+
+	// Rejections: the Hub refuses operations outside the closed set; the
+	// Edge resolves selectors and refuses what it does not know.
+	if _, err := h.hub.Command(context.Background(), "e1", controlplane.Command{Operation: "node.schedule"}); err == nil {
+		t.Fatal("an operation outside the closed set was sent")
+	}
+	for _, c := range []struct {
+		cmd  controlplane.Command
+		want controlplane.Rejection
+	}{
+		{controlplane.Command{Operation: controlplane.OpNodeDrain, NodeID: "ghost"}, controlplane.RejectNotFound},
+		{controlplane.Command{Operation: controlplane.OpNodeDrain}, controlplane.RejectInvalidArgument},
+		{controlplane.Command{Operation: controlplane.OpProviderDisable, ProviderID: "ghost"}, controlplane.RejectNotFound},
+		{controlplane.Command{Operation: controlplane.OpOllamaAPI, ProviderID: "p-e1", Args: map[string]string{"endpoint": "tags"}}, controlplane.RejectFailedPrecondition},
+		{controlplane.Command{Operation: controlplane.OpOllamaAPI, ProviderID: "p-e1", Args: map[string]string{"endpoint": "pull"}}, controlplane.RejectInvalidArgument},
+		{controlplane.Command{Operation: controlplane.OpNodeCapabilities, NodeID: "n-e1", Args: map[string]string{"x": "y"}}, controlplane.RejectInvalidArgument},
+	} {
+		run, err := h.hub.Command(context.Background(), "e1", c.cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Accepted || run.Rejection != c.want {
+			t.Errorf("%s %+v: accepted %v rejection %v, want %v", c.cmd.Operation, c.cmd, run.Accepted, run.Rejection, c.want)
+		}
+		run.Close()
+	}
+	if _, err := h.hub.Command(context.Background(), "e2", controlplane.Command{Operation: controlplane.OpConfigRefresh}); !errors.Is(err, controlplane.ErrEdgeOffline) {
+		t.Fatalf("command to an offline edge: %v", err)
+	}
+
+	// Provider disable: admission refuses new work, the view says so.
+	_, evs = command(t, h.hub, "e1", controlplane.Command{Operation: controlplane.OpProviderDisable, ProviderID: "p-e1"})
+	if phases(evs) != "accepted,running,succeeded" {
+		t.Fatalf("disable: %s", phases(evs))
+	}
+	waitFor(t, "provider disabled in the view", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return n.Providers[0].Status == "disabled" })
+	if code := chat(t, e1.url); code != 503 {
+		t.Fatalf("chat to a disabled provider: %d", code)
+	}
+	command(t, h.hub, "e1", controlplane.Command{Operation: controlplane.OpProviderEnable, ProviderID: "p-e1"})
+	waitFor(t, "provider enabled", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return n.Providers[0].Status == "available" })
+	if code := chat(t, e1.url); code != 200 {
+		t.Fatalf("chat after enable: %d", code)
+	}
+
+	// Drain: nothing new is admitted; progress reports the work held until
+	// it finishes.
+	held := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", e1.url+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hold"}]}`))
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			held <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		held <- resp.StatusCode
+	}()
+	waitFor(t, "the held request in flight", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return len(e1.upstream.Requests()) > 2 && n.Connected })
+	waitFor(t, "held request reaches the upstream", func() bool {
+		for _, q := range e1.upstream.Requests() {
+			if q.Prompt == "hold" {
+				return true
+			}
+		}
+		return false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	drain, err := h.hub.Command(ctx, "e1", controlplane.Command{Operation: controlplane.OpNodeDrain, NodeID: "n-e1"})
+	if err != nil || !drain.Accepted {
+		t.Fatalf("drain: %v", err)
+	}
+	var drainPhases []controlplane.CommandEvent
+	for {
+		ev, err := drain.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drainPhases = append(drainPhases, ev)
+		if ev.Phase == controlplane.PhaseProgress && ev.InFlight == 1 {
+			break
+		}
+	}
+	if code := chat(t, e1.url); code != 503 {
+		t.Fatalf("chat to a draining node: %d", code)
+	}
+	waitFor(t, "the draining node in the view", func() bool {
+		n, _ := nodeView(h.hub, "e1", "n-e1")
+		return n.Draining && n.Providers[0].Status == "draining" && n.Providers[0].InFlight == 1
+	})
+	close(release)
+	rest, err := drain.Wait(ctx)
+	drain.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainPhases = append(drainPhases, rest...)
+	last := drainPhases[len(drainPhases)-1]
+	if last.Phase != controlplane.PhaseSucceeded || drainPhases[len(drainPhases)-2].InFlight != 0 {
+		t.Fatalf("drain phases %s (last in-flight %d)", phases(drainPhases), drainPhases[len(drainPhases)-2].InFlight)
+	}
+	if code := <-held; code != 200 {
+		t.Fatalf("the in-flight request did not finish normally during the drain: %d", code)
+	}
+	command(t, h.hub, "e1", controlplane.Command{Operation: controlplane.OpNodeResume, NodeID: "n-e1"})
+	if code := chat(t, e1.url); code != 200 {
+		t.Fatalf("chat after resume: %d", code)
+	}
+
+	// Disconnect: the Edge closes the Node's connection; the Node comes
+	// back by itself.
+	before := log.count(controlplane.EventNodeReady, "e1", "n-e1")
+	_, evs = command(t, h.hub, "e1", controlplane.Command{Operation: controlplane.OpNodeDisconnect, NodeID: "n-e1"})
+	if phases(evs) != "accepted,running,succeeded" {
+		t.Fatalf("disconnect: %s", phases(evs))
+	}
+	waitFor(t, "node_disconnected relayed", func() bool { return log.count(controlplane.EventNodeDisconnected, "e1", "n-e1") == 1 })
+	waitFor(t, "node back", func() bool { return log.count(controlplane.EventNodeReady, "e1", "n-e1") == before+1 })
+
+	// Config refresh: only the Edge's own source, only new requests.
+	e1.mu.Lock()
+	e1.source = func() (edge.Config, error) {
+		c := e1.cfg
+		c.Routes = append(c.Routes, edge.Route{Model: "m2", Targets: []edge.Target{{ProviderID: "p-e1", Model: "up-model"}}})
+		return c, nil
+	}
+	e1.mu.Unlock()
+	_, evs = command(t, h.hub, "e1", controlplane.Command{Operation: controlplane.OpConfigRefresh})
+	if phases(evs) != "accepted,running,progress,succeeded" {
+		t.Fatalf("refresh: %s", phases(evs))
+	}
+	v, err := h.hub.Refresh(context.Background(), "e1")
+	if err != nil || v.Routes != 2 || v.ConfigRevision != 2 {
+		t.Fatalf("after refresh: routes %d revision %d (%v)", v.Routes, v.ConfigRevision, err)
+	}
+	e1.mu.Lock()
+	e1.source = func() (edge.Config, error) { return edge.Config{}, errors.New("edge.yaml: line 3: bad") }
+	e1.mu.Unlock()
+	_, evs = command(t, h.hub, "e1", controlplane.Command{Operation: controlplane.OpConfigRefresh})
+	if phases(evs) != "accepted,running,failed" {
+		t.Fatalf("a failing refresh: %s", phases(evs))
+	}
+	if v, _ := h.hub.Refresh(context.Background(), "e1"); v.Routes != 2 {
+		t.Fatalf("a failed refresh changed the configuration: %d routes", v.Routes)
+	}
+}

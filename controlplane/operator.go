@@ -1,0 +1,175 @@
+package controlplane
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Operator authentication. An operator is recognized by, in order:
+//   - Authorization: Bearer <token>, a token whose SHA-256 is an
+//     Operator's TokenHash (for tools; never ambient, so never subject to
+//     cross-site request forgery);
+//   - the status page's session cookie, set by POST /api/login with a
+//     token (HttpOnly, SameSite=Strict, Secure under TLS);
+//   - with Config.OperatorMTLS, a verified client certificate.
+// The last two are ambient credentials a browser attaches by itself, so a
+// state-changing request made with them must also carry the session's
+// CSRF token in X-CSRF-Token (GET /api/session returns it) and, when the
+// browser sends one, an Origin naming this host.
+
+const (
+	sessionCookie = "iop_hub_session"
+	sessionTTL    = 12 * time.Hour
+	maxSessions   = 1024
+	csrfHeader    = "X-CSRF-Token"
+)
+
+type operators struct {
+	list   []Operator
+	mtls   bool
+	secret [32]byte // keys the CSRF tokens of certificate sessions
+
+	mu       sync.Mutex
+	sessions map[[32]byte]*opSession // by SHA-256 of the session id
+}
+
+type opSession struct {
+	name    string
+	csrf    string
+	expires time.Time
+}
+
+// principal is an authenticated operator.
+type principal struct {
+	name string
+	// ambient: the credential is one a browser attaches by itself.
+	ambient bool
+	csrf    string
+	session [32]byte // the cookie session's key, if any
+}
+
+func newOperators(list []Operator, mtls bool) *operators {
+	o := &operators{list: list, mtls: mtls, sessions: map[[32]byte]*opSession{}}
+	rand.Read(o.secret[:])
+	return o
+}
+
+// byToken returns the operator a token belongs to, comparing against every
+// operator in constant time.
+func (o *operators) byToken(token string) (string, bool) {
+	if token == "" {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(token))
+	name, found := "", false
+	for _, op := range o.list {
+		if subtle.ConstantTimeCompare(sum[:], op.TokenHash[:]) == 1 {
+			name, found = op.Name, true
+		}
+	}
+	return name, found
+}
+
+// authenticate returns the request's operator, if any.
+func (o *operators) authenticate(r *http.Request) (principal, bool) {
+	if auth := r.Header.Get("Authorization"); auth != "" {
+		token, ok := strings.CutPrefix(auth, "Bearer ")
+		if !ok {
+			return principal{}, false
+		}
+		name, ok := o.byToken(token)
+		return principal{name: name}, ok
+	}
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		key := sha256.Sum256([]byte(c.Value))
+		o.mu.Lock()
+		s := o.sessions[key]
+		if s != nil && time.Now().After(s.expires) {
+			delete(o.sessions, key)
+			s = nil
+		}
+		o.mu.Unlock()
+		if s != nil {
+			return principal{name: s.name, ambient: true, csrf: s.csrf, session: key}, true
+		}
+	}
+	if o.mtls && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+		leaf := r.TLS.VerifiedChains[0][0]
+		mac := hmac.New(sha256.New, o.secret[:])
+		mac.Write(leaf.Raw)
+		return principal{name: leaf.Subject.CommonName, ambient: true, csrf: hex.EncodeToString(mac.Sum(nil))}, true
+	}
+	return principal{}, false
+}
+
+// login starts a cookie session for a token's operator.
+func (o *operators) login(token string) (id string, s *opSession, ok bool) {
+	name, ok := o.byToken(token)
+	if !ok {
+		return "", nil, false
+	}
+	var raw, csrf [32]byte
+	rand.Read(raw[:])
+	rand.Read(csrf[:])
+	id = hex.EncodeToString(raw[:])
+	s = &opSession{name: name, csrf: hex.EncodeToString(csrf[:]), expires: time.Now().Add(sessionTTL)}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := time.Now()
+	for k, v := range o.sessions {
+		if now.After(v.expires) {
+			delete(o.sessions, k)
+		}
+	}
+	if len(o.sessions) >= maxSessions {
+		var oldest [32]byte
+		var at time.Time
+		for k, v := range o.sessions {
+			if at.IsZero() || v.expires.Before(at) {
+				oldest, at = k, v.expires
+			}
+		}
+		delete(o.sessions, oldest)
+	}
+	o.sessions[sha256.Sum256([]byte(id))] = s
+	return id, s, true
+}
+
+func (o *operators) logout(p principal) {
+	o.mu.Lock()
+	delete(o.sessions, p.session)
+	o.mu.Unlock()
+}
+
+// csrfOK checks a state-changing request made with an ambient credential.
+func csrfOK(r *http.Request, p principal) bool {
+	if !p.ambient {
+		return true
+	}
+	if !sameOrigin(r) {
+		return false
+	}
+	got := r.Header.Get(csrfHeader)
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(p.csrf)) == 1
+}
+
+// sameOrigin accepts a request without an Origin header (not a browser's
+// cross-site request) or one whose Origin names this host.
+func sameOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return r.Header.Get("Sec-Fetch-Site") == "" || r.Header.Get("Sec-Fetch-Site") == "same-origin"
+	}
+	scheme := "http://"
+	if r.TLS != nil {
+		scheme = "https://"
+	}
+	return origin == scheme+r.Host
+}

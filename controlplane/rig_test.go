@@ -1,0 +1,294 @@
+package controlplane_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/iop-dev/iop/controlplane"
+	"github.com/iop-dev/iop/edge"
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution"
+	oaadapter "github.com/iop-dev/iop/execution/adapters/openai"
+	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/internal/backoff"
+	"github.com/iop-dev/iop/node"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	operatorToken = "op-token-0123456789abcdef0123456789"
+	nodeToken     = "node-token-0123456789abcdef0123"
+	apiKey        = "sk-test-0123456789abcdef0123456789abcdef"
+)
+
+func edgeToken(id string) string { return "edge-token-" + id + "-0123456789abcdef" }
+
+var fast = backoff.Config{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}
+
+// hubRig is a Hub (Edge listener and operator HTTP server on loopback).
+type hubRig struct {
+	t    *testing.T
+	hub  *controlplane.Hub
+	addr string // Edge listener
+	url  string // operator HTTP
+	stop func()
+}
+
+func startHub(t *testing.T, addr string, mutate func(*controlplane.Config)) *hubRig {
+	t.Helper()
+	cfg := controlplane.Config{
+		Edges: []controlplane.EdgeRecord{
+			{ID: "e1", TokenHash: controlplane.HashToken(edgeToken("e1"))},
+			{ID: "e2", TokenHash: controlplane.HashToken(edgeToken("e2"))},
+			{ID: "e3", TokenHash: controlplane.HashToken(edgeToken("e3"))}, // configured, never connects
+		},
+		Operators:    []controlplane.Operator{{Name: "alice", TokenHash: controlplane.HashToken(operatorToken)}},
+		ProbeTimeout: 500 * time.Millisecond,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	hub, err := controlplane.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var ln net.Listener
+	for range 100 { // a restarted Hub takes its old port back
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, _ := net.Listen("tcp", "127.0.0.1:0")
+	hs := &http.Server{Handler: hub.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	var wg sync.WaitGroup
+	wg.Go(func() { hub.ServeEdges(ln) })
+	wg.Go(func() { hs.Serve(hl) })
+	r := &hubRig{t: t, hub: hub, addr: ln.Addr().String(), url: "http://" + hl.Addr().String()}
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			hs.Close()
+			hub.Close()
+			wg.Wait()
+		})
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// edgeRig is an Edge with one Node (started on demand) hosting an
+// OpenAI-format provider in front of a fake upstream, linked to a Hub.
+type edgeRig struct {
+	t        *testing.T
+	id       string
+	srv      *edge.Server
+	url      string
+	nodeAddr string
+	upstream *upstreamtest.Server
+	cfg      edge.Config
+	source   func() (edge.Config, error)
+
+	mu       sync.Mutex
+	stopNode context.CancelFunc
+	nodeDone chan struct{}
+	stopLink context.CancelFunc
+	linkDone chan struct{}
+}
+
+func startEdge(t *testing.T, id, hubAddr string, reply func(*upstreamtest.Request) upstreamtest.Script) *edgeRig {
+	t.Helper()
+	up := upstreamtest.New(upstreamtest.Config{Models: []string{"up-model"}, Reply: reply})
+	up.Start()
+	t.Cleanup(up.Close)
+	nodeID := "n-" + id
+	cfg := edge.Config{
+		Epoch: 1,
+		Nodes: []nodes.Record{{ID: nodeID, TokenHash: nodes.HashToken(nodeToken), Providers: []nodes.ProviderSpec{
+			{ID: "p-" + id, Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"up-model"}, Capacity: 4, LongContextCapacity: 1},
+		}}},
+		APIKeys:      []edge.APIKey{{Name: "k", Hash: edge.HashKey(apiKey), Models: []string{"*"}}},
+		Routes:       []edge.Route{{Model: "m", Targets: []edge.Target{{ProviderID: "p-" + id, Model: "up-model"}}}},
+		QueueTimeout: 300 * time.Millisecond,
+	}
+	r := &edgeRig{t: t, id: id, upstream: up, cfg: cfg}
+	cfg.ConfigSource = func() (edge.Config, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.source != nil {
+			return r.source()
+		}
+		return r.cfg, nil
+	}
+	srv, err := edge.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv = srv
+	apiLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	nodeLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	r.url = "http://" + apiLn.Addr().String()
+	r.nodeAddr = nodeLn.Addr().String()
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.Serve(apiLn) })
+	wg.Go(func() { srv.ServeNodes(nodeLn) })
+	if hubAddr != "" {
+		r.link(hubAddr)
+	}
+	t.Cleanup(func() {
+		r.stopNodeRuntime()
+		r.unlink()
+		srv.Close()
+		wg.Wait()
+	})
+	return r
+}
+
+// link connects the Edge to a Hub.
+func (r *edgeRig) link(hubAddr string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	r.mu.Lock()
+	r.stopLink, r.linkDone = cancel, done
+	r.mu.Unlock()
+	go func() {
+		defer close(done)
+		r.srv.ConnectControlPlane(ctx, controlplane.ConnectorConfig{HubAddr: hubAddr, EdgeID: r.id, Token: edgeToken(r.id), Backoff: fast})
+	}()
+}
+
+func (r *edgeRig) unlink() {
+	r.mu.Lock()
+	cancel, done := r.stopLink, r.linkDone
+	r.stopLink, r.linkDone = nil, nil
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// startNode starts the Edge's Node; it stays up until stopNodeRuntime.
+func (r *edgeRig) startNode() {
+	p, err := oaadapter.New(oaadapter.Config{ID: "p-" + r.id, BaseURL: r.upstream.URL(), Models: []string{"up-model"}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	rt, err := node.New(node.Config{EdgeAddr: r.nodeAddr, NodeID: "n-" + r.id, Token: nodeToken,
+		Providers: []node.Hosted{{Provider: p}}, Backoff: node.Backoff(fast)})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	r.mu.Lock()
+	r.stopNode, r.nodeDone = cancel, done
+	r.mu.Unlock()
+	go func() {
+		defer close(done)
+		rt.Run(ctx)
+	}()
+}
+
+func (r *edgeRig) stopNodeRuntime() {
+	r.mu.Lock()
+	cancel, done := r.stopNode, r.nodeDone
+	r.stopNode, r.nodeDone = nil, nil
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// waitFor polls cond until it holds; it synchronizes with asynchronous
+// state, it does not measure time.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// nodeView returns a Node's view at the Hub.
+func nodeView(h *controlplane.Hub, edgeID, nodeID string) (controlplane.NodeView, bool) {
+	e, ok := h.Edge(edgeID)
+	if !ok {
+		return controlplane.NodeView{}, false
+	}
+	for _, n := range e.Nodes {
+		if n.ID == nodeID {
+			return n, true
+		}
+	}
+	return controlplane.NodeView{}, false
+}
+
+// eventLog collects Hub events in the background.
+type eventLog struct {
+	mu     sync.Mutex
+	events []controlplane.Event
+	resync int
+	stop   func()
+}
+
+func watchEvents(t *testing.T, h *controlplane.Hub) *eventLog {
+	l := &eventLog{}
+	sub := h.Subscribe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			ev, err := sub.Next(ctx)
+			if err == controlplane.ErrResync {
+				l.mu.Lock()
+				l.resync++
+				l.mu.Unlock()
+				continue
+			}
+			if err != nil {
+				return
+			}
+			l.mu.Lock()
+			l.events = append(l.events, ev)
+			l.mu.Unlock()
+		}
+	}()
+	l.stop = func() {
+		cancel()
+		sub.Close()
+		<-done
+	}
+	t.Cleanup(l.stop)
+	return l
+}
+
+func (l *eventLog) count(kind controlplane.EventKind, edgeID, nodeID string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.events {
+		if e.Kind == kind && e.EdgeID == edgeID && (nodeID == "" || e.NodeID == nodeID) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,168 @@
+// The IOP status page: Edges, Nodes and providers with capacity, in-flight
+// and queue figures, and recent events, updated live from the Hub's event
+// stream. No build step; every value is written with textContent.
+"use strict";
+
+let csrf = null;
+let renderTimer = null;
+
+const $ = (sel) => document.querySelector(sel);
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+
+async function api(path, opts = {}) {
+  opts.credentials = "same-origin";
+  opts.headers = Object.assign({}, opts.headers || {});
+  if (opts.method && opts.method !== "GET" && csrf) opts.headers["X-CSRF-Token"] = csrf;
+  const resp = await fetch(path, opts);
+  if (resp.status === 401) {
+    showLogin();
+    throw new Error("signed out");
+  }
+  return resp;
+}
+
+function showLogin() {
+  $("#status").hidden = true;
+  $("#logout").hidden = true;
+  $("#login").hidden = false;
+  $("#who").textContent = "";
+}
+
+async function login(token) {
+  const resp = await fetch("/api/login", {
+    method: "POST", credentials: "same-origin",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ token }),
+  });
+  if (!resp.ok) return false;
+  csrf = (await resp.json()).csrf;
+  return true;
+}
+
+async function boot() {
+  // A sign-in link carries the token in the fragment, which never reaches
+  // a server or a log; it is removed from the address bar at once.
+  const m = location.hash.match(/token=([^&]+)/);
+  if (m) {
+    history.replaceState(null, "", location.pathname);
+    await login(decodeURIComponent(m[1]));
+  }
+  const resp = await fetch("/api/session", { credentials: "same-origin" });
+  if (!resp.ok) return showLogin();
+  const s = await resp.json();
+  csrf = s.csrf || null;
+  start(s.operator);
+}
+
+function start(operator) {
+  $("#login").hidden = true;
+  $("#status").hidden = false;
+  $("#logout").hidden = false;
+  $("#who").textContent = operator;
+  render();
+  loadEvents();
+  follow();
+  setInterval(render, 5000);
+}
+
+function scheduleRender() {
+  if (renderTimer) return;
+  renderTimer = setTimeout(() => { renderTimer = null; render(); }, 150);
+}
+
+async function render() {
+  let data;
+  try {
+    data = await (await api("/api/edges?nodes=1")).json();
+  } catch (e) {
+    return;
+  }
+  const root = $("#edges");
+  root.replaceChildren();
+  let online = 0, total = 0;
+  const states = [];
+  for (const edge of data.edges) {
+    const box = el("div", { class: "edge" + (edge.connected ? "" : " stale"), "data-edge": edge.id });
+    box.append(el("h2", {}, "Edge ", edge.id, " ",
+      el("span", { class: edge.connected ? "online" : "offline" }, edge.connected ? "connected" : "not connected"),
+      el("span", { class: "muted" }, `  routes ${edge.routes} · queued ${edge.queued} · in flight ${edge.in_flight}/${edge.capacity}`)));
+    const table = el("table", {},
+      el("tr", {}, ...["Node", "State", "Provider", "Adapter", "Category", "Status", "Health", "Capacity", "In flight", "Long ctx", "Queued"].map((h) => el("th", {}, h))));
+    for (const node of edge.nodes || []) {
+      total++;
+      const state = node.connected ? (node.draining ? "draining" : "online") : "offline";
+      if (node.connected) online++;
+      states.push(`${edge.id}/${node.id}:${state}`);
+      const provs = node.providers.length ? node.providers : [null];
+      provs.forEach((p, i) => {
+        const tr = el("tr", i === 0 ? { "data-node": `${edge.id}/${node.id}`, "data-state": state } : {});
+        tr.append(el("td", {}, i === 0 ? node.id : ""),
+          el("td", { class: i === 0 ? (node.connected ? "online" : "offline") : "" }, i === 0 ? state : ""));
+        if (p) {
+          tr.append(el("td", {}, p.id), el("td", {}, p.adapter), el("td", {}, p.category),
+            el("td", {}, p.status), el("td", {}, p.health), el("td", {}, p.capacity),
+            el("td", {}, p.in_flight), el("td", {}, `${p.long_context_in_flight}/${p.long_context_capacity}`), el("td", {}, p.queued));
+        }
+        table.append(tr);
+      });
+    }
+    box.append(table);
+    root.append(box);
+  }
+  $("#summary").textContent = `${data.edges.length} edges · ${online}/${total} nodes online`;
+  // The title summarizes the rows, so a glance at a tab (or a headless
+  // browser's target list) shows every node's state.
+  document.title = "IOP | " + states.join(" ");
+}
+
+function addEvent(ev) {
+  const list = $("#events");
+  const what = [ev.kind, ev.edge_id, ev.node_id, ev.provider ? `${ev.provider.id} ${ev.provider.status}/${ev.provider.health}` : "", ev.reason || ""].filter(Boolean).join(" ");
+  list.prepend(el("li", {}, `${new Date(ev.time).toLocaleTimeString()} ${what}`));
+  while (list.children.length > 100) list.lastChild.remove();
+}
+
+async function loadEvents() {
+  try {
+    const data = await (await api("/api/events")).json();
+    for (const ev of data.events) addEvent(ev);
+  } catch (e) { /* signed out */ }
+}
+
+function follow() {
+  const es = new EventSource("/api/events/stream");
+  const kinds = ["edge_connected", "edge_disconnected", "edge_resync", "node_ready", "node_disconnected", "provider_changed", "config_applied"];
+  for (const k of kinds) {
+    es.addEventListener(k, (m) => { addEvent(JSON.parse(m.data)); scheduleRender(); });
+  }
+  es.addEventListener("resync", () => scheduleRender());
+}
+
+$("#login-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  if (await login($("#token").value)) {
+    $("#token").value = "";
+    $("#login-error").textContent = "";
+    boot();
+  } else {
+    $("#login-error").textContent = "That token was not accepted.";
+  }
+});
+
+$("#logout").addEventListener("click", async () => {
+  await api("/api/logout", { method: "POST" });
+  csrf = null;
+  showLogin();
+});
+
+boot();
