@@ -110,7 +110,10 @@ func (h *Hub) auth(changes bool, next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func principalOf(r *http.Request) principal { p, _ := r.Context().Value(principalKey{}).(principal); return p }
+func principalOf(r *http.Request) principal {
+	p, _ := r.Context().Value(principalKey{}).(principal)
+	return p
+}
 
 // decodeJSON reads a bounded JSON object body with no unknown fields.
 func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {

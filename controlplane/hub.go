@@ -362,8 +362,17 @@ func (h *Hub) hello(ctx context.Context, sess *wire.Session) *edgeConn {
 	}
 	req := env.GetEdgeHelloRequest()
 	reject := func(r iopv1.EdgeHelloRejection, note string) *edgeConn {
+		// Let the answer reach the Edge (it hangs up on reading it) before
+		// closing: a session close would overtake the queued message.
 		st.WriteMessage(msg(&iopv1.EdgeHelloResponse{Rejection: r, Message: note}))
-		st.Close()
+		st.CloseWrite()
+		t := time.NewTimer(2 * time.Second)
+		select {
+		case <-sess.Done():
+		case <-t.C:
+		case <-h.ctx.Done():
+		}
+		t.Stop()
 		sess.CloseWithReason(wire.ReasonRejected, note)
 		return nil
 	}

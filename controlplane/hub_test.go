@@ -12,6 +12,8 @@ import (
 	"github.com/iop-dev/iop/controlplane"
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/wire"
+	"github.com/iop-dev/iop/wire/iopv1"
 )
 
 func offlineWithZeros(n controlplane.NodeView) bool {
@@ -202,7 +204,10 @@ func TestCommands(t *testing.T) {
 		resp.Body.Close()
 		held <- resp.StatusCode
 	}()
-	waitFor(t, "the held request in flight", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return len(e1.upstream.Requests()) > 2 && n.Connected })
+	waitFor(t, "the held request in flight", func() bool {
+		n, _ := nodeView(h.hub, "e1", "n-e1")
+		return len(e1.upstream.Requests()) > 2 && n.Connected
+	})
 	waitFor(t, "held request reaches the upstream", func() bool {
 		for _, q := range e1.upstream.Requests() {
 			if q.Prompt == "hold" {
@@ -289,5 +294,98 @@ func TestCommands(t *testing.T) {
 	}
 	if v, _ := h.hub.Refresh(context.Background(), "e1"); v.Routes != 2 {
 		t.Fatalf("a failed refresh changed the configuration: %d routes", v.Routes)
+	}
+}
+
+// TestHubOutageResync: transitions while the Hub is down are not relayed;
+// when the Edge is back, the Hub's view is re-taken from a status.
+func TestHubOutageResync(t *testing.T) {
+	h := startHub(t, "", nil)
+	e1 := startEdge(t, "e1", h.addr, nil)
+	e1.startNode()
+	waitFor(t, "n-e1 online", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return onlineWithCapacity(n) })
+	addr := h.addr
+	h.stop()
+
+	e1.stopNodeRuntime() // while the Hub is down
+	h2 := startHub(t, addr, nil)
+	log := watchEvents(t, h2.hub)
+	waitFor(t, "e1 back at the new hub", func() bool { e, _ := h2.hub.Edge("e1"); return e.Connected })
+	waitFor(t, "the view resynced: n-e1 offline", func() bool { n, ok := nodeView(h2.hub, "e1", "n-e1"); return ok && offlineWithZeros(n) })
+	if got := log.count(controlplane.EventNodeDisconnected, "e1", "n-e1"); got != 0 {
+		t.Fatalf("a transition from the outage was relayed %d times", got)
+	}
+	// And events flow again.
+	e1.startNode()
+	waitFor(t, "node_ready relayed", func() bool { return log.count(controlplane.EventNodeReady, "e1", "n-e1") == 1 })
+	waitFor(t, "n-e1 online again", func() bool { n, _ := nodeView(h2.hub, "e1", "n-e1"); return onlineWithCapacity(n) })
+}
+
+// TestHelloRules: identity is refused when empty, unknown or unproven; a
+// duplicate of a live Edge is refused without disturbing it.
+func TestHelloRules(t *testing.T) {
+	h := startHub(t, "", nil)
+	log := watchEvents(t, h.hub)
+	e1 := startEdge(t, "e1", h.addr, nil)
+	waitFor(t, "e1 connected", func() bool { e, _ := h.hub.Edge("e1"); return e.Connected })
+	first, _ := h.hub.Edge("e1")
+
+	hello := func(id, token string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		errc := make(chan error, 1)
+		c, err := controlplane.NewConnector(controlplane.ConnectorConfig{HubAddr: h.addr, EdgeID: id, Token: token, Backoff: fast}, e1.srv)
+		if err != nil {
+			return err
+		}
+		// Run until the first attempt's outcome shows in Status.
+		rctx, rcancel := context.WithCancel(ctx)
+		go func() { errc <- c.Run(rctx) }()
+		var st controlplane.ConnectorStatus
+		for st = c.Status(); st.LastError == nil && !st.Connected; st = c.Status() {
+			time.Sleep(2 * time.Millisecond)
+		}
+		rcancel()
+		<-errc
+		if st.Connected {
+			return nil
+		}
+		return st.LastError
+	}
+	rejected := func(what string, err error, want string) {
+		t.Helper()
+		var he *controlplane.HelloError
+		if !errors.As(err, &he) || !strings.Contains(he.Rejection.String(), want) {
+			t.Fatalf("%s: %v, want a %s rejection", what, err, want)
+		}
+	}
+	rejected("wrong token", hello("e2", "wrong-token-0123456789abcdef"), "UNAUTHENTICATED")
+	rejected("unknown edge", hello("e9", edgeToken("e9")), "UNKNOWN_EDGE")
+	rejected("duplicate of a live edge", hello("e1", edgeToken("e1")), "DUPLICATE")
+	if _, err := controlplane.NewConnector(controlplane.ConnectorConfig{HubAddr: h.addr, EdgeID: ""}, e1.srv); err == nil {
+		t.Fatal("a connector with an empty edge id")
+	}
+	// A hand-written hello with an empty id, as another implementation
+	// might send it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sess, err := wire.Dial(ctx, "tcp", h.addr, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	st, _ := sess.OpenStream(ctx)
+	st.WriteMessage(&iopv1.Envelope{Body: &iopv1.Envelope_EdgeHelloRequest{EdgeHelloRequest: &iopv1.EdgeHelloRequest{EdgeId: "", Credential: []byte(edgeToken("e1"))}}})
+	env, err := st.ReadMessage(ctx)
+	if err != nil || env.GetEdgeHelloResponse().GetAccepted() || env.GetEdgeHelloResponse().GetRejection() != iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_MALFORMED {
+		t.Fatalf("empty edge id: %v %v", env, err)
+	}
+
+	now, _ := h.hub.Edge("e1")
+	if !now.Connected || now.Generation != first.Generation {
+		t.Fatalf("the live edge was disturbed: %+v -> %+v", first, now)
+	}
+	if got := log.count(controlplane.EventEdgeDisconnected, "e1", ""); got != 0 {
+		t.Fatalf("a rejected duplicate produced %d disconnects", got)
 	}
 }
