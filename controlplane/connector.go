@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -228,6 +229,14 @@ func (c *Connector) serveStream(ctx context.Context, st *wire.Stream) {
 	defer st.Close()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	env, err := st.ReadMessage(rctx)
+	if err == nil {
+		// The Hub half-closes after its one request. Reading that end
+		// first means the answer is never cut short by Close resetting a
+		// stream whose peer direction looked open.
+		if _, eerr := st.ReadMessage(rctx); eerr != io.EOF {
+			err = errors.New("controlplane: more than one request on a stream")
+		}
+	}
 	cancel()
 	if err != nil {
 		st.Reset(wire.ResetCancel)
