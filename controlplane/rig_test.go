@@ -20,7 +20,11 @@ import (
 	"github.com/iop-dev/iop/node"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// net/http lingers half a second on a connection it closes after refusing
+// an oversized body; that goroutine belongs to the standard library.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"))
+}
 
 const (
 	operatorToken = "op-token-0123456789abcdef0123456789"

@@ -1,0 +1,382 @@
+package controlplane_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// apiCall is one operator request and its answer.
+type apiCall struct {
+	method, path, body string
+	header             map[string]string
+}
+
+type apiAnswer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (a apiAnswer) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(a.body), &m); err != nil {
+		t.Fatalf("answer is not JSON: %v: %s", err, a.body)
+	}
+	return m
+}
+
+func do(t *testing.T, c *http.Client, base string, call apiCall) apiAnswer {
+	t.Helper()
+	var body io.Reader
+	if call.body != "" {
+		body = strings.NewReader(call.body)
+	}
+	req, err := http.NewRequest(call.method, base+call.path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if call.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range call.header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return apiAnswer{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+func bearer(token string) map[string]string { return map[string]string{"Authorization": "Bearer " + token} }
+
+// TestOperatorAuth covers every way in and every refusal: no credential,
+// a wrong one, a bearer token, the page's cookie session with its CSRF
+// token, cross-site requests, sign-out.
+func TestOperatorAuth(t *testing.T) {
+	h := startHub(t, "", nil)
+	e1 := startEdge(t, "e1", h.addr, nil)
+	e1.startNode()
+	waitFor(t, "n-e1 online", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return n.Connected })
+	c := &http.Client{}
+	list := apiCall{method: "GET", path: "/api/edges?nodes=1"}
+	refresh := apiCall{method: "POST", path: "/api/edges/e1/commands", body: `{"operation":"config.refresh"}`}
+
+	// Refusals.
+	for name, hdr := range map[string]map[string]string{
+		"none":        nil,
+		"wrong token": bearer("op-token-wrong"),
+		"edge token":  bearer(edgeToken("e1")),
+		"basic":       {"Authorization": "Basic YWxpY2U6eA=="},
+		"empty":       bearer(""),
+	} {
+		call := list
+		call.header = hdr
+		a := do(t, c, h.url, call)
+		if a.status != http.StatusUnauthorized || a.header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s: status %d, WWW-Authenticate %q", name, a.status, a.header.Get("WWW-Authenticate"))
+		}
+		if strings.Contains(a.body, "n-e1") {
+			t.Errorf("%s: the view leaked to an unauthenticated caller", name)
+		}
+		call = refresh
+		call.header = hdr
+		if a := do(t, c, h.url, call); a.status != http.StatusUnauthorized {
+			t.Errorf("%s: command status %d", name, a.status)
+		}
+	}
+
+	// A bearer token: reads and commands, no CSRF token needed (a browser
+	// never attaches it by itself).
+	call := list
+	call.header = bearer(operatorToken)
+	a := do(t, c, h.url, call)
+	if a.status != 200 {
+		t.Fatalf("bearer list: %d %s", a.status, a.body)
+	}
+	for _, secret := range []string{operatorToken, edgeToken("e1"), nodeToken, apiKey} {
+		if strings.Contains(a.body, secret) {
+			t.Fatalf("the view carries a secret: %s", a.body)
+		}
+	}
+	var listed struct {
+		Edges []struct {
+			ID          string `json:"id"`
+			Connected   bool   `json:"connected"`
+			NodesOnline int    `json:"nodes_online"`
+			Nodes       []struct {
+				ID string `json:"id"`
+			} `json:"nodes"`
+		} `json:"edges"`
+	}
+	json.Unmarshal([]byte(a.body), &listed)
+	if len(listed.Edges) != 3 || listed.Edges[0].ID != "e1" || !listed.Edges[0].Connected || listed.Edges[0].NodesOnline != 1 || listed.Edges[0].Nodes[0].ID != "n-e1" {
+		t.Fatalf("list: %s", a.body)
+	}
+	call = refresh
+	call.header = bearer(operatorToken)
+	if a := do(t, c, h.url, call); a.status != 200 || a.json(t)["outcome"] != "succeeded" {
+		t.Fatalf("bearer command: %d %s", a.status, a.body)
+	}
+
+	// Sign-in: a wrong token, a cross-site attempt, then the right one.
+	jar, _ := cookiejar.New(nil)
+	bc := &http.Client{Jar: jar}
+	if a := do(t, bc, h.url, apiCall{method: "POST", path: "/api/login", body: `{"token":"nope"}`}); a.status != 401 || a.header.Get("Set-Cookie") != "" {
+		t.Fatalf("login with a wrong token: %d %v", a.status, a.header)
+	}
+	if a := do(t, bc, h.url, apiCall{method: "POST", path: "/api/login", body: `{"token":"` + operatorToken + `"}`,
+		header: map[string]string{"Origin": "https://evil.example"}}); a.status != 403 {
+		t.Fatalf("cross-site login: %d", a.status)
+	}
+	a = do(t, bc, h.url, apiCall{method: "POST", path: "/api/login", body: `{"token":"` + operatorToken + `"}`})
+	if a.status != 200 {
+		t.Fatalf("login: %d %s", a.status, a.body)
+	}
+	ck := a.header.Get("Set-Cookie")
+	if !strings.Contains(ck, "HttpOnly") || !strings.Contains(ck, "SameSite=Strict") || strings.Contains(ck, operatorToken) {
+		t.Fatalf("session cookie %q", ck)
+	}
+	csrf, _ := a.json(t)["csrf"].(string)
+	if len(csrf) < 32 {
+		t.Fatalf("csrf token %q", csrf)
+	}
+	if a := do(t, bc, h.url, apiCall{method: "GET", path: "/api/session"}); a.status != 200 || a.json(t)["operator"] != "alice" || a.json(t)["csrf"] != csrf {
+		t.Fatalf("session: %d %s", a.status, a.body)
+	}
+	if a := do(t, bc, h.url, list); a.status != 200 {
+		t.Fatalf("cookie list: %d", a.status)
+	}
+	origin := h.url
+	for name, hdr := range map[string]map[string]string{
+		"no csrf token":      {"Origin": origin},
+		"wrong csrf token":   {"Origin": origin, "X-CSRF-Token": strings.Repeat("0", len(csrf))},
+		"cross-site origin":  {"Origin": "https://evil.example", "X-CSRF-Token": csrf},
+		"cross-site fetch":   {"Sec-Fetch-Site": "cross-site", "X-CSRF-Token": csrf},
+		"origin, other port": {"Origin": "http://127.0.0.1:1", "X-CSRF-Token": csrf},
+	} {
+		call := refresh
+		call.header = hdr
+		if a := do(t, bc, h.url, call); a.status != 403 {
+			t.Errorf("cookie command, %s: %d %s", name, a.status, a.body)
+		}
+	}
+	call = refresh
+	call.header = map[string]string{"Origin": origin, "X-CSRF-Token": csrf}
+	if a := do(t, bc, h.url, call); a.status != 200 {
+		t.Fatalf("cookie command with its csrf token: %d %s", a.status, a.body)
+	}
+
+	// Sign-out ends the session at the server, not only in the browser.
+	u, _ := url.Parse(h.url)
+	saved := jar.Cookies(u)
+	if a := do(t, bc, h.url, apiCall{method: "POST", path: "/api/logout", header: map[string]string{"Origin": origin, "X-CSRF-Token": csrf}}); a.status != 200 {
+		t.Fatalf("logout: %d", a.status)
+	}
+	replay, _ := http.NewRequest("GET", h.url+"/api/edges", nil)
+	for _, k := range saved {
+		replay.AddCookie(k)
+	}
+	resp, err := c.Do(replay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Fatalf("a signed-out session cookie still works: %d", resp.StatusCode)
+	}
+}
+
+// TestOperatorAPIErrors: bad input gets a typed error and changes nothing.
+func TestOperatorAPIErrors(t *testing.T) {
+	h := startHub(t, "", nil)
+	e1 := startEdge(t, "e1", h.addr, nil)
+	e1.startNode()
+	waitFor(t, "n-e1 online", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return n.Connected })
+	c := &http.Client{}
+	auth := bearer(operatorToken)
+	code := func(a apiAnswer) string {
+		var m struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+			Rejection string `json:"rejection"`
+		}
+		json.Unmarshal([]byte(a.body), &m)
+		if m.Rejection != "" {
+			return m.Rejection
+		}
+		return m.Error.Code
+	}
+	for _, tc := range []struct {
+		call   apiCall
+		status int
+		code   string
+	}{
+		{apiCall{method: "GET", path: "/api/nothing"}, 404, "not_found"},
+		{apiCall{method: "GET", path: "/api/edges/ghost"}, 404, "not_found"},
+		{apiCall{method: "GET", path: "/api/edges/e3?refresh=1"}, 409, "edge_offline"},
+		{apiCall{method: "POST", path: "/api/edges/e1/commands", body: `{"operation":"config.refresh","extra":1}`}, 400, "invalid_body"},
+		{apiCall{method: "POST", path: "/api/edges/e1/commands", body: `{"operation":`}, 400, "invalid_body"},
+		{apiCall{method: "POST", path: "/api/edges/e1/commands", body: `{"operation":"config.refresh"}{}`}, 400, "invalid_body"},
+		{apiCall{method: "POST", path: "/api/edges/e1/commands", body: `{"operation":"` + strings.Repeat("x", 20<<10) + `"}`}, 400, "invalid_body"},
+		{apiCall{method: "POST", path: "/api/edges/e1/commands", body: `{"operation":"node.schedule"}`}, 400, "unknown_operation"},
+		{apiCall{method: "POST", path: "/api/edges/e1/commands", body: `{"operation":"node.drain","node_id":"ghost"}`}, 404, "not_found"},
+		{apiCall{method: "POST", path: "/api/edges/ghost/commands", body: `{"operation":"config.refresh"}`}, 404, "not_found"},
+		{apiCall{method: "POST", path: "/api/edges/e3/commands", body: `{"operation":"config.refresh"}`}, 409, "edge_offline"},
+	} {
+		tc.call.header = auth
+		a := do(t, c, h.url, tc.call)
+		if a.status != tc.status || code(a) != tc.code {
+			t.Errorf("%s %.60s %.40s: %d %q, want %d %q (%s)", tc.call.method, tc.call.path, tc.call.body, a.status, code(a), tc.status, tc.code, a.body)
+		}
+	}
+	// A body that is not JSON by its declared type.
+	req, _ := http.NewRequest("POST", h.url+"/api/edges/e1/commands", strings.NewReader(`{"operation":"config.refresh"}`))
+	req.Header.Set("Authorization", "Bearer "+operatorToken)
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Fatalf("text/plain body: %d", resp.StatusCode)
+	}
+	// Nothing above reached the Edge as a command.
+	if v, _ := h.hub.Edge("e1"); v.ConfigRevision != 1 {
+		t.Fatalf("a refused request changed the edge: revision %d", v.ConfigRevision)
+	}
+}
+
+// TestStatusPageAssets: the page and its assets are served without a
+// credential, under a strict content security policy, and carry no data.
+func TestStatusPageAssets(t *testing.T) {
+	h := startHub(t, "", nil)
+	c := &http.Client{}
+	for path, ctype := range map[string]string{"/": "text/html", "/app.js": "text/javascript", "/style.css": "text/css"} {
+		a := do(t, c, h.url, apiCall{method: "GET", path: path})
+		if a.status != 200 || !strings.HasPrefix(a.header.Get("Content-Type"), ctype) {
+			t.Errorf("%s: %d %q", path, a.status, a.header.Get("Content-Type"))
+		}
+		csp := a.header.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") {
+			t.Errorf("%s: CSP %q", path, csp)
+		}
+		if a.header.Get("X-Content-Type-Options") != "nosniff" || a.header.Get("X-Frame-Options") != "DENY" {
+			t.Errorf("%s: headers %v", path, a.header)
+		}
+		if strings.Contains(a.body, "e1") && path == "/" {
+			t.Errorf("the page itself carries edge data")
+		}
+	}
+	if a := do(t, c, h.url, apiCall{method: "GET", path: "/index.html"}); a.status != 404 {
+		t.Errorf("/index.html: %d", a.status)
+	}
+}
+
+// TestOperatorStreams: a command followed as SSE shows its phases in
+// order; the event stream carries the Node's transitions.
+func TestOperatorStreams(t *testing.T) {
+	h := startHub(t, "", nil)
+	e1 := startEdge(t, "e1", h.addr, nil)
+	waitFor(t, "e1 connected", func() bool { v, _ := h.hub.Edge("e1"); return v.Connected })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", h.url+"/api/events/stream", nil)
+	req.Header.Set("Authorization", "Bearer "+operatorToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("events stream: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	events := sseReader(resp.Body)
+	e1.startNode()
+	for {
+		typ, data, err := events()
+		if err != nil {
+			t.Fatalf("events stream ended: %v", err)
+		}
+		if typ == "node_ready" && strings.Contains(data, `"node_id":"n-e1"`) {
+			break
+		}
+	}
+
+	req, _ = http.NewRequestWithContext(ctx, "POST", h.url+"/api/edges/e1/commands", strings.NewReader(`{"operation":"node.capabilities","node_id":"n-e1"}`))
+	req.Header.Set("Authorization", "Bearer "+operatorToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	cresp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cresp.Body.Close()
+	next := sseReader(cresp.Body)
+	var seen []string
+	var result string
+	for {
+		typ, data, err := next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		json.Unmarshal([]byte(data), &m)
+		if typ == "phase" {
+			seen = append(seen, m["phase"].(string))
+			if m["phase"] == "succeeded" {
+				result = data
+			}
+		} else {
+			seen = append(seen, typ)
+		}
+	}
+	if strings.Join(seen, ",") != "accepted,accepted,running,succeeded" {
+		t.Fatalf("command stream: %v", seen)
+	}
+	if !strings.Contains(result, `"capabilities"`) || !strings.Contains(result, "p-e1") {
+		t.Fatalf("capabilities result: %s", result)
+	}
+}
+
+// sseReader returns the events of a text/event-stream body one by one.
+func sseReader(r io.Reader) func() (typ, data string, err error) {
+	br := bufio.NewReader(r)
+	return func() (string, string, error) {
+		var typ, data string
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return "", "", err
+			}
+			line = strings.TrimRight(line, "\r\n")
+			switch {
+			case line == "":
+				if data != "" || typ != "" {
+					return typ, data, nil
+				}
+			case strings.HasPrefix(line, "event: "):
+				typ = line[len("event: "):]
+			case strings.HasPrefix(line, "data: "):
+				data += line[len("data: "):]
+			}
+		}
+	}
+}
