@@ -1,0 +1,141 @@
+//go:build linux
+
+package controlplane_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestStatusPageInBrowser loads the status page in a real headless
+// Chromium, signed in by a #token= link, and watches the page's title (which
+// summarizes every Node row) follow a Node online and then offline through
+// the live event stream. Without Chromium the test is skipped, unless
+// IOP_REQUIRE_BROWSER=1 (as .ci/run sets) makes that a failure.
+func TestStatusPageInBrowser(t *testing.T) {
+	bin := findChromium()
+	if bin == "" {
+		if os.Getenv("IOP_REQUIRE_BROWSER") == "1" {
+			t.Fatal("IOP_REQUIRE_BROWSER=1 and no chromium on PATH")
+		}
+		t.Skip("no chromium on PATH (set IOP_REQUIRE_BROWSER=1 to fail instead)")
+	}
+	h := startHub(t, "", nil)
+	e1 := startEdge(t, "e1", h.addr, nil)
+	e1.startNode()
+	waitFor(t, "n-e1 online at the hub", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return n.Connected })
+
+	b := startBrowser(t, bin, h.url+"/#token="+url.QueryEscape(operatorToken))
+	waitTitle(t, b, "n-e1 online in the page", "e1/n-e1:online")
+	if title := b.title(); strings.Contains(title, operatorToken) {
+		t.Fatalf("the token shows in the title: %q", title)
+	}
+	// The token was taken out of the address bar.
+	if u := b.url(); strings.Contains(u, "token") {
+		t.Fatalf("the sign-in token stayed in the address bar: %q", u)
+	}
+	e1.stopNodeRuntime()
+	waitTitle(t, b, "n-e1 offline in the page", "e1/n-e1:offline")
+}
+
+func findChromium() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+type browser struct {
+	t     *testing.T
+	debug string // http://127.0.0.1:port
+}
+
+func startBrowser(t *testing.T, bin, pageURL string) *browser {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+		"--no-first-run", "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
+		"--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "--user-data-dir="+dir, pageURL)
+	// Chromium starts helper processes; they share its process group and
+	// are killed with it, so none outlives the test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		cmd.Wait()
+		// The group's other members die with the signal; wait until none
+		// is left before the profile directory is removed.
+		for range 100 {
+			if syscall.Kill(-cmd.Process.Pid, 0) != nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	var port string
+	waitFor(t, "chromium's DevTools port", func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "DevToolsActivePort"))
+		if err != nil {
+			return false
+		}
+		port, _, _ = strings.Cut(string(b), "\n")
+		return port != ""
+	})
+	return &browser{t: t, debug: "http://127.0.0.1:" + port}
+}
+
+// page returns the first page target's title and URL.
+func (b *browser) page() (title, u string) {
+	resp, err := http.Get(b.debug + "/json/list")
+	if err != nil {
+		return "", ""
+	}
+	defer resp.Body.Close()
+	var targets []struct {
+		Type  string `json:"type"`
+		Title string `json:"title"`
+		URL   string `json:"url"`
+	}
+	json.NewDecoder(resp.Body).Decode(&targets)
+	for _, tg := range targets {
+		if tg.Type == "page" {
+			return tg.Title, tg.URL
+		}
+	}
+	return "", ""
+}
+
+func (b *browser) title() string { t, _ := b.page(); return t }
+func (b *browser) url() string   { _, u := b.page(); return u }
+
+func waitTitle(t *testing.T, b *browser, what, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		title := b.title()
+		if strings.Contains(title, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s: title %q", what, title)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
