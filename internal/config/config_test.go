@@ -162,3 +162,85 @@ providers:
 		}
 	}
 }
+
+func TestHubFile(t *testing.T) {
+	t.Setenv("IOP_EDGE_A_TOKEN", "edge-a-token-0123456789abcdef")
+	t.Setenv("IOP_OPERATOR_TOKEN", "op-token-0123456789abcdef0123")
+	hf, err := LoadHub(examples(t, "controlplane/hub.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := hf.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Edges) != 2 || cfg.Edges[0].ID != "edge-a" || cfg.Edges[0].TokenHash == ([32]byte{}) ||
+		len(cfg.Operators) != 1 || cfg.CommandTimeout.Minutes() != 5 {
+		t.Fatalf("hub config %+v", cfg)
+	}
+	const minimal = `
+edges_listen: 127.0.0.1:0
+http: {listen: 127.0.0.1:0}
+edges:
+  - {id: e1, token: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}}
+operators:
+  - {name: alice, token: {env: IOP_OPERATOR_TOKEN}}
+`
+	if _, err := ParseHub([]byte(minimal), t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct{ old, new, want string }{
+		"unknown key":             {"http:", "htp: {}\nhttp:", "field htp not found"},
+		"no operators":            {"operators:\n  - {name: alice, token: {env: IOP_OPERATOR_TOKEN}}", "", "at least one operator"},
+		"edge without identity":   {"{id: e1, token: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}}", "{id: e1}", "no TokenHash"},
+		"bad edge id":             {"id: e1", "id: e/1", "Edges[0].ID"},
+		"duplicate edge":          {"edges:\n", "edges:\n  - {id: e1, token: {env: IOP_OPERATOR_TOKEN}}\n", "duplicate"},
+		"unknown edges need mtls": {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\nallow_unknown_edges: true", "AllowUnknownEdges"},
+		"operator mtls needs ca":  {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\noperator_mtls: true", "client_ca_file"},
+		"negative limit":          {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\nlimits: {command_timeout: -1s}", "negative"},
+		"unset operator token":    {"IOP_OPERATOR_TOKEN}}", "IOP_UNSET_FOR_TEST}}", "unset"},
+		"edge tls without key":    {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\nedge_tls: {cert_file: hub.crt}", "key_file"},
+	} {
+		doc := strings.Replace(minimal, c.old, c.new, 1)
+		if doc == minimal {
+			t.Fatalf("%s: the edit did not apply", name)
+		}
+		_, err := ParseHub([]byte(doc), t.TempDir())
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want it to mention %q", name, err, c.want)
+		}
+	}
+}
+
+func TestEdgeControlPlaneSection(t *testing.T) {
+	t.Setenv("IOP_EDGE_TOKEN", "edge-token-0123456789abcdef0123")
+	t.Setenv("IOP_SHORT", "short")
+	ef, err := ParseEdge([]byte(minimalEdge), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc, err := ef.Connector(); cc != nil || err != nil {
+		t.Fatalf("no section: %+v %v", cc, err)
+	}
+	doc := minimalEdge + "control_plane: {addr: \"127.0.0.1:9450\", edge_id: e1, token: {env: IOP_EDGE_TOKEN}}\n"
+	ef, err = ParseEdge([]byte(doc), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := ef.Connector()
+	if err != nil || cc.HubAddr != "127.0.0.1:9450" || cc.EdgeID != "e1" || cc.Token != "edge-token-0123456789abcdef0123" {
+		t.Fatalf("connector %+v %v", cc, err)
+	}
+	for name, c := range map[string]struct{ old, new, want string }{
+		"hash cannot be presented": {"{env: IOP_EDGE_TOKEN}", "{sha256: 0000000000000000000000000000000000000000000000000000000000000001}", "file or env"},
+		"no identity":              {", token: {env: IOP_EDGE_TOKEN}", "", "token or a tls client certificate"},
+		"no addr":                  {`addr: "127.0.0.1:9450", `, "", "addr is required"},
+		"short token":              {"IOP_EDGE_TOKEN", "IOP_SHORT", "shorter"},
+		"unknown key":              {"edge_id: e1", "edge_id: e1, region: x", "field region not found"},
+	} {
+		_, err := ParseEdge([]byte(strings.Replace(doc, c.old, c.new, 1)), t.TempDir())
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want it to mention %q", name, err, c.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/iop-dev/iop/controlplane"
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/execution"
@@ -60,6 +61,16 @@ type EdgeFile struct {
 			Weight   int    `yaml:"weight"`
 		} `yaml:"targets"`
 	} `yaml:"routes"`
+	// ControlPlane, when present, links this Edge to a Hub.
+	ControlPlane *struct {
+		Addr   string `yaml:"addr"`
+		EdgeID string `yaml:"edge_id"`
+		// Token is the Edge's own enrollment token (a file or an
+		// environment variable; a hash cannot be presented). Without it
+		// the Edge proves itself with tls.cert_file.
+		Token *Secret   `yaml:"token"`
+		TLS   *TLSFiles `yaml:"tls"`
+	} `yaml:"control_plane"`
 
 	dir string
 }
@@ -106,6 +117,9 @@ func ParseEdge(b []byte, dir string) (*EdgeFile, error) {
 	}
 	// Build once to validate everything that can be checked now.
 	if _, err := f.Config(1); err != nil {
+		return nil, err
+	}
+	if _, err := f.Connector(); err != nil {
 		return nil, err
 	}
 	return &f, nil
@@ -172,6 +186,46 @@ func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// Connector returns the link to the Hub, or nil when edge.yaml has no
+// control_plane section.
+func (f *EdgeFile) Connector() (*controlplane.ConnectorConfig, error) {
+	cp := f.ControlPlane
+	if cp == nil {
+		return nil, nil
+	}
+	if cp.Addr == "" {
+		return nil, fmt.Errorf("control_plane.addr is required")
+	}
+	if cp.EdgeID == "" {
+		return nil, fmt.Errorf("control_plane.edge_id is required")
+	}
+	cc := &controlplane.ConnectorConfig{HubAddr: cp.Addr, EdgeID: cp.EdgeID}
+	if cp.Token != nil {
+		if cp.Token.SHA256 != "" {
+			return nil, fmt.Errorf("control_plane.token: the edge presents its token, so it needs file or env, not sha256")
+		}
+		v, err := cp.Token.read(f.dir)
+		if err != nil {
+			return nil, fmt.Errorf("control_plane.token: %w", err)
+		}
+		if len(v) < minSecretLen {
+			return nil, fmt.Errorf("control_plane.token: secret shorter than %d characters", minSecretLen)
+		}
+		cc.Token = v
+	}
+	if cp.TLS != nil {
+		tc, err := cp.TLS.client(f.dir)
+		if err != nil {
+			return nil, fmt.Errorf("control_plane.tls: %w", err)
+		}
+		cc.TLS = tc
+	}
+	if cc.Token == "" && (cc.TLS == nil || len(cc.TLS.Certificates) == 0) {
+		return nil, fmt.Errorf("control_plane: a token or a tls client certificate is required")
+	}
+	return cc, nil
 }
 
 // APITLS returns the HTTPS configuration, or nil for plain HTTP.

@@ -1,0 +1,161 @@
+package config
+
+import (
+	"crypto/tls"
+	"fmt"
+	"time"
+
+	"github.com/iop-dev/iop/controlplane"
+)
+
+// HubFile is hub.yaml, the Control Plane's file: which Edges it enrolls
+// and who may operate it. It holds no Edge or Node configuration: each
+// Edge owns its own.
+type HubFile struct {
+	EdgesListen string    `yaml:"edges_listen"`
+	EdgeTLS     *TLSFiles `yaml:"edge_tls"`
+	HTTP        struct {
+		Listen string    `yaml:"listen"`
+		TLS    *TLSFiles `yaml:"tls"`
+	} `yaml:"http"`
+	// AllowUnknownEdges enrolls an Edge not listed below when its verified
+	// client certificate names it; it needs edge_tls.client_ca_file.
+	AllowUnknownEdges bool `yaml:"allow_unknown_edges"`
+	Edges             []struct {
+		ID    string  `yaml:"id"`
+		Token *Secret `yaml:"token"`
+	} `yaml:"edges"`
+	Operators []struct {
+		Name  string `yaml:"name"`
+		Token Secret `yaml:"token"`
+	} `yaml:"operators"`
+	// OperatorMTLS accepts a verified client certificate on the HTTPS
+	// server (http.tls.client_ca_file) as an operator.
+	OperatorMTLS bool `yaml:"operator_mtls"`
+	Limits       struct {
+		StatusInterval time.Duration `yaml:"status_interval"`
+		StatusTimeout  time.Duration `yaml:"status_timeout"`
+		CommandTimeout time.Duration `yaml:"command_timeout"`
+		ProbeTimeout   time.Duration `yaml:"probe_timeout"`
+		HelloTimeout   time.Duration `yaml:"hello_timeout"`
+		MaxPending     int           `yaml:"max_pending"`
+	} `yaml:"limits"`
+
+	dir string
+}
+
+// LoadHub reads and validates hub.yaml.
+func LoadHub(path string) (*HubFile, error) {
+	b, dir, err := readFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("hub config: %w", err)
+	}
+	f, err := ParseHub(b, dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
+}
+
+// ParseHub parses hub.yaml from bytes; relative paths resolve against dir.
+func ParseHub(b []byte, dir string) (*HubFile, error) {
+	var f HubFile
+	if err := decodeStrict(b, &f); err != nil {
+		return nil, err
+	}
+	f.dir = dir
+	if f.EdgesListen == "" {
+		return nil, fmt.Errorf("edges_listen is required")
+	}
+	if f.HTTP.Listen == "" {
+		return nil, fmt.Errorf("http.listen is required")
+	}
+	if len(f.Operators) == 0 && !f.OperatorMTLS {
+		return nil, fmt.Errorf("operators: at least one operator is required (or operator_mtls)")
+	}
+	if f.OperatorMTLS && (f.HTTP.TLS == nil || f.HTTP.TLS.ClientCA == "") {
+		return nil, fmt.Errorf("operator_mtls needs http.tls.client_ca_file")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"limits.status_interval", f.Limits.StatusInterval}, {"limits.status_timeout", f.Limits.StatusTimeout},
+		{"limits.command_timeout", f.Limits.CommandTimeout}, {"limits.probe_timeout", f.Limits.ProbeTimeout},
+		{"limits.hello_timeout", f.Limits.HelloTimeout},
+	} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("%s is negative", d.name)
+		}
+	}
+	if f.Limits.MaxPending < 0 {
+		return nil, fmt.Errorf("limits.max_pending is negative")
+	}
+	if _, err := f.Config(); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// Config builds the library configuration.
+func (f *HubFile) Config() (controlplane.Config, error) {
+	cfg := controlplane.Config{
+		AllowUnknownEdges: f.AllowUnknownEdges,
+		OperatorMTLS:      f.OperatorMTLS,
+		StatusInterval:    f.Limits.StatusInterval,
+		StatusTimeout:     f.Limits.StatusTimeout,
+		CommandTimeout:    f.Limits.CommandTimeout,
+		ProbeTimeout:      f.Limits.ProbeTimeout,
+		HelloTimeout:      f.Limits.HelloTimeout,
+		MaxPending:        f.Limits.MaxPending,
+	}
+	if f.EdgeTLS != nil {
+		tc, err := f.EdgeTLS.server(f.dir)
+		if err != nil {
+			return cfg, fmt.Errorf("edge_tls: %w", err)
+		}
+		cfg.TLS = tc
+	}
+	for i, e := range f.Edges {
+		rec := controlplane.EdgeRecord{ID: e.ID}
+		if e.Token != nil {
+			h, err := e.Token.hash(f.dir)
+			if err != nil {
+				return cfg, fmt.Errorf("edges[%d].token: %w", i, err)
+			}
+			rec.TokenHash = h
+		}
+		cfg.Edges = append(cfg.Edges, rec)
+	}
+	for i, o := range f.Operators {
+		if o.Name == "" {
+			return cfg, fmt.Errorf("operators[%d].name is required", i)
+		}
+		h, err := o.Token.hash(f.dir)
+		if err != nil {
+			return cfg, fmt.Errorf("operators[%d].token: %w", i, err)
+		}
+		cfg.Operators = append(cfg.Operators, controlplane.Operator{Name: o.Name, TokenHash: h})
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// HTTPTLS returns the operator server's HTTPS configuration, or nil for
+// plain HTTP (keep that on loopback).
+func (f *HubFile) HTTPTLS() (*tls.Config, error) {
+	if f.HTTP.TLS == nil {
+		return nil, nil
+	}
+	tc, err := f.HTTP.TLS.server(f.dir)
+	if err != nil {
+		return nil, fmt.Errorf("http.tls: %w", err)
+	}
+	if f.OperatorMTLS {
+		// A browser without a certificate may still sign in with a token.
+		tc.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	return tc, nil
+}
