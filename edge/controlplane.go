@@ -248,7 +248,7 @@ func (s *Server) opRefresh(_ context.Context, report func(controlplane.Progress)
 	if err != nil {
 		return nil, fmt.Errorf("reading the configuration: %w", err)
 	}
-	if err := s.Reload(cfg); err != nil {
+	if err := s.reloadLocked(cfg); err != nil {
 		return nil, err
 	}
 	report(controlplane.Progress{Message: fmt.Sprintf("configuration revision %d; requests admitted from now on use it", s.configRev.Load())})

@@ -52,7 +52,7 @@ type Server struct {
 	responses responseIndex
 	configRev atomic.Uint64                 // configuration loads: 1 at New
 	source    func() (Config, error)        // Config.ConfigSource
-	reloadMu  sync.Mutex                    // one config.refresh at a time
+	reloadMu  sync.Mutex                    // one reload (Reload or config.refresh) at a time
 	links     map[uint64]context.CancelFunc // ConnectControlPlane calls, ended by Close
 	linkSeq   uint64
 }
@@ -156,6 +156,14 @@ func New(cfg Config) (*Server, error) {
 // records. Requests already admitted keep what they were admitted under;
 // new requests see the change; connected Nodes receive config updates.
 func (s *Server) Reload(cfg Config) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	return s.reloadLocked(cfg)
+}
+
+// reloadLocked is Reload with reloadMu held: the configuration snapshot and
+// the registry's records always come from the same load.
+func (s *Server) reloadLocked(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

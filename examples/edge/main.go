@@ -1,7 +1,9 @@
 // Command edge is the reference Edge daemon: it reads edge.yaml, serves the
-// OpenAI-compatible API and accepts Node sessions. SIGHUP reloads the
-// configuration (requests already admitted keep theirs); SIGINT and SIGTERM
-// shut down gracefully, letting requests in flight finish for up to 30 s.
+// OpenAI-compatible API and accepts Node sessions. With a control_plane
+// section it also reports to a Hub and takes its commands; the Hub's
+// config.refresh re-reads edge.yaml, as SIGHUP does (requests already
+// admitted keep their configuration). SIGINT and SIGTERM shut down
+// gracefully, letting requests in flight finish for up to 30 s.
 //
 //	go run ./examples/edge -config examples/edge/edge.yaml
 package main
@@ -54,6 +56,7 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 		return err
 	}
 	cfg.Logger = log
+	cfg.ConfigSource = func() (edge.Config, error) { return loadConfig(path, epoch) }
 	cfg.Metrics = prometheus.NewRegistry() // served on /metrics
 	cfg.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := edge.New(cfg)
@@ -82,6 +85,21 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 		}
 	}()
 	go func() { errc <- srv.ServeNodes(nodeLn) }()
+	link, err := f.Connector()
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	if link != nil {
+		link.Logger = log.Named("hub")
+		// The link ends when the server closes; it redials by itself.
+		go func() {
+			if err := srv.ConnectControlPlane(context.Background(), *link); !errors.Is(err, edge.ErrServerClosed) {
+				log.Error("control plane link ended", "error", err)
+			}
+		}()
+		log.Info("reporting to the control plane", "hub", link.HubAddr, "edge_id", link.EdgeID)
+	}
 	scheme := "http"
 	if apiTLS != nil {
 		scheme = "https"
@@ -116,13 +134,19 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 }
 
 func reload(srv *edge.Server, path string, epoch uint32) error {
-	f, err := config.LoadEdge(path)
-	if err != nil {
-		return err
-	}
-	cfg, err := f.Config(epoch)
+	cfg, err := loadConfig(path, epoch)
 	if err != nil {
 		return err
 	}
 	return srv.Reload(cfg)
+}
+
+// loadConfig re-reads edge.yaml for a reload. The control_plane section is
+// read once at start: a changed link needs a restart.
+func loadConfig(path string, epoch uint32) (edge.Config, error) {
+	f, err := config.LoadEdge(path)
+	if err != nil {
+		return edge.Config{}, err
+	}
+	return f.Config(epoch)
 }

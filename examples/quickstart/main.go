@@ -1,7 +1,8 @@
 // Command quickstart runs a whole IOP in one process on loopback: an Edge,
 // a Node, and a built-in model (a fake upstream that echoes), plus the
-// models of an Ollama server if one answers on 127.0.0.1:11434. It prints
-// the API's URL, an API key and a ready-to-paste curl command.
+// models of an Ollama server if one answers on 127.0.0.1:11434, and a
+// Control Plane Hub the Edge reports to. It prints the API's URL, an API
+// key, a ready-to-paste curl command and a sign-in link to the status page.
 //
 //	go run ./examples/quickstart
 package main
@@ -26,6 +27,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/iop-dev/iop/controlplane"
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/execution"
@@ -36,14 +38,15 @@ import (
 )
 
 type options struct {
-	addr      string
-	ollamaURL string
-	quiet     bool
+	addr       string
+	statusAddr string
+	ollamaURL  string
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.addr, "addr", "127.0.0.1:8080", "API listen address (a free port is used if it is taken)")
+	flag.StringVar(&o.statusAddr, "status-addr", "127.0.0.1:8081", "status page and operator API listen address (a free port is used if it is taken)")
 	flag.StringVar(&o.ollamaURL, "ollama", "http://127.0.0.1:11434", "an Ollama server to offer too, if it answers (empty: never)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -137,24 +140,63 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	apiLn, err := net.Listen("tcp", o.addr)
+	// The Control Plane: a Hub that enrolls this one Edge and one operator.
+	edgeToken, operatorToken := randomHex(24), randomHex(24)
+	hub, err := controlplane.New(controlplane.Config{
+		Edges:     []controlplane.EdgeRecord{{ID: "quickstart-edge", TokenHash: controlplane.HashToken(edgeToken)}},
+		Operators: []controlplane.Operator{{Name: "quickstart", TokenHash: controlplane.HashToken(operatorToken)}},
+		Logger:    log.Named("hub"),
+	})
 	if err != nil {
-		if apiLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			return err
-		}
-	}
-	nodeLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		apiLn.Close()
 		return err
 	}
+	var lns []net.Listener
+	listen := func(addr string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil && addr != "127.0.0.1:0" {
+			ln, err = net.Listen("tcp", "127.0.0.1:0")
+		}
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
+		return ln, nil
+	}
+	apiLn, err := listen(o.addr)
+	if err != nil {
+		return err
+	}
+	nodeLn, err := listen("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	hubLn, err := listen("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	statusLn, err := listen(o.statusAddr)
+	if err != nil {
+		return err
+	}
+	statusSrv := &http.Server{Handler: hub.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.Serve(apiLn) })
 	wg.Go(func() { srv.ServeNodes(nodeLn) })
+	wg.Go(func() { hub.ServeEdges(hubLn) })
+	wg.Go(func() { statusSrv.Serve(statusLn) })
+	wg.Go(func() {
+		srv.ConnectControlPlane(context.Background(), controlplane.ConnectorConfig{
+			HubAddr: hubLn.Addr().String(), EdgeID: "quickstart-edge", Token: edgeToken, Logger: log.Named("link")})
+	})
 
 	rt, err := node.New(node.Config{EdgeAddr: nodeLn.Addr().String(), NodeID: "quickstart-node", Token: nodeToken, Providers: hosted, Logger: log.Named("node")})
 	if err != nil {
 		srv.Close()
+		statusSrv.Close()
+		hub.Close()
 		wg.Wait()
 		return err
 	}
@@ -162,9 +204,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	wg.Go(func() { rt.Run(nodeCtx) })
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		srv.Shutdown(sctx) // requests in flight finish first
+		srv.Shutdown(sctx) // requests in flight finish first; ends the Hub link
 		cancel()
 		stopNode()
+		statusSrv.Close()
+		hub.Close()
 		wg.Wait()
 	}()
 
@@ -198,8 +242,12 @@ Try it:
     -d '{"model":"iop-echo","messages":[{"role":"user","content":"Hello, IOP!"}]}'
 
 Any OpenAI client works too: set its base URL to %s/v1 and its API key to the one above.
+
+  Status page            %s/#token=%s
+  Operator API           curl -H "Authorization: Bearer %s" '%s/api/edges?nodes=1'
+
 Press Ctrl+C to stop.
-`, url, apiKey, models, url, apiKey, url)
+`, url, apiKey, models, url, apiKey, url, "http://"+statusLn.Addr().String(), operatorToken, operatorToken, "http://"+statusLn.Addr().String())
 	<-ctx.Done()
 	fmt.Fprintln(out, "stopping: requests in flight finish first")
 	return nil

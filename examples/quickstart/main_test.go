@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
@@ -34,7 +35,7 @@ func TestQuickstart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncBuf
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, options{addr: "127.0.0.1:0"}, &out) }()
+	go func() { done <- run(ctx, options{addr: "127.0.0.1:0", statusAddr: "127.0.0.1:0"}, &out) }()
 	var url, key string
 	urlRe := regexp.MustCompile(`OpenAI-compatible API\s+(\S+)/v1`)
 	keyRe := regexp.MustCompile(`API key\s+(sk-iop-\S+)`)
@@ -60,6 +61,41 @@ func TestQuickstart(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "echo: Hello, IOP!") {
 		t.Fatalf("status %d body %s", resp.StatusCode, body)
+	}
+
+	// The status page link signs in with the operator token; the same
+	// token reads the Hub's view, where the Edge and its Node are online.
+	m := regexp.MustCompile(`Status page\s+(http://\S+)/#token=(\S+)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no status page link:\n%s", out.String())
+	}
+	hubURL, opToken := m[1], m[2]
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		req, _ := http.NewRequest("GET", hubURL+"/api/edges?nodes=1", nil)
+		req.Header.Set("Authorization", "Bearer "+opToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var view struct {
+			Edges []struct {
+				ID          string `json:"id"`
+				Connected   bool   `json:"connected"`
+				NodesOnline int    `json:"nodes_online"`
+			} `json:"edges"`
+		}
+		json.NewDecoder(resp.Body).Decode(&view)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("operator API: %d", resp.StatusCode)
+		}
+		if len(view.Edges) == 1 && view.Edges[0].ID == "quickstart-edge" && view.Edges[0].Connected && view.Edges[0].NodesOnline == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hub never showed the edge and its node online: %+v", view)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
 	if err := <-done; err != nil {
