@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/iop-dev/iop/controlplane"
+	"github.com/iop-dev/iop/edge"
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution"
+)
+
+// TestHubDaemonAndClient runs the Hub from a hub.yaml, links a real Edge
+// to it, and drives the operator client against it.
+func TestHubDaemonAndClient(t *testing.T) {
+	const opToken = "op-token-0123456789abcdef0123456789"
+	const edgeToken = "edge-token-0123456789abcdef0123"
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "edge.token"), []byte(edgeToken+"\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "hub.yaml"), []byte(`
+edges_listen: 127.0.0.1:0
+http: {listen: 127.0.0.1:0}
+edges:
+  - {id: e1, token: {file: edge.token}}
+operators:
+  - {name: ops, token: {env: TEST_OPERATOR_TOKEN}}
+`), 0o600)
+	t.Setenv("TEST_OPERATOR_TOKEN", opToken)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrs := make(chan [2]string, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	serveErr := make(chan error, 1)
+	wg.Go(func() {
+		serveErr <- serve(ctx, filepath.Join(dir, "hub.yaml"), hclog.NewNullLogger(), func(e, h string) { addrs <- [2]string{e, h} })
+	})
+	var a [2]string
+	select {
+	case a = <-addrs:
+	case err := <-serveErr:
+		t.Fatal(err)
+	}
+
+	srv, err := edge.New(edge.Config{Epoch: 1,
+		Nodes: []nodes.Record{{ID: "n1", TokenHash: nodes.HashToken("node-token-0123456789abcdef"), Providers: []nodes.ProviderSpec{
+			{ID: "p1", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"m"}, Capacity: 2}}}},
+		Routes: []edge.Route{{Model: "m", Targets: []edge.Target{{ProviderID: "p1", Model: "m"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	nodeLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	wg.Go(func() { srv.ServeNodes(nodeLn) })
+	wg.Go(func() {
+		srv.ConnectControlPlane(ctx, controlplane.ConnectorConfig{HubAddr: a[0], EdgeID: "e1", Token: edgeToken})
+	})
+
+	env := map[string]string{"IOP_HUB_URL": a[1], "IOP_OPERATOR_TOKEN": opToken}
+	cli := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(ctx, args, func(k string) string { return env[k] }, &out)
+		return out.String(), err
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		out, err := cli("edges")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "e1    true") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("edge never connected:\n%s", out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	out, err := cli("edge", "e1", "-refresh")
+	if err != nil || !strings.Contains(out, "n1") || !strings.Contains(out, "p1") || !strings.Contains(out, "offline") {
+		t.Fatalf("edge e1: %v\n%s", err, out)
+	}
+	out, err = cli("command", "e1", "provider.disable", "-provider", "p1")
+	if err != nil || !strings.Contains(out, "accepted cmd_") || !strings.Contains(out, "succeeded") {
+		t.Fatalf("provider.disable: %v\n%s", err, out)
+	}
+	out, err = cli("command", "e1", "provider.enable", "-provider", "p1")
+	if err != nil || !strings.Contains(out, "succeeded") {
+		t.Fatalf("provider.enable: %v\n%s", err, out)
+	}
+	// Rejected and failed commands exit non-zero with the Edge's reason.
+	_, err = cli("command", "e1", "node.drain", "-node", "ghost")
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Status != 404 || !strings.Contains(ae.Code, "not_found") {
+		t.Fatalf("drain of an unknown node: %v", err)
+	}
+	if _, err := cli("command", "e1", "config.refresh"); err == nil {
+		t.Fatal("config.refresh without a configuration source succeeded")
+	}
+	var ue usageError
+	for _, args := range [][]string{{}, {"bogus"}, {"command", "e1"}, {"edge"}, {"command", "e1", "node.drain", "-arg", "novalue"}} {
+		if _, err := cli(args...); !errors.As(err, &ue) {
+			t.Errorf("%q: %v, want a usage error", args, err)
+		}
+	}
+	env["IOP_OPERATOR_TOKEN"] = "wrong-token-0123456789abcdef"
+	if _, err := cli("edges"); !errors.As(err, &ae) || ae.Status != 401 {
+		t.Fatalf("a wrong token: %v", err)
+	}
+	cancel()
+	if err := <-serveErr; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+}
