@@ -59,7 +59,9 @@ func do(t *testing.T, c *http.Client, base string, call apiCall) apiAnswer {
 	return apiAnswer{status: resp.StatusCode, header: resp.Header, body: string(b)}
 }
 
-func bearer(token string) map[string]string { return map[string]string{"Authorization": "Bearer " + token} }
+func bearer(token string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + token}
+}
 
 // TestOperatorAuth covers every way in and every refusal: no credential,
 // a wrong one, a bearer token, the page's cookie session with its CSRF
