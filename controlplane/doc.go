@@ -1,11 +1,31 @@
-// Package controlplane will hold controlplane.Hub, the operator view and
-// command relay over many Edges, and the types the Edge uses to connect to
-// it. Edges dial the Hub and say hello; the Hub asks them for status, relays
-// operator commands (which each Edge resolves and executes itself) and
-// relays node lifecycle events after the Edge's authoritative transition.
+// Package controlplane is the Control Plane: [Hub], the operator view and
+// command relay over many Edges, and [Connector], the side an Edge runs to
+// report to it (edge.Server.ConnectControlPlane wires an Edge up).
 //
-// The Hub keeps a view only. It must never connect to a Node, schedule
-// work, or store Edge configuration, the node registry or runtime state as
-// a source of truth, and no Node address, token or transport detail may
-// cross its wire. It is filled in by step [S7].
+// Edges dial the Hub over one framed protobuf session each (TLS 1.3 in
+// production) and say hello with their edge id and an enrollment token or
+// a client certificate. The Hub fences generations per edge id: a second
+// hello for a live id probes the old link first and replaces it only when
+// the old one is dead. Over the link the Hub
+//   - asks for a full status now and then (each Node as its own message, so
+//     ten thousand Nodes never make one frame);
+//   - receives node lifecycle events the Edge relays after its own registry
+//     made the transition, each with a sequence number so that a status and
+//     the events around it merge without going back in time; a gap makes
+//     the Hub take a fresh status;
+//   - relays operator commands from a closed set ([Operations]): the Edge
+//     resolves the selector, accepts or rejects with a typed [Rejection],
+//     then reports ordered phases (accepted, running, progress, succeeded
+//     or failed).
+//
+// Operators reach the Hub through [Hub.Handler]: a JSON API under /api/
+// (bearer token, the status page's cookie session with a CSRF token, or a
+// client certificate) and a status page at / that follows the event stream
+// live.
+//
+// The Hub keeps a view only. It never connects to a Node, schedules work,
+// or stores Edge configuration, the node registry or runtime state as a
+// source of truth; no Node address, token or transport detail crosses its
+// wire. Everything it shows was reported by an Edge, and an Edge that goes
+// away keeps its last view, marked disconnected.
 package controlplane
