@@ -12,6 +12,7 @@ import (
 	"github.com/iop-dev/iop/controlplane"
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/node"
 	"github.com/iop-dev/iop/wire"
 	"github.com/iop-dev/iop/wire/iopv1"
 )
@@ -76,6 +77,24 @@ func TestNodeSnapshotsAndEvents(t *testing.T) {
 	}
 	if got := log.count(controlplane.EventEdgeConnected, "e1", ""); got != 1 {
 		t.Errorf("edge_connected events: %d", got)
+	}
+
+	// A duplicate of the live Node is rejected at the Edge and produces no
+	// relayed event. Events travel in order, so once a later transition
+	// (a provider disable) has arrived, nothing from the duplicate can.
+	dup := e1.startExtraNode()
+	waitFor(t, "the duplicate rejected", func() bool {
+		var re *node.RegistrationError
+		return errors.As(dup.Status().LastError, &re) && re.Rejection == iopv1.RegisterRejection_REGISTER_REJECTION_DUPLICATE
+	})
+	e1.stopExtraNode()
+	command(t, h.hub, "e1", controlplane.Command{Operation: controlplane.OpProviderDisable, ProviderID: "p-e1"})
+	waitFor(t, "the provider change relayed", func() bool { return log.count(controlplane.EventProviderChanged, "e1", "n-e1") > 0 })
+	if r, d := log.count(controlplane.EventNodeReady, "e1", "n-e1"), log.count(controlplane.EventNodeDisconnected, "e1", "n-e1"); r != 2 || d != 1 {
+		t.Errorf("after a rejected duplicate: %d node_ready, %d node_disconnected events (want 2, 1)", r, d)
+	}
+	if n, _ := nodeView(h.hub, "e1", "n-e1"); !n.Connected {
+		t.Error("the rejected duplicate disturbed the live node")
 	}
 }
 

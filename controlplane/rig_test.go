@@ -106,11 +106,13 @@ type edgeRig struct {
 	cfg      edge.Config
 	source   func() (edge.Config, error)
 
-	mu       sync.Mutex
-	stopNode context.CancelFunc
-	nodeDone chan struct{}
-	stopLink context.CancelFunc
-	linkDone chan struct{}
+	mu        sync.Mutex
+	stopNode  context.CancelFunc
+	nodeDone  chan struct{}
+	stopExtra context.CancelFunc
+	extraDone chan struct{}
+	stopLink  context.CancelFunc
+	linkDone  chan struct{}
 }
 
 func startEdge(t *testing.T, id, hubAddr string, reply func(*upstreamtest.Request) upstreamtest.Script) *edgeRig {
@@ -153,6 +155,7 @@ func startEdge(t *testing.T, id, hubAddr string, reply func(*upstreamtest.Reques
 		r.link(hubAddr)
 	}
 	t.Cleanup(func() {
+		r.stopExtraNode()
 		r.stopNodeRuntime()
 		r.unlink()
 		srv.Close()
@@ -187,6 +190,34 @@ func (r *edgeRig) unlink() {
 
 // startNode starts the Edge's Node; it stays up until stopNodeRuntime.
 func (r *edgeRig) startNode() {
+	_, cancel, done := r.runNode()
+	r.mu.Lock()
+	r.stopNode, r.nodeDone = cancel, done
+	r.mu.Unlock()
+}
+
+// startExtraNode starts a second runtime with the same node id and token
+// (a duplicate); stopExtraNode ends it.
+func (r *edgeRig) startExtraNode() *node.Runtime {
+	rt, cancel, done := r.runNode()
+	r.mu.Lock()
+	r.stopExtra, r.extraDone = cancel, done
+	r.mu.Unlock()
+	return rt
+}
+
+func (r *edgeRig) stopExtraNode() {
+	r.mu.Lock()
+	cancel, done := r.stopExtra, r.extraDone
+	r.stopExtra, r.extraDone = nil, nil
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+func (r *edgeRig) runNode() (*node.Runtime, context.CancelFunc, chan struct{}) {
 	p, err := oaadapter.New(oaadapter.Config{ID: "p-" + r.id, BaseURL: r.upstream.URL(), Models: []string{"up-model"}})
 	if err != nil {
 		r.t.Fatal(err)
@@ -198,13 +229,11 @@ func (r *edgeRig) startNode() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	r.mu.Lock()
-	r.stopNode, r.nodeDone = cancel, done
-	r.mu.Unlock()
 	go func() {
 		defer close(done)
 		rt.Run(ctx)
 	}()
+	return rt, cancel, done
 }
 
 func (r *edgeRig) stopNodeRuntime() {
