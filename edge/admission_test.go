@@ -153,9 +153,17 @@ func TestPriorityClasses(t *testing.T) {
 	for !contains(g.served(), "hold slot") {
 		time.Sleep(time.Millisecond)
 	}
+	var mu sync.Mutex
+	var failed []string
 	queue := func(key, prompt string) {
 		before := r.srv.PoolStats().Queued
-		wg.Go(func() { r.post(t, key, chatJSON("gpt-local", prompt)) })
+		wg.Go(func() {
+			if status, _, body := r.post(t, key, chatJSON("gpt-local", prompt)); status != 200 {
+				mu.Lock()
+				failed = append(failed, fmt.Sprintf("%s: %d %s", prompt, status, body))
+				mu.Unlock()
+			}
+		})
 		for r.srv.PoolStats().Queued == before {
 			time.Sleep(time.Millisecond)
 		}
@@ -167,7 +175,7 @@ func TestPriorityClasses(t *testing.T) {
 	wg.Wait()
 	got := g.served()[1:]
 	if strings.Join(got, ",") != "interactive,batch 1,batch 2" {
-		t.Fatalf("served %v, want the higher class first, then FIFO", got)
+		t.Fatalf("served %v, want the higher class first, then FIFO (failed: %q)", got, failed)
 	}
 	r.settled()
 }

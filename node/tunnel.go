@@ -32,7 +32,11 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 		out.end(iopv1.TunnelError_TUNNEL_ERROR_REFUSED, note)
 		return
 	}
-	defer s.releaseTunnel(m.GetProviderId())
+	// The slot is free before the terminal leaves: the Edge frees its own
+	// slot when it reads the terminal and may send the next tunnel at
+	// once, which must not find this one still counted.
+	release := sync.OnceFunc(func() { s.releaseTunnel(m.GetProviderId()) })
+	defer release()
 
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
@@ -60,6 +64,7 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 		req.Body = bytes.NewReader(m.GetBody())
 	}
 	err := tn.Tunnel(ctx, req, out)
+	release()
 	if err == nil {
 		out.finish(&iopv1.ProviderTunnelEnd{Ok: true})
 		return

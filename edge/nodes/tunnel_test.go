@@ -293,3 +293,41 @@ func TestOllamaCommand(t *testing.T) {
 		t.Errorf("commands %v", caps.GetCapabilities().GetCommands())
 	}
 }
+
+// TestTunnelSlotFreeBeforeEnd: on a provider of capacity 1, a tunnel
+// opened the moment the previous one ended is never refused: the Node frees
+// its slot before the terminal that lets the Edge free its own.
+func TestTunnelSlotFreeBeforeEnd(t *testing.T) {
+	srv := upstreamtest.New(upstreamtest.Config{Models: []string{"m1"}})
+	url := srv.Start()
+	t.Cleanup(srv.Close)
+	a, err := openai.New(openai.Config{ID: "llm", BaseURL: url, Models: []string{"m1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", nodes.ProviderSpec{ID: "llm", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"m1"}, Capacity: 1}))})
+	runNode(t, e.addr, "n1", []node.Hosted{{Provider: a}})
+	gen := waitReady(t, e, "n1", 0)
+	const n = 300
+	refused := 0
+	for i := range n {
+		tn, err := e.reg.OpenTunnel(ctx(t), "n1", gen, chatTunnel(fmt.Sprint("turn ", i), false))
+		if err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		_, _, err = tn.Response(ctx(t))
+		if err == nil {
+			_, err = io.Copy(io.Discard, tn)
+		}
+		tn.Close()
+		var te *nodes.TunnelError
+		if errors.As(err, &te) && te.Code == nodes.TunnelRefused {
+			refused++
+		} else if err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+	}
+	if refused != 0 {
+		t.Fatalf("%d of %d back-to-back tunnels refused by the node", refused, n)
+	}
+}
