@@ -1,0 +1,178 @@
+package credentiallease
+
+import (
+	"crypto/ecdh"
+	"crypto/ed25519"
+	"crypto/hpke"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// kem is the suite's key encapsulation: DHKEM(X25519, HKDF-SHA256).
+func kem() hpke.KEM { return hpke.DHKEM(ecdh.X25519()) }
+
+// KeyID names a public key: the first 16 bytes of its SHA-256, in hex.
+func KeyID(public []byte) string {
+	sum := sha256.Sum256(public)
+	return hex.EncodeToString(sum[:16])
+}
+
+// NodeKey is a Node's lease encryption key. The private part never leaves
+// the Node: only PublicKey is registered with the Edge.
+type NodeKey struct {
+	priv hpke.PrivateKey
+	pub  []byte
+	id   string
+}
+
+// GenerateNodeKey makes a fresh X25519 key.
+func GenerateNodeKey() (*NodeKey, error) {
+	priv, err := kem().GenerateKey()
+	if err != nil {
+		return nil, err
+	}
+	return nodeKeyFrom(priv), nil
+}
+
+func nodeKeyFrom(priv hpke.PrivateKey) *NodeKey {
+	pub := priv.PublicKey().Bytes()
+	return &NodeKey{priv: priv, pub: pub, id: KeyID(pub)}
+}
+
+// PublicKey returns the X25519 public key to register.
+func (k *NodeKey) PublicKey() []byte { return append([]byte(nil), k.pub...) }
+
+// ID returns the key id leases name as their recipient key.
+func (k *NodeKey) ID() string { return k.id }
+
+// ErrKeyFile is returned for a key file that is not a private 32-byte key
+// readable by its owner only.
+var ErrKeyFile = errors.New("credentiallease: unusable key file")
+
+// LoadOrCreateNodeKey reads the Node's key from path, or creates it (mode
+// 0600, written atomically) when the file does not exist. A file readable
+// by group or others, or of the wrong size, is refused, never repaired.
+func LoadOrCreateNodeKey(path string) (*NodeKey, error) {
+	raw, err := readKeyFile(path, 32)
+	if errors.Is(err, fs.ErrNotExist) {
+		k, err := GenerateNodeKey()
+		if err != nil {
+			return nil, err
+		}
+		b, err := k.priv.Bytes()
+		if err != nil {
+			return nil, err
+		}
+		if err := writeKeyFile(path, b); err != nil {
+			return nil, err
+		}
+		return k, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	priv, err := kem().NewPrivateKey(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrKeyFile, path, err)
+	}
+	return nodeKeyFrom(priv), nil
+}
+
+// RotateNodeKey replaces the key at path with a fresh one and returns it.
+// Leases sealed to the old key stop opening at once.
+func RotateNodeKey(path string) (*NodeKey, error) {
+	k, err := GenerateNodeKey()
+	if err != nil {
+		return nil, err
+	}
+	b, err := k.priv.Bytes()
+	if err != nil {
+		return nil, err
+	}
+	if err := writeKeyFile(path, b); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// LoadOrCreateSigningKey reads the Edge's Ed25519 lease-signing key seed
+// from path, or creates it (mode 0600) when missing.
+func LoadOrCreateSigningKey(path string) (ed25519.PrivateKey, error) {
+	seed, err := readKeyFile(path, ed25519.SeedSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		if err := writeKeyFile(path, priv.Seed()); err != nil {
+			return nil, err
+		}
+		return priv, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ed25519.NewKeyFromSeed(seed), nil
+}
+
+func readKeyFile(path string, size int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrKeyFile, path)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%w: %s has mode %v; it must be readable by its owner only (chmod 600)", ErrKeyFile, path, st.Mode().Perm())
+	}
+	if st.Size() != int64(size) {
+		return nil, fmt.Errorf("%w: %s is %d bytes, want %d", ErrKeyFile, path, st.Size(), size)
+	}
+	b := make([]byte, size)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrKeyFile, path, err)
+	}
+	return b, nil
+}
+
+// writeKeyFile writes b to path with mode 0600 through a temporary file
+// and a rename, so a crash leaves the old key or the new one.
+func writeKeyFile(path string, b []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".key-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,160 @@
+package credentiallease
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// maxReplayEntries bounds the cache; when it is full of unexpired leases,
+// new ones are refused (fail closed) rather than forgotten.
+const maxReplayEntries = 1 << 20
+
+// ReplayCache remembers used lease ids until they expire (plus the skew),
+// so a lease opens once. With a file (OpenReplayFile) it survives a
+// restart: every use is written and synced before the secret is opened,
+// and the highest time the Node acted at is kept with it.
+type ReplayCache struct {
+	mu   sync.Mutex
+	used map[[16]byte]time.Time
+	hw   time.Time
+	f    *os.File
+}
+
+// NewReplayCache returns a cache in memory only: a restart forgets it.
+// Use it only where the Opener's key does not outlive the process.
+func NewReplayCache() *ReplayCache { return &ReplayCache{used: map[[16]byte]time.Time{}} }
+
+// ErrReplayFile is returned for a replay file that cannot be trusted.
+var ErrReplayFile = errors.New("credentiallease: unusable replay file")
+
+// OpenReplayFile loads (or creates, mode 0600) the replay file at path,
+// drops expired entries by rewriting it, and appends to it from then on.
+// A torn last line (a crash mid-write) is ignored; any other damage is an
+// error, never skipped.
+func OpenReplayFile(path string) (*ReplayCache, error) {
+	c := NewReplayCache()
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if err == nil {
+		if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+			return nil, fmt.Errorf("%w: %s has mode %v (want 0600)", ErrReplayFile, path, st.Mode().Perm())
+		}
+	}
+	lines := bytes.Split(b, []byte{'\n'})
+	for i, ln := range lines {
+		if len(ln) == 0 {
+			continue
+		}
+		if i == len(lines)-1 { // no newline after it: torn write
+			break
+		}
+		id, until, at, ok := parseReplayLine(ln)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s: line %d is damaged", ErrReplayFile, path, i+1)
+		}
+		c.used[id] = until
+		if at.After(c.hw) {
+			c.hw = at
+		}
+	}
+	now := time.Now()
+	if c.hw.After(now) {
+		now = c.hw
+	}
+	var keep bytes.Buffer
+	for id, until := range c.used {
+		if !until.After(now) {
+			delete(c.used, id)
+			continue
+		}
+		keep.Write(replayLine(id, until, c.hw))
+	}
+	if err := writeKeyFile(path, keep.Bytes()); err != nil {
+		return nil, err
+	}
+	c.f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close closes the file.
+func (c *ReplayCache) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.f == nil {
+		return nil
+	}
+	err := c.f.Close()
+	c.f = nil
+	return err
+}
+
+func (c *ReplayCache) highWater() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hw
+}
+
+// use marks id used until until; it fails if it already was. Exactly one
+// of concurrent calls with the same id succeeds.
+func (c *ReplayCache) use(id [16]byte, until, now time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if u, seen := c.used[id]; seen && u.After(now) {
+		return &RefusedError{Reason: ErrReplayed}
+	}
+	if len(c.used) >= maxReplayEntries {
+		for k, u := range c.used {
+			if !u.After(now) {
+				delete(c.used, k)
+			}
+		}
+		if len(c.used) >= maxReplayEntries {
+			return refuse(ErrReplayed, "replay cache full")
+		}
+	}
+	if now.After(c.hw) {
+		c.hw = now
+	}
+	if c.f != nil {
+		if _, err := c.f.Write(replayLine(id, until, c.hw)); err != nil {
+			return refuse(ErrReplayed, "replay file: %v", err)
+		}
+		if err := c.f.Sync(); err != nil {
+			return refuse(ErrReplayed, "replay file: %v", err)
+		}
+	}
+	c.used[id] = until
+	return nil
+}
+
+func replayLine(id [16]byte, until, at time.Time) []byte {
+	return fmt.Appendf(nil, "%s %d %d\n", hex.EncodeToString(id[:]), until.UnixMilli(), at.UnixMilli())
+}
+
+func parseReplayLine(ln []byte) (id [16]byte, until, at time.Time, ok bool) {
+	f := bytes.Fields(ln)
+	if len(f) != 3 || len(f[0]) != 32 {
+		return id, until, at, false
+	}
+	if _, err := hex.Decode(id[:], f[0]); err != nil {
+		return id, until, at, false
+	}
+	u, err1 := strconv.ParseInt(string(f[1]), 10, 64)
+	a, err2 := strconv.ParseInt(string(f[2]), 10, 64)
+	if err1 != nil || err2 != nil {
+		return id, until, at, false
+	}
+	return id, time.UnixMilli(u), time.UnixMilli(a), true
+}
