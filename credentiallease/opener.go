@@ -108,6 +108,12 @@ func (o *Opener) SetPolicy(p Policy) {
 // NodeKeyID returns the id of the key leases must be sealed to.
 func (o *Opener) NodeKeyID() string { return o.cfg.Key.ID() }
 
+// PublicKey returns the Node key's public half, to register with the Edge.
+func (o *Opener) PublicKey() []byte { return o.cfg.Key.PublicKey() }
+
+// NodeID returns the node id leases must name.
+func (o *Opener) NodeID() string { return o.cfg.NodeID }
+
 // Open verifies envelope against the dispatch and returns its secret. The
 // checks run in this order, and the first that fails refuses the lease:
 // size; pinned Edge key id; signature over the received bytes; version

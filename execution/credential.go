@@ -54,3 +54,20 @@ func (e EnvCredential) Secret(context.Context) (string, error) {
 
 // String never shows the secret.
 func (e EnvCredential) String() string { return "env:" + string(e) }
+
+type leasedKey struct{}
+
+// WithLeasedSecret returns ctx carrying the secret a credential lease
+// opened for one provider call. An adapter uses it instead of its own
+// Credential, never alongside: the Node sets it only for a provider whose
+// credential is leased, and refuses the call when no valid lease came.
+// The caller clears secret after the call.
+func WithLeasedSecret(ctx context.Context, secret []byte) context.Context {
+	return context.WithValue(ctx, leasedKey{}, secret)
+}
+
+// LeasedSecret returns the leased secret ctx carries, if any.
+func LeasedSecret(ctx context.Context) ([]byte, bool) {
+	s, ok := ctx.Value(leasedKey{}).([]byte)
+	return s, ok && len(s) > 0
+}

@@ -24,6 +24,19 @@ type RunRequest struct {
 	Options Options
 	// Deadline is the hard deadline; zero means none.
 	Deadline time.Time
+	// Grant carries the credential lease for a provider whose credential
+	// is leased. The Node opens and removes it before the provider sees
+	// the request.
+	Grant *Grant
+}
+
+// Grant is a credential lease (a package credentiallease envelope) with
+// the dispatch facts it is bound to that a request does not carry
+// otherwise. It is opaque here: only the recipient Node can open it.
+type Grant struct {
+	Lease     []byte
+	Principal string
+	Route     string
 }
 
 // Input is a normalized conversation.

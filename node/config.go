@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/iop-dev/iop/credentiallease"
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/wire"
 )
@@ -40,6 +41,11 @@ type Config struct {
 	HealthInterval time.Duration
 	// RegisterTimeout bounds the registration exchange. Zero means 15 s.
 	RegisterTimeout time.Duration
+	// Leases, when set, lets the Node take credential leases: it registers
+	// the opener's public key, and a provider the Edge marks as leased gets
+	// its credential only from a lease opened right before each call. Nil
+	// means the Node refuses to host leased providers.
+	Leases *credentiallease.Opener
 	// Version is reported to the Edge. Empty means "dev".
 	Version string
 	// Logger receives runtime events (ids, reasons; never tokens, prompts
@@ -95,6 +101,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Wire.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Wire: %w", err))
+	}
+	if c.Leases != nil && c.Leases.NodeID() != c.NodeID {
+		errs = append(errs, fmt.Errorf("Leases opens leases for node %q, not %q", c.Leases.NodeID(), c.NodeID))
 	}
 	if c.HealthInterval < 0 || c.RegisterTimeout < 0 {
 		errs = append(errs, errors.New("HealthInterval and RegisterTimeout must not be negative"))

@@ -15,6 +15,9 @@ type hosted struct {
 	info   execution.Info
 	models []string // models the Edge configured; empty means any allowed
 	cap    int
+	// credID, when set, is the leased credential: calls need a lease and
+	// never use the adapter's own credential.
+	credID string
 }
 
 // hostingPlan is the result of intersecting a config payload with the
@@ -30,7 +33,7 @@ type hostingPlan struct {
 // intersect builds the hosting plan for a payload. An entry outside the
 // allow-list (unknown id, other adapter or category, a model not allowed)
 // is refused whole; nothing is guessed.
-func intersect(allow map[string]Hosted, cfg *iopv1.NodeConfig) *hostingPlan {
+func intersect(allow map[string]Hosted, cfg *iopv1.NodeConfig, leases bool) *hostingPlan {
 	plan := &hostingPlan{revision: cfg.GetRevision(), providers: map[string]*hosted{}}
 	refuse := func(id string, why iopv1.RefusalReason) {
 		plan.refused = append(plan.refused, &iopv1.ProviderRefusal{ProviderId: id, Reason: why})
@@ -52,6 +55,10 @@ func intersect(allow map[string]Hosted, cfg *iopv1.NodeConfig) *hostingPlan {
 			refuse(id, iopv1.RefusalReason_REFUSAL_REASON_ADAPTER_MISMATCH)
 			continue
 		}
+		if pc.GetCredentialId() != "" && (!leases || info.Category == execution.CategoryCLI) {
+			refuse(id, iopv1.RefusalReason_REFUSAL_REASON_NO_LEASES)
+			continue
+		}
 		allowed := local.AllowedModels
 		if allowed == nil {
 			allowed = info.Models
@@ -66,7 +73,7 @@ func intersect(allow map[string]Hosted, cfg *iopv1.NodeConfig) *hostingPlan {
 			// the limit.
 			models = slices.Clone(allowed)
 		}
-		plan.providers[id] = &hosted{p: local.Provider, info: info, models: models, cap: int(pc.GetCapacity())}
+		plan.providers[id] = &hosted{p: local.Provider, info: info, models: models, cap: int(pc.GetCapacity()), credID: pc.GetCredentialId()}
 		plan.order = append(plan.order, id)
 	}
 	return plan

@@ -37,7 +37,7 @@ func TestIntersect(t *testing.T) {
 		pc("claude-cli", "cli", cliCat, "opus"),
 		pc("vllm", "openai", local, "qwen"), // duplicate entry
 		pc("ollama2", "ollama", local),
-	}})
+	}}, false)
 	if plan.revision != 9 {
 		t.Errorf("revision %d", plan.revision)
 	}
@@ -65,7 +65,7 @@ func TestIntersect(t *testing.T) {
 	plan = intersect(allow, &iopv1.NodeConfig{Providers: []*iopv1.ProviderConfig{
 		pc("vllm", "anthropic", local, "qwen"),
 		pc("ollama", "ollama", iopv1.ProviderCategory_PROVIDER_CATEGORY_API),
-	}})
+	}}, false)
 	if len(plan.order) != 0 || len(plan.refused) != 2 {
 		t.Fatalf("mismatches hosted: %+v", plan)
 	}
@@ -98,6 +98,35 @@ func TestConfigValidate(t *testing.T) {
 		}
 		if _, err := New(c); err == nil {
 			t.Errorf("New accepted mutation %d", i)
+		}
+	}
+}
+
+// TestLeasedProviderNeedsLeases: a provider whose credential is leased is
+// hosted only by a Node that takes leases, and never for a CLI adapter.
+func TestLeasedProviderNeedsLeases(t *testing.T) {
+	vllm := executiontest.New("vllm", "qwen")
+	cli := executiontest.New("claude-cli", "opus")
+	cli.Meta.Adapter, cli.Meta.Category = "cli", execution.CategoryCLI
+	allow := map[string]Hosted{"vllm": {Provider: vllm}, "claude-cli": {Provider: cli}}
+	cfg := &iopv1.NodeConfig{Providers: []*iopv1.ProviderConfig{
+		{Id: "vllm", Adapter: vllm.Meta.Adapter, Category: iopv1.ProviderCategory_PROVIDER_CATEGORY_LOCAL, Models: []string{"qwen"}, Capacity: 1, CredentialId: "c1"},
+		{Id: "claude-cli", Adapter: "cli", Category: iopv1.ProviderCategory_PROVIDER_CATEGORY_CLI, Models: []string{"opus"}, Capacity: 1, CredentialId: "c2"},
+	}}
+	for _, leases := range []bool{false, true} {
+		plan := intersect(allow, cfg, leases)
+		reasons := map[string]iopv1.RefusalReason{}
+		for _, r := range plan.refused {
+			reasons[r.GetProviderId()] = r.GetReason()
+		}
+		if reasons["claude-cli"] != iopv1.RefusalReason_REFUSAL_REASON_NO_LEASES {
+			t.Errorf("leases=%v: a leased CLI provider: %v", leases, reasons)
+		}
+		if hosted := plan.providers["vllm"] != nil; hosted != leases {
+			t.Errorf("leases=%v: leased vllm hosted %v", leases, hosted)
+		}
+		if leases && plan.providers["vllm"].credID != "c1" {
+			t.Errorf("credential id not kept")
 		}
 	}
 }

@@ -46,6 +46,17 @@ func (s *session) run(st *wire.Stream, m *iopv1.RunRequest) {
 		fail(execution.Failf(execution.FailureInvalidRequest, "run id already active"))
 		return
 	}
+	// The credential lease opens now, after admission and right before
+	// the provider call; the provider never sees the grant.
+	grant := req.Grant
+	req.Grant = nil
+	ctx, clearSecret, err := s.openGrant(ctx, h, grant, req.RunID, req.Target)
+	if err != nil {
+		s.releaseRun(req, true)
+		fail(execution.Failf(execution.FailureInvalidRequest, "%v", errLeaseRefused))
+		return
+	}
+	defer clearSecret()
 
 	// A reset by the Edge or the connection's end cancels the run; so does
 	// a CancelRun for this run id on its stream.

@@ -62,6 +62,9 @@ func (rt *Runtime) register(ctx context.Context, sess *wire.Session) (*session, 
 		NodeId: rt.cfg.NodeID, Credential: []byte(rt.cfg.Token),
 		Version: rt.version(), Os: hostOS, Arch: hostArch,
 	}
+	if rt.cfg.Leases != nil {
+		req.EncryptionPublicKey = rt.cfg.Leases.PublicKey()
+	}
 	if err := ctl.WriteMessage(nodewire.Msg(req)); err != nil {
 		return nil, err
 	}
@@ -82,7 +85,8 @@ func (rt *Runtime) register(ctx context.Context, sess *wire.Session) (*session, 
 		inflight: map[string]int{},
 		runs:     map[string]context.CancelFunc{},
 	}
-	s.plan = intersect(rt.allow, resp.GetConfig())
+	s.plan = intersect(rt.allow, resp.GetConfig(), rt.cfg.Leases != nil)
+	rt.applyLeasePolicy(resp.GetConfig())
 	s.checkHealth(ctx, s.plan)
 	ready := &iopv1.NodeReadyRequest{Generation: s.gen, Revision: s.plan.revision, Providers: s.snapshots(s.plan, nil), Refused: s.plan.refused}
 	if err := ctl.WriteMessage(nodewire.Msg(ready)); err != nil {
@@ -179,7 +183,8 @@ func (s *session) controlLoop() {
 		if stale {
 			continue
 		}
-		plan := intersect(s.rt.allow, up.GetConfig())
+		plan := intersect(s.rt.allow, up.GetConfig(), s.rt.cfg.Leases != nil)
+		s.rt.applyLeasePolicy(up.GetConfig())
 		s.checkHealth(s.ctx, plan)
 		s.mu.Lock()
 		s.plan = plan
@@ -210,7 +215,9 @@ func (s *session) checkHealth(ctx context.Context, plan *hostingPlan) map[string
 	for _, id := range plan.order {
 		h := plan.providers[id]
 		hc, ok := h.p.(execution.HealthChecker)
-		if !ok {
+		// A leased provider has no credential between calls to probe
+		// with; it is healthy until a call says otherwise.
+		if !ok || h.credID != "" {
 			results[id] = true
 			continue
 		}

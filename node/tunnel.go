@@ -27,7 +27,7 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 		out.end(iopv1.TunnelError_TUNNEL_ERROR_STALE_GENERATION, "generation fenced")
 		return
 	}
-	tn, note := s.admitTunnel(m.GetProviderId())
+	tn, h, note := s.admitTunnel(m.GetProviderId())
 	if tn == nil {
 		out.end(iopv1.TunnelError_TUNNEL_ERROR_REFUSED, note)
 		return
@@ -40,6 +40,13 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
+	ctx, clearSecret, err := s.openGrant(ctx, h, nodewire.GrantFrom(m.GetGrant()), m.GetSlot(), m.GetTarget())
+	if err != nil {
+		release()
+		out.end(iopv1.TunnelError_TUNNEL_ERROR_REFUSED, errLeaseRefused.Error())
+		return
+	}
+	defer clearSecret()
 	if ms := m.GetDeadlineUnixMs(); ms > 0 {
 		var c2 context.CancelFunc
 		ctx, c2 = context.WithDeadline(ctx, time.UnixMilli(ms))
@@ -63,7 +70,7 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 	if m.GetInlineBody() {
 		req.Body = bytes.NewReader(m.GetBody())
 	}
-	err := tn.Tunnel(ctx, req, out)
+	err = tn.Tunnel(ctx, req, out)
 	release()
 	if err == nil {
 		out.finish(&iopv1.ProviderTunnelEnd{Ok: true})
@@ -72,22 +79,22 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 	out.end(tunnelCode(ctx, err, out.headSent()), failureNote(err))
 }
 
-func (s *session) admitTunnel(id string) (execution.Tunneler, string) {
+func (s *session) admitTunnel(id string) (execution.Tunneler, *hosted, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h := s.plan.providers[id]
 	if h == nil {
-		return nil, "provider not hosted"
+		return nil, nil, "provider not hosted"
 	}
 	tn, ok := h.p.(execution.Tunneler)
 	if !ok {
-		return nil, "provider has no raw tunnel"
+		return nil, nil, "provider has no raw tunnel"
 	}
 	if h.cap > 0 && s.inflight[id] >= h.cap {
-		return nil, "provider at capacity"
+		return nil, nil, "provider at capacity"
 	}
 	s.inflight[id]++
-	return tn, ""
+	return tn, h, ""
 }
 
 func (s *session) releaseTunnel(id string) {

@@ -24,6 +24,9 @@ type conn struct {
 	ctlMu  sync.Mutex // serializes writes on ctl
 	nodeID string
 	gen    uint64
+	// leaseKey is the Node's X25519 key for credential leases, as it
+	// registered on this connection (empty: it takes none).
+	leaseKey []byte
 
 	ready     bool
 	fenced    bool
@@ -109,6 +112,10 @@ func (r *Registry) register(ctx context.Context, sess *wire.Session) *conn {
 		r.reject(sess, st, iopv1.RegisterRejection_REGISTER_REJECTION_MALFORMED, "invalid node id")
 		return nil
 	}
+	if k := req.GetEncryptionPublicKey(); len(k) != 0 && len(k) != 32 {
+		r.reject(sess, st, iopv1.RegisterRejection_REGISTER_REJECTION_MALFORMED, "encryption public key is not an X25519 key")
+		return nil
+	}
 	hello := Hello{NodeID: req.GetNodeId(), Credential: req.GetCredential(), RemoteAddr: sess.RemoteAddr()}
 	if cs, ok := sess.ConnectionState(); ok {
 		hello.TLS = &cs
@@ -118,7 +125,7 @@ func (r *Registry) register(ctx context.Context, sess *wire.Session) *conn {
 		r.reject(sess, st, iopv1.RegisterRejection_REGISTER_REJECTION_UNAUTHENTICATED, "unauthenticated")
 		return nil
 	}
-	c := &conn{r: r, sess: sess, ctl: st, nodeID: req.GetNodeId()}
+	c := &conn{r: r, sess: sess, ctl: st, nodeID: req.GetNodeId(), leaseKey: req.GetEncryptionPublicKey()}
 	payload, rejection := r.admit(ctx, c)
 	if rejection != 0 {
 		r.reject(sess, st, rejection, rejectionNote(rejection))

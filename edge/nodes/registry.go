@@ -85,6 +85,7 @@ type Registry struct {
 	cfg         Config
 	log         hclog.Logger
 	auth        Authenticator
+	policy      *iopv1.LeasePolicy // sent with every payload; nil until set
 	probe       time.Duration
 	regTimeout  time.Duration
 	maxPending  int
@@ -335,6 +336,10 @@ func (r *Registry) Refresh(s Store) {
 	}
 	pushes, drops := r.applyStoreLocked(s)
 	r.mu.Unlock()
+	r.deliver(pushes, drops)
+}
+
+func (r *Registry) deliver(pushes []push, drops []*conn) {
 	for _, c := range drops {
 		r.goOwned(func() { c.sess.CloseWithReason(wire.ReasonRejected, "node removed from configuration") })
 	}
@@ -367,11 +372,11 @@ func (r *Registry) applyStoreLocked(s Store) (pushes []push, drops []*conn) {
 			}
 		}
 		providers := payloadProviders(rec)
-		if ns.payload != nil && providersEqual(ns.payload.GetProviders(), providers) {
+		if ns.payload != nil && providersEqual(ns.payload.GetProviders(), providers) && proto.Equal(ns.payload.GetLeasePolicy(), r.policy) {
 			continue
 		}
 		r.revision++
-		ns.payload = &iopv1.NodeConfig{Revision: r.revision, Providers: providers}
+		ns.payload = &iopv1.NodeConfig{Revision: r.revision, Providers: providers, LeasePolicy: r.policy}
 		if c := ns.cur; c != nil && c.ready {
 			pushes = append(pushes, push{c, ns.payload})
 		}
@@ -399,6 +404,7 @@ func payloadProviders(rec Record) []*iopv1.ProviderConfig {
 			Models:              slices.Clone(p.Models),
 			Capacity:            uint32(p.Capacity),
 			LongContextCapacity: uint32(p.LongContextCapacity),
+			CredentialId:        p.Credential,
 		})
 	}
 	return out
@@ -481,6 +487,30 @@ func (r *Registry) Available(nodeID, providerID string) (uint64, bool) {
 		return 0, false
 	}
 	return ns.cur.gen, true
+}
+
+// LeaseKey returns the credential-lease encryption key the node registered
+// on its connection of generation gen. A lease sealed to it can be opened
+// only there: a reconnect registers afresh.
+func (r *Registry) LeaseKey(nodeID string, gen uint64) ([]byte, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ns := r.nodes[nodeID]
+	if ns == nil || ns.cur == nil || !ns.cur.ready || ns.cur.gen != gen || len(ns.cur.leaseKey) == 0 {
+		return nil, false
+	}
+	return slices.Clone(ns.cur.leaseKey), true
+}
+
+// SetLeasePolicy sets the credential-lease policy every Node receives with
+// its configuration (revoked credentials, minimum revisions, disabled
+// profiles and routes); connected Nodes get it at once.
+func (r *Registry) SetLeasePolicy(p *iopv1.LeasePolicy) {
+	r.mu.Lock()
+	r.policy = proto.Clone(p).(*iopv1.LeasePolicy)
+	pushes, drops := r.applyStoreLocked(r.store)
+	r.mu.Unlock()
+	r.deliver(pushes, drops)
 }
 
 // SetDraining drains a node (on) or resumes it: a draining node is admitted

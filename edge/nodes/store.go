@@ -43,6 +43,10 @@ type ProviderSpec struct {
 	// those as they are and translates the others. Empty means the
 	// adapter's default (edge.Config.Validate checks the names).
 	APIs []string
+	// Credential, when set, is the id of the credential this provider's
+	// upstream calls use, delivered only as a credential lease with each
+	// dispatch; the Node uses no local credential for it.
+	Credential string
 }
 
 // HashToken returns the value to store in Record.TokenHash for a token.

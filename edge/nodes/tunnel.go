@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/internal/nodewire"
 	"github.com/iop-dev/iop/internal/tunnelhdr"
 	"github.com/iop-dev/iop/wire"
@@ -35,6 +36,11 @@ type TunnelRequest struct {
 	Body io.Reader
 	// Deadline is the hard deadline; zero means none.
 	Deadline time.Time
+	// Slot is the Edge's id for this dispatch and Target the upstream
+	// model; a credential lease is bound to both.
+	Slot, Target string
+	// Grant carries the credential lease for a leased provider.
+	Grant *execution.Grant
 }
 
 // TunnelCode classifies how a tunnel failed.
@@ -138,7 +144,8 @@ func (r *Registry) OpenTunnel(ctx context.Context, nodeID string, gen uint64, re
 		return nil, fmt.Errorf("nodes: open tunnel: %w", err)
 	}
 	t.st = st
-	m := &iopv1.ProviderTunnelRequest{Generation: gen, ProviderId: req.ProviderID, Method: req.Method, Path: req.Path}
+	m := &iopv1.ProviderTunnelRequest{Generation: gen, ProviderId: req.ProviderID, Method: req.Method, Path: req.Path,
+		Slot: req.Slot, Target: req.Target, Grant: nodewire.GrantTo(req.Grant)}
 	if !req.Deadline.IsZero() {
 		m.DeadlineUnixMs = req.Deadline.UnixMilli()
 	}

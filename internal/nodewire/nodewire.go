@@ -115,7 +115,24 @@ func RunRequest(r *execution.RunRequest, generation, revision uint64) *iopv1.Run
 	if !r.Deadline.IsZero() {
 		out.DeadlineUnixMs = r.Deadline.UnixMilli()
 	}
+	out.Grant = GrantTo(r.Grant)
 	return out
+}
+
+// GrantTo converts a credential grant (nil stays nil).
+func GrantTo(g *execution.Grant) *iopv1.CredentialGrant {
+	if g == nil {
+		return nil
+	}
+	return &iopv1.CredentialGrant{Lease: g.Lease, Principal: g.Principal, Route: g.Route}
+}
+
+// GrantFrom converts a wire credential grant (nil stays nil).
+func GrantFrom(m *iopv1.CredentialGrant) *execution.Grant {
+	if m == nil {
+		return nil
+	}
+	return &execution.Grant{Lease: m.GetLease(), Principal: m.GetPrincipal(), Route: m.GetRoute()}
 }
 
 // RunRequestFrom converts a wire run request.
@@ -141,6 +158,7 @@ func RunRequestFrom(m *iopv1.RunRequest) *execution.RunRequest {
 	if ms := m.GetDeadlineUnixMs(); ms > 0 {
 		r.Deadline = time.UnixMilli(ms)
 	}
+	r.Grant = GrantFrom(m.GetGrant())
 	return r
 }
 

@@ -159,6 +159,9 @@ const (
 	RefusalReason_REFUSAL_REASON_MODEL_NOT_ALLOWED RefusalReason = 3
 	// INVALID: the entry is malformed.
 	RefusalReason_REFUSAL_REASON_INVALID RefusalReason = 4
+	// NO_LEASES: the entry's credential is leased, and this Node takes no
+	// credential leases (or its adapter cannot use one).
+	RefusalReason_REFUSAL_REASON_NO_LEASES RefusalReason = 5
 )
 
 // Enum value maps for RefusalReason.
@@ -169,6 +172,7 @@ var (
 		2: "REFUSAL_REASON_ADAPTER_MISMATCH",
 		3: "REFUSAL_REASON_MODEL_NOT_ALLOWED",
 		4: "REFUSAL_REASON_INVALID",
+		5: "REFUSAL_REASON_NO_LEASES",
 	}
 	RefusalReason_value = map[string]int32{
 		"REFUSAL_REASON_UNSPECIFIED":       0,
@@ -176,6 +180,7 @@ var (
 		"REFUSAL_REASON_ADAPTER_MISMATCH":  2,
 		"REFUSAL_REASON_MODEL_NOT_ALLOWED": 3,
 		"REFUSAL_REASON_INVALID":           4,
+		"REFUSAL_REASON_NO_LEASES":         5,
 	}
 )
 
@@ -456,7 +461,8 @@ type RegisterRequest struct {
 	Os         string `protobuf:"bytes,4,opt,name=os,proto3" json:"os,omitempty"`
 	Arch       string `protobuf:"bytes,5,opt,name=arch,proto3" json:"arch,omitempty"`
 	// encryption_public_key is the Node's X25519 public key for credential
-	// leases (empty until managed mode uses it).
+	// leases (empty when the Node takes no leases). Its private part never
+	// leaves the Node.
 	EncryptionPublicKey []byte `protobuf:"bytes,6,opt,name=encryption_public_key,json=encryptionPublicKey,proto3" json:"encryption_public_key,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
@@ -620,8 +626,11 @@ func (x *RegisterResponse) GetConfig() *NodeConfig {
 type NodeConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// revision increases with every change the Edge makes to this payload.
-	Revision      uint64            `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
-	Providers     []*ProviderConfig `protobuf:"bytes,2,rep,name=providers,proto3" json:"providers,omitempty"`
+	Revision  uint64            `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Providers []*ProviderConfig `protobuf:"bytes,2,rep,name=providers,proto3" json:"providers,omitempty"`
+	// lease_policy is the Edge's current word on leased credentials; the
+	// Node refuses leases it rules out even if the Edge issued them earlier.
+	LeasePolicy   *LeasePolicy `protobuf:"bytes,3,opt,name=lease_policy,json=leasePolicy,proto3" json:"lease_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -670,6 +679,81 @@ func (x *NodeConfig) GetProviders() []*ProviderConfig {
 	return nil
 }
 
+func (x *NodeConfig) GetLeasePolicy() *LeasePolicy {
+	if x != nil {
+		return x.LeasePolicy
+	}
+	return nil
+}
+
+type LeasePolicy struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	RevokedCredentials []string               `protobuf:"bytes,1,rep,name=revoked_credentials,json=revokedCredentials,proto3" json:"revoked_credentials,omitempty"`
+	DisabledProfiles   []string               `protobuf:"bytes,2,rep,name=disabled_profiles,json=disabledProfiles,proto3" json:"disabled_profiles,omitempty"`
+	DisabledRoutes     []string               `protobuf:"bytes,3,rep,name=disabled_routes,json=disabledRoutes,proto3" json:"disabled_routes,omitempty"`
+	MinRevisions       map[string]uint64      `protobuf:"bytes,4,rep,name=min_revisions,json=minRevisions,proto3" json:"min_revisions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *LeasePolicy) Reset() {
+	*x = LeasePolicy{}
+	mi := &file_iop_v1_node_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeasePolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeasePolicy) ProtoMessage() {}
+
+func (x *LeasePolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_iop_v1_node_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeasePolicy.ProtoReflect.Descriptor instead.
+func (*LeasePolicy) Descriptor() ([]byte, []int) {
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LeasePolicy) GetRevokedCredentials() []string {
+	if x != nil {
+		return x.RevokedCredentials
+	}
+	return nil
+}
+
+func (x *LeasePolicy) GetDisabledProfiles() []string {
+	if x != nil {
+		return x.DisabledProfiles
+	}
+	return nil
+}
+
+func (x *LeasePolicy) GetDisabledRoutes() []string {
+	if x != nil {
+		return x.DisabledRoutes
+	}
+	return nil
+}
+
+func (x *LeasePolicy) GetMinRevisions() map[string]uint64 {
+	if x != nil {
+		return x.MinRevisions
+	}
+	return nil
+}
+
 type ProviderConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -679,13 +763,17 @@ type ProviderConfig struct {
 	Models              []string         `protobuf:"bytes,4,rep,name=models,proto3" json:"models,omitempty"`
 	Capacity            uint32           `protobuf:"varint,5,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	LongContextCapacity uint32           `protobuf:"varint,6,opt,name=long_context_capacity,json=longContextCapacity,proto3" json:"long_context_capacity,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// credential_id, when set, means the provider's credential comes only
+	// from a credential lease with each dispatch: the Node uses no local
+	// credential for it and refuses a dispatch without a valid lease.
+	CredentialId  string `protobuf:"bytes,7,opt,name=credential_id,json=credentialId,proto3" json:"credential_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProviderConfig) Reset() {
 	*x = ProviderConfig{}
-	mi := &file_iop_v1_node_proto_msgTypes[3]
+	mi := &file_iop_v1_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +785,7 @@ func (x *ProviderConfig) String() string {
 func (*ProviderConfig) ProtoMessage() {}
 
 func (x *ProviderConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[3]
+	mi := &file_iop_v1_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +798,7 @@ func (x *ProviderConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderConfig.ProtoReflect.Descriptor instead.
 func (*ProviderConfig) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ProviderConfig) GetId() string {
@@ -755,6 +843,13 @@ func (x *ProviderConfig) GetLongContextCapacity() uint32 {
 	return 0
 }
 
+func (x *ProviderConfig) GetCredentialId() string {
+	if x != nil {
+		return x.CredentialId
+	}
+	return ""
+}
+
 // ConfigUpdate pushes a new payload to a connected Node. Work in flight
 // keeps the revision it was admitted under.
 type ConfigUpdate struct {
@@ -766,7 +861,7 @@ type ConfigUpdate struct {
 
 func (x *ConfigUpdate) Reset() {
 	*x = ConfigUpdate{}
-	mi := &file_iop_v1_node_proto_msgTypes[4]
+	mi := &file_iop_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +873,7 @@ func (x *ConfigUpdate) String() string {
 func (*ConfigUpdate) ProtoMessage() {}
 
 func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[4]
+	mi := &file_iop_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +886,7 @@ func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigUpdate.ProtoReflect.Descriptor instead.
 func (*ConfigUpdate) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ConfigUpdate) GetConfig() *NodeConfig {
@@ -813,7 +908,7 @@ type ConfigUpdateAck struct {
 
 func (x *ConfigUpdateAck) Reset() {
 	*x = ConfigUpdateAck{}
-	mi := &file_iop_v1_node_proto_msgTypes[5]
+	mi := &file_iop_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +920,7 @@ func (x *ConfigUpdateAck) String() string {
 func (*ConfigUpdateAck) ProtoMessage() {}
 
 func (x *ConfigUpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[5]
+	mi := &file_iop_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +933,7 @@ func (x *ConfigUpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigUpdateAck.ProtoReflect.Descriptor instead.
 func (*ConfigUpdateAck) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConfigUpdateAck) GetRevision() uint64 {
@@ -874,7 +969,7 @@ type ProviderRefusal struct {
 
 func (x *ProviderRefusal) Reset() {
 	*x = ProviderRefusal{}
-	mi := &file_iop_v1_node_proto_msgTypes[6]
+	mi := &file_iop_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +981,7 @@ func (x *ProviderRefusal) String() string {
 func (*ProviderRefusal) ProtoMessage() {}
 
 func (x *ProviderRefusal) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[6]
+	mi := &file_iop_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +994,7 @@ func (x *ProviderRefusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderRefusal.ProtoReflect.Descriptor instead.
 func (*ProviderRefusal) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ProviderRefusal) GetProviderId() string {
@@ -930,7 +1025,7 @@ type NodeReadyRequest struct {
 
 func (x *NodeReadyRequest) Reset() {
 	*x = NodeReadyRequest{}
-	mi := &file_iop_v1_node_proto_msgTypes[7]
+	mi := &file_iop_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1037,7 @@ func (x *NodeReadyRequest) String() string {
 func (*NodeReadyRequest) ProtoMessage() {}
 
 func (x *NodeReadyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[7]
+	mi := &file_iop_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1050,7 @@ func (x *NodeReadyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReadyRequest.ProtoReflect.Descriptor instead.
 func (*NodeReadyRequest) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeReadyRequest) GetGeneration() uint64 {
@@ -996,7 +1091,7 @@ type NodeReadyResponse struct {
 
 func (x *NodeReadyResponse) Reset() {
 	*x = NodeReadyResponse{}
-	mi := &file_iop_v1_node_proto_msgTypes[8]
+	mi := &file_iop_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1103,7 @@ func (x *NodeReadyResponse) String() string {
 func (*NodeReadyResponse) ProtoMessage() {}
 
 func (x *NodeReadyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[8]
+	mi := &file_iop_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1116,7 @@ func (x *NodeReadyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReadyResponse.ProtoReflect.Descriptor instead.
 func (*NodeReadyResponse) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeReadyResponse) GetAccepted() bool {
@@ -1049,7 +1144,7 @@ type ProviderSnapshotUpdate struct {
 
 func (x *ProviderSnapshotUpdate) Reset() {
 	*x = ProviderSnapshotUpdate{}
-	mi := &file_iop_v1_node_proto_msgTypes[9]
+	mi := &file_iop_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1156,7 @@ func (x *ProviderSnapshotUpdate) String() string {
 func (*ProviderSnapshotUpdate) ProtoMessage() {}
 
 func (x *ProviderSnapshotUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[9]
+	mi := &file_iop_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1169,7 @@ func (x *ProviderSnapshotUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderSnapshotUpdate.ProtoReflect.Descriptor instead.
 func (*ProviderSnapshotUpdate) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ProviderSnapshotUpdate) GetGeneration() uint64 {
@@ -1113,7 +1208,7 @@ type ProviderSnapshot struct {
 
 func (x *ProviderSnapshot) Reset() {
 	*x = ProviderSnapshot{}
-	mi := &file_iop_v1_node_proto_msgTypes[10]
+	mi := &file_iop_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1220,7 @@ func (x *ProviderSnapshot) String() string {
 func (*ProviderSnapshot) ProtoMessage() {}
 
 func (x *ProviderSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[10]
+	mi := &file_iop_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1233,7 @@ func (x *ProviderSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProviderSnapshot.ProtoReflect.Descriptor instead.
 func (*ProviderSnapshot) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ProviderSnapshot) GetProviderId() string {
@@ -1233,13 +1328,16 @@ type RunRequest struct {
 	Options *RunOptions `protobuf:"bytes,8,opt,name=options,proto3" json:"options,omitempty"`
 	// deadline_unix_ms is the hard deadline; 0 means none.
 	DeadlineUnixMs int64 `protobuf:"varint,9,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// grant carries the credential lease for a provider whose credential is
+	// leased.
+	Grant         *CredentialGrant `protobuf:"bytes,10,opt,name=grant,proto3" json:"grant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_iop_v1_node_proto_msgTypes[11]
+	mi := &file_iop_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1349,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[11]
+	mi := &file_iop_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1362,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RunRequest) GetRunId() string {
@@ -1330,6 +1428,76 @@ func (x *RunRequest) GetDeadlineUnixMs() int64 {
 	return 0
 }
 
+func (x *RunRequest) GetGrant() *CredentialGrant {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
+// CredentialGrant is a credential lease (credentiallease envelope) with the
+// dispatch facts the lease is bound to that the request does not carry
+// otherwise.
+type CredentialGrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lease         []byte                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	Principal     string                 `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	Route         string                 `protobuf:"bytes,3,opt,name=route,proto3" json:"route,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CredentialGrant) Reset() {
+	*x = CredentialGrant{}
+	mi := &file_iop_v1_node_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CredentialGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CredentialGrant) ProtoMessage() {}
+
+func (x *CredentialGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_iop_v1_node_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CredentialGrant.ProtoReflect.Descriptor instead.
+func (*CredentialGrant) Descriptor() ([]byte, []int) {
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CredentialGrant) GetLease() []byte {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *CredentialGrant) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *CredentialGrant) GetRoute() string {
+	if x != nil {
+		return x.Route
+	}
+	return ""
+}
+
 type RunInput struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	System        string                 `protobuf:"bytes,1,opt,name=system,proto3" json:"system,omitempty"`
@@ -1340,7 +1508,7 @@ type RunInput struct {
 
 func (x *RunInput) Reset() {
 	*x = RunInput{}
-	mi := &file_iop_v1_node_proto_msgTypes[12]
+	mi := &file_iop_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1520,7 @@ func (x *RunInput) String() string {
 func (*RunInput) ProtoMessage() {}
 
 func (x *RunInput) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[12]
+	mi := &file_iop_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1533,7 @@ func (x *RunInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunInput.ProtoReflect.Descriptor instead.
 func (*RunInput) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunInput) GetSystem() string {
@@ -1392,7 +1560,7 @@ type RunMessage struct {
 
 func (x *RunMessage) Reset() {
 	*x = RunMessage{}
-	mi := &file_iop_v1_node_proto_msgTypes[13]
+	mi := &file_iop_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1572,7 @@ func (x *RunMessage) String() string {
 func (*RunMessage) ProtoMessage() {}
 
 func (x *RunMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[13]
+	mi := &file_iop_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1585,7 @@ func (x *RunMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunMessage.ProtoReflect.Descriptor instead.
 func (*RunMessage) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunMessage) GetRole() string {
@@ -1446,7 +1614,7 @@ type RunOptions struct {
 
 func (x *RunOptions) Reset() {
 	*x = RunOptions{}
-	mi := &file_iop_v1_node_proto_msgTypes[14]
+	mi := &file_iop_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1626,7 @@ func (x *RunOptions) String() string {
 func (*RunOptions) ProtoMessage() {}
 
 func (x *RunOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[14]
+	mi := &file_iop_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1639,7 @@ func (x *RunOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunOptions.ProtoReflect.Descriptor instead.
 func (*RunOptions) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RunOptions) GetMaxOutputTokens() uint32 {
@@ -1515,7 +1683,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_iop_v1_node_proto_msgTypes[15]
+	mi := &file_iop_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1695,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[15]
+	mi := &file_iop_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1708,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RunEvent) GetRunId() string {
@@ -1660,7 +1828,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_iop_v1_node_proto_msgTypes[16]
+	mi := &file_iop_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1840,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[16]
+	mi := &file_iop_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1853,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RunStarted) GetModel() string {
@@ -1706,7 +1874,7 @@ type OutputDelta struct {
 
 func (x *OutputDelta) Reset() {
 	*x = OutputDelta{}
-	mi := &file_iop_v1_node_proto_msgTypes[17]
+	mi := &file_iop_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1886,7 @@ func (x *OutputDelta) String() string {
 func (*OutputDelta) ProtoMessage() {}
 
 func (x *OutputDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[17]
+	mi := &file_iop_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1899,7 @@ func (x *OutputDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputDelta.ProtoReflect.Descriptor instead.
 func (*OutputDelta) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *OutputDelta) GetText() string {
@@ -1760,7 +1928,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_iop_v1_node_proto_msgTypes[18]
+	mi := &file_iop_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +1940,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[18]
+	mi := &file_iop_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +1953,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1821,7 +1989,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_iop_v1_node_proto_msgTypes[19]
+	mi := &file_iop_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +2001,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[19]
+	mi := &file_iop_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +2014,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Usage) GetInputTokens() uint64 {
@@ -1888,7 +2056,7 @@ type RunCompleted struct {
 
 func (x *RunCompleted) Reset() {
 	*x = RunCompleted{}
-	mi := &file_iop_v1_node_proto_msgTypes[20]
+	mi := &file_iop_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2068,7 @@ func (x *RunCompleted) String() string {
 func (*RunCompleted) ProtoMessage() {}
 
 func (x *RunCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[20]
+	mi := &file_iop_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2081,7 @@ func (x *RunCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCompleted.ProtoReflect.Descriptor instead.
 func (*RunCompleted) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunCompleted) GetStopReason() string {
@@ -1934,7 +2102,7 @@ type RunFailed struct {
 
 func (x *RunFailed) Reset() {
 	*x = RunFailed{}
-	mi := &file_iop_v1_node_proto_msgTypes[21]
+	mi := &file_iop_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2114,7 @@ func (x *RunFailed) String() string {
 func (*RunFailed) ProtoMessage() {}
 
 func (x *RunFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[21]
+	mi := &file_iop_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2127,7 @@ func (x *RunFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFailed.ProtoReflect.Descriptor instead.
 func (*RunFailed) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RunFailed) GetClass() FailureClass {
@@ -1986,7 +2154,7 @@ type CancelRun struct {
 
 func (x *CancelRun) Reset() {
 	*x = CancelRun{}
-	mi := &file_iop_v1_node_proto_msgTypes[22]
+	mi := &file_iop_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2166,7 @@ func (x *CancelRun) String() string {
 func (*CancelRun) ProtoMessage() {}
 
 func (x *CancelRun) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[22]
+	mi := &file_iop_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2179,7 @@ func (x *CancelRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRun.ProtoReflect.Descriptor instead.
 func (*CancelRun) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelRun) GetRunId() string {
@@ -2036,7 +2204,7 @@ type NodeCommandRequest struct {
 
 func (x *NodeCommandRequest) Reset() {
 	*x = NodeCommandRequest{}
-	mi := &file_iop_v1_node_proto_msgTypes[23]
+	mi := &file_iop_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2216,7 @@ func (x *NodeCommandRequest) String() string {
 func (*NodeCommandRequest) ProtoMessage() {}
 
 func (x *NodeCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[23]
+	mi := &file_iop_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2229,7 @@ func (x *NodeCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCommandRequest.ProtoReflect.Descriptor instead.
 func (*NodeCommandRequest) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeCommandRequest) GetCommand() NodeCommand {
@@ -2103,7 +2271,7 @@ type NodeCommandResult struct {
 
 func (x *NodeCommandResult) Reset() {
 	*x = NodeCommandResult{}
-	mi := &file_iop_v1_node_proto_msgTypes[24]
+	mi := &file_iop_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2283,7 @@ func (x *NodeCommandResult) String() string {
 func (*NodeCommandResult) ProtoMessage() {}
 
 func (x *NodeCommandResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[24]
+	mi := &file_iop_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2296,7 @@ func (x *NodeCommandResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCommandResult.ProtoReflect.Descriptor instead.
 func (*NodeCommandResult) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodeCommandResult) GetCommand() NodeCommand {
@@ -2225,7 +2393,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_iop_v1_node_proto_msgTypes[25]
+	mi := &file_iop_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2405,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[25]
+	mi := &file_iop_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2418,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Capabilities) GetNodeId() string {
@@ -2326,7 +2494,7 @@ type TransportStatus struct {
 
 func (x *TransportStatus) Reset() {
 	*x = TransportStatus{}
-	mi := &file_iop_v1_node_proto_msgTypes[26]
+	mi := &file_iop_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2506,7 @@ func (x *TransportStatus) String() string {
 func (*TransportStatus) ProtoMessage() {}
 
 func (x *TransportStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_iop_v1_node_proto_msgTypes[26]
+	mi := &file_iop_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2519,7 @@ func (x *TransportStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportStatus.ProtoReflect.Descriptor instead.
 func (*TransportStatus) Descriptor() ([]byte, []int) {
-	return file_iop_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_iop_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TransportStatus) GetGeneration() uint64 {
@@ -2438,18 +2606,28 @@ const file_iop_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\x12*\n" +
-	"\x06config\x18\x05 \x01(\v2\x12.iop.v1.NodeConfigR\x06config\"^\n" +
+	"\x06config\x18\x05 \x01(\v2\x12.iop.v1.NodeConfigR\x06config\"\x96\x01\n" +
 	"\n" +
 	"NodeConfig\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x124\n" +
-	"\tproviders\x18\x02 \x03(\v2\x16.iop.v1.ProviderConfigR\tproviders\"\xd8\x01\n" +
+	"\tproviders\x18\x02 \x03(\v2\x16.iop.v1.ProviderConfigR\tproviders\x126\n" +
+	"\flease_policy\x18\x03 \x01(\v2\x13.iop.v1.LeasePolicyR\vleasePolicy\"\xa1\x02\n" +
+	"\vLeasePolicy\x12/\n" +
+	"\x13revoked_credentials\x18\x01 \x03(\tR\x12revokedCredentials\x12+\n" +
+	"\x11disabled_profiles\x18\x02 \x03(\tR\x10disabledProfiles\x12'\n" +
+	"\x0fdisabled_routes\x18\x03 \x03(\tR\x0edisabledRoutes\x12J\n" +
+	"\rmin_revisions\x18\x04 \x03(\v2%.iop.v1.LeasePolicy.MinRevisionsEntryR\fminRevisions\x1a?\n" +
+	"\x11MinRevisionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xfd\x01\n" +
 	"\x0eProviderConfig\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aadapter\x18\x02 \x01(\tR\aadapter\x124\n" +
 	"\bcategory\x18\x03 \x01(\x0e2\x18.iop.v1.ProviderCategoryR\bcategory\x12\x16\n" +
 	"\x06models\x18\x04 \x03(\tR\x06models\x12\x1a\n" +
 	"\bcapacity\x18\x05 \x01(\rR\bcapacity\x122\n" +
-	"\x15long_context_capacity\x18\x06 \x01(\rR\x13longContextCapacity\":\n" +
+	"\x15long_context_capacity\x18\x06 \x01(\rR\x13longContextCapacity\x12#\n" +
+	"\rcredential_id\x18\a \x01(\tR\fcredentialId\":\n" +
 	"\fConfigUpdate\x12*\n" +
 	"\x06config\x18\x01 \x01(\v2\x12.iop.v1.NodeConfigR\x06config\"\x98\x01\n" +
 	"\x0fConfigUpdateAck\x12\x1a\n" +
@@ -2488,7 +2666,7 @@ const file_iop_v1_node_proto_rawDesc = "" +
 	"\x16long_context_in_flight\x18\t \x01(\rR\x13longContextInFlight\x12\x16\n" +
 	"\x06queued\x18\n" +
 	" \x01(\rR\x06queued\x12\x16\n" +
-	"\x06models\x18\v \x03(\tR\x06models\"\xbf\x02\n" +
+	"\x06models\x18\v \x03(\tR\x06models\"\xee\x02\n" +
 	"\n" +
 	"RunRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1e\n" +
@@ -2502,7 +2680,13 @@ const file_iop_v1_node_proto_rawDesc = "" +
 	"\x06target\x18\x06 \x01(\tR\x06target\x12&\n" +
 	"\x05input\x18\a \x01(\v2\x10.iop.v1.RunInputR\x05input\x12,\n" +
 	"\aoptions\x18\b \x01(\v2\x12.iop.v1.RunOptionsR\aoptions\x12(\n" +
-	"\x10deadline_unix_ms\x18\t \x01(\x03R\x0edeadlineUnixMs\"R\n" +
+	"\x10deadline_unix_ms\x18\t \x01(\x03R\x0edeadlineUnixMs\x12-\n" +
+	"\x05grant\x18\n" +
+	" \x01(\v2\x17.iop.v1.CredentialGrantR\x05grant\"[\n" +
+	"\x0fCredentialGrant\x12\x14\n" +
+	"\x05lease\x18\x01 \x01(\fR\x05lease\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x14\n" +
+	"\x05route\x18\x03 \x01(\tR\x05route\"R\n" +
 	"\bRunInput\x12\x16\n" +
 	"\x06system\x18\x01 \x01(\tR\x06system\x12.\n" +
 	"\bmessages\x18\x02 \x03(\v2\x12.iop.v1.RunMessageR\bmessages\":\n" +
@@ -2596,13 +2780,14 @@ const file_iop_v1_node_proto_rawDesc = "" +
 	"\x1dPROVIDER_CATEGORY_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PROVIDER_CATEGORY_CLI\x10\x01\x12\x19\n" +
 	"\x15PROVIDER_CATEGORY_API\x10\x02\x12\x1b\n" +
-	"\x17PROVIDER_CATEGORY_LOCAL\x10\x03*\xb6\x01\n" +
+	"\x17PROVIDER_CATEGORY_LOCAL\x10\x03*\xd4\x01\n" +
 	"\rRefusalReason\x12\x1e\n" +
 	"\x1aREFUSAL_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aREFUSAL_REASON_NOT_ALLOWED\x10\x01\x12#\n" +
 	"\x1fREFUSAL_REASON_ADAPTER_MISMATCH\x10\x02\x12$\n" +
 	" REFUSAL_REASON_MODEL_NOT_ALLOWED\x10\x03\x12\x1a\n" +
-	"\x16REFUSAL_REASON_INVALID\x10\x04*\xad\x01\n" +
+	"\x16REFUSAL_REASON_INVALID\x10\x04\x12\x1c\n" +
+	"\x18REFUSAL_REASON_NO_LEASES\x10\x05*\xad\x01\n" +
 	"\x0eProviderStatus\x12\x1f\n" +
 	"\x1bPROVIDER_STATUS_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19PROVIDER_STATUS_AVAILABLE\x10\x01\x12\x1f\n" +
@@ -2644,7 +2829,7 @@ func file_iop_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_iop_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_iop_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_iop_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_iop_v1_node_proto_goTypes = []any{
 	(RegisterRejection)(0),         // 0: iop.v1.RegisterRejection
 	(ProviderCategory)(0),          // 1: iop.v1.ProviderCategory
@@ -2656,67 +2841,73 @@ var file_iop_v1_node_proto_goTypes = []any{
 	(*RegisterRequest)(nil),        // 7: iop.v1.RegisterRequest
 	(*RegisterResponse)(nil),       // 8: iop.v1.RegisterResponse
 	(*NodeConfig)(nil),             // 9: iop.v1.NodeConfig
-	(*ProviderConfig)(nil),         // 10: iop.v1.ProviderConfig
-	(*ConfigUpdate)(nil),           // 11: iop.v1.ConfigUpdate
-	(*ConfigUpdateAck)(nil),        // 12: iop.v1.ConfigUpdateAck
-	(*ProviderRefusal)(nil),        // 13: iop.v1.ProviderRefusal
-	(*NodeReadyRequest)(nil),       // 14: iop.v1.NodeReadyRequest
-	(*NodeReadyResponse)(nil),      // 15: iop.v1.NodeReadyResponse
-	(*ProviderSnapshotUpdate)(nil), // 16: iop.v1.ProviderSnapshotUpdate
-	(*ProviderSnapshot)(nil),       // 17: iop.v1.ProviderSnapshot
-	(*RunRequest)(nil),             // 18: iop.v1.RunRequest
-	(*RunInput)(nil),               // 19: iop.v1.RunInput
-	(*RunMessage)(nil),             // 20: iop.v1.RunMessage
-	(*RunOptions)(nil),             // 21: iop.v1.RunOptions
-	(*RunEvent)(nil),               // 22: iop.v1.RunEvent
-	(*RunStarted)(nil),             // 23: iop.v1.RunStarted
-	(*OutputDelta)(nil),            // 24: iop.v1.OutputDelta
-	(*ToolCall)(nil),               // 25: iop.v1.ToolCall
-	(*Usage)(nil),                  // 26: iop.v1.Usage
-	(*RunCompleted)(nil),           // 27: iop.v1.RunCompleted
-	(*RunFailed)(nil),              // 28: iop.v1.RunFailed
-	(*CancelRun)(nil),              // 29: iop.v1.CancelRun
-	(*NodeCommandRequest)(nil),     // 30: iop.v1.NodeCommandRequest
-	(*NodeCommandResult)(nil),      // 31: iop.v1.NodeCommandResult
-	(*Capabilities)(nil),           // 32: iop.v1.Capabilities
-	(*TransportStatus)(nil),        // 33: iop.v1.TransportStatus
+	(*LeasePolicy)(nil),            // 10: iop.v1.LeasePolicy
+	(*ProviderConfig)(nil),         // 11: iop.v1.ProviderConfig
+	(*ConfigUpdate)(nil),           // 12: iop.v1.ConfigUpdate
+	(*ConfigUpdateAck)(nil),        // 13: iop.v1.ConfigUpdateAck
+	(*ProviderRefusal)(nil),        // 14: iop.v1.ProviderRefusal
+	(*NodeReadyRequest)(nil),       // 15: iop.v1.NodeReadyRequest
+	(*NodeReadyResponse)(nil),      // 16: iop.v1.NodeReadyResponse
+	(*ProviderSnapshotUpdate)(nil), // 17: iop.v1.ProviderSnapshotUpdate
+	(*ProviderSnapshot)(nil),       // 18: iop.v1.ProviderSnapshot
+	(*RunRequest)(nil),             // 19: iop.v1.RunRequest
+	(*CredentialGrant)(nil),        // 20: iop.v1.CredentialGrant
+	(*RunInput)(nil),               // 21: iop.v1.RunInput
+	(*RunMessage)(nil),             // 22: iop.v1.RunMessage
+	(*RunOptions)(nil),             // 23: iop.v1.RunOptions
+	(*RunEvent)(nil),               // 24: iop.v1.RunEvent
+	(*RunStarted)(nil),             // 25: iop.v1.RunStarted
+	(*OutputDelta)(nil),            // 26: iop.v1.OutputDelta
+	(*ToolCall)(nil),               // 27: iop.v1.ToolCall
+	(*Usage)(nil),                  // 28: iop.v1.Usage
+	(*RunCompleted)(nil),           // 29: iop.v1.RunCompleted
+	(*RunFailed)(nil),              // 30: iop.v1.RunFailed
+	(*CancelRun)(nil),              // 31: iop.v1.CancelRun
+	(*NodeCommandRequest)(nil),     // 32: iop.v1.NodeCommandRequest
+	(*NodeCommandResult)(nil),      // 33: iop.v1.NodeCommandResult
+	(*Capabilities)(nil),           // 34: iop.v1.Capabilities
+	(*TransportStatus)(nil),        // 35: iop.v1.TransportStatus
+	nil,                            // 36: iop.v1.LeasePolicy.MinRevisionsEntry
 }
 var file_iop_v1_node_proto_depIdxs = []int32{
 	0,  // 0: iop.v1.RegisterResponse.rejection:type_name -> iop.v1.RegisterRejection
 	9,  // 1: iop.v1.RegisterResponse.config:type_name -> iop.v1.NodeConfig
-	10, // 2: iop.v1.NodeConfig.providers:type_name -> iop.v1.ProviderConfig
-	1,  // 3: iop.v1.ProviderConfig.category:type_name -> iop.v1.ProviderCategory
-	9,  // 4: iop.v1.ConfigUpdate.config:type_name -> iop.v1.NodeConfig
-	17, // 5: iop.v1.ConfigUpdateAck.providers:type_name -> iop.v1.ProviderSnapshot
-	13, // 6: iop.v1.ConfigUpdateAck.refused:type_name -> iop.v1.ProviderRefusal
-	2,  // 7: iop.v1.ProviderRefusal.reason:type_name -> iop.v1.RefusalReason
-	17, // 8: iop.v1.NodeReadyRequest.providers:type_name -> iop.v1.ProviderSnapshot
-	13, // 9: iop.v1.NodeReadyRequest.refused:type_name -> iop.v1.ProviderRefusal
-	17, // 10: iop.v1.ProviderSnapshotUpdate.providers:type_name -> iop.v1.ProviderSnapshot
-	1,  // 11: iop.v1.ProviderSnapshot.category:type_name -> iop.v1.ProviderCategory
-	3,  // 12: iop.v1.ProviderSnapshot.status:type_name -> iop.v1.ProviderStatus
-	4,  // 13: iop.v1.ProviderSnapshot.health:type_name -> iop.v1.ProviderHealth
-	19, // 14: iop.v1.RunRequest.input:type_name -> iop.v1.RunInput
-	21, // 15: iop.v1.RunRequest.options:type_name -> iop.v1.RunOptions
-	20, // 16: iop.v1.RunInput.messages:type_name -> iop.v1.RunMessage
-	23, // 17: iop.v1.RunEvent.started:type_name -> iop.v1.RunStarted
-	24, // 18: iop.v1.RunEvent.delta:type_name -> iop.v1.OutputDelta
-	25, // 19: iop.v1.RunEvent.tool_call:type_name -> iop.v1.ToolCall
-	26, // 20: iop.v1.RunEvent.usage:type_name -> iop.v1.Usage
-	27, // 21: iop.v1.RunEvent.completed:type_name -> iop.v1.RunCompleted
-	28, // 22: iop.v1.RunEvent.failed:type_name -> iop.v1.RunFailed
-	5,  // 23: iop.v1.RunFailed.class:type_name -> iop.v1.FailureClass
-	6,  // 24: iop.v1.NodeCommandRequest.command:type_name -> iop.v1.NodeCommand
-	6,  // 25: iop.v1.NodeCommandResult.command:type_name -> iop.v1.NodeCommand
-	32, // 26: iop.v1.NodeCommandResult.capabilities:type_name -> iop.v1.Capabilities
-	33, // 27: iop.v1.NodeCommandResult.transport_status:type_name -> iop.v1.TransportStatus
-	17, // 28: iop.v1.Capabilities.providers:type_name -> iop.v1.ProviderSnapshot
-	6,  // 29: iop.v1.Capabilities.commands:type_name -> iop.v1.NodeCommand
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	11, // 2: iop.v1.NodeConfig.providers:type_name -> iop.v1.ProviderConfig
+	10, // 3: iop.v1.NodeConfig.lease_policy:type_name -> iop.v1.LeasePolicy
+	36, // 4: iop.v1.LeasePolicy.min_revisions:type_name -> iop.v1.LeasePolicy.MinRevisionsEntry
+	1,  // 5: iop.v1.ProviderConfig.category:type_name -> iop.v1.ProviderCategory
+	9,  // 6: iop.v1.ConfigUpdate.config:type_name -> iop.v1.NodeConfig
+	18, // 7: iop.v1.ConfigUpdateAck.providers:type_name -> iop.v1.ProviderSnapshot
+	14, // 8: iop.v1.ConfigUpdateAck.refused:type_name -> iop.v1.ProviderRefusal
+	2,  // 9: iop.v1.ProviderRefusal.reason:type_name -> iop.v1.RefusalReason
+	18, // 10: iop.v1.NodeReadyRequest.providers:type_name -> iop.v1.ProviderSnapshot
+	14, // 11: iop.v1.NodeReadyRequest.refused:type_name -> iop.v1.ProviderRefusal
+	18, // 12: iop.v1.ProviderSnapshotUpdate.providers:type_name -> iop.v1.ProviderSnapshot
+	1,  // 13: iop.v1.ProviderSnapshot.category:type_name -> iop.v1.ProviderCategory
+	3,  // 14: iop.v1.ProviderSnapshot.status:type_name -> iop.v1.ProviderStatus
+	4,  // 15: iop.v1.ProviderSnapshot.health:type_name -> iop.v1.ProviderHealth
+	21, // 16: iop.v1.RunRequest.input:type_name -> iop.v1.RunInput
+	23, // 17: iop.v1.RunRequest.options:type_name -> iop.v1.RunOptions
+	20, // 18: iop.v1.RunRequest.grant:type_name -> iop.v1.CredentialGrant
+	22, // 19: iop.v1.RunInput.messages:type_name -> iop.v1.RunMessage
+	25, // 20: iop.v1.RunEvent.started:type_name -> iop.v1.RunStarted
+	26, // 21: iop.v1.RunEvent.delta:type_name -> iop.v1.OutputDelta
+	27, // 22: iop.v1.RunEvent.tool_call:type_name -> iop.v1.ToolCall
+	28, // 23: iop.v1.RunEvent.usage:type_name -> iop.v1.Usage
+	29, // 24: iop.v1.RunEvent.completed:type_name -> iop.v1.RunCompleted
+	30, // 25: iop.v1.RunEvent.failed:type_name -> iop.v1.RunFailed
+	5,  // 26: iop.v1.RunFailed.class:type_name -> iop.v1.FailureClass
+	6,  // 27: iop.v1.NodeCommandRequest.command:type_name -> iop.v1.NodeCommand
+	6,  // 28: iop.v1.NodeCommandResult.command:type_name -> iop.v1.NodeCommand
+	34, // 29: iop.v1.NodeCommandResult.capabilities:type_name -> iop.v1.Capabilities
+	35, // 30: iop.v1.NodeCommandResult.transport_status:type_name -> iop.v1.TransportStatus
+	18, // 31: iop.v1.Capabilities.providers:type_name -> iop.v1.ProviderSnapshot
+	6,  // 32: iop.v1.Capabilities.commands:type_name -> iop.v1.NodeCommand
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_iop_v1_node_proto_init() }
@@ -2724,8 +2915,8 @@ func file_iop_v1_node_proto_init() {
 	if File_iop_v1_node_proto != nil {
 		return
 	}
-	file_iop_v1_node_proto_msgTypes[14].OneofWrappers = []any{}
-	file_iop_v1_node_proto_msgTypes[15].OneofWrappers = []any{
+	file_iop_v1_node_proto_msgTypes[16].OneofWrappers = []any{}
+	file_iop_v1_node_proto_msgTypes[17].OneofWrappers = []any{
 		(*RunEvent_Started)(nil),
 		(*RunEvent_Delta)(nil),
 		(*RunEvent_ToolCall)(nil),
@@ -2733,7 +2924,7 @@ func file_iop_v1_node_proto_init() {
 		(*RunEvent_Completed)(nil),
 		(*RunEvent_Failed)(nil),
 	}
-	file_iop_v1_node_proto_msgTypes[24].OneofWrappers = []any{
+	file_iop_v1_node_proto_msgTypes[26].OneofWrappers = []any{
 		(*NodeCommandResult_Capabilities)(nil),
 		(*NodeCommandResult_TransportStatus)(nil),
 		(*NodeCommandResult_ProviderResponse)(nil),
@@ -2744,7 +2935,7 @@ func file_iop_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_iop_v1_node_proto_rawDesc), len(file_iop_v1_node_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   27,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -6,7 +6,8 @@
 // then ends its direction. The Node answers with ProviderTunnelResponse
 // (status and headers), the response body as DATA, and exactly one
 // ProviderTunnelEnd, then ends its direction. Headers on both legs have
-// passed the Node's allow-list; the Node adds its own upstream credential.
+// passed the Node's allow-list; the Node adds the upstream credential (its
+// own, or the one a CredentialGrant's lease carries).
 // There is no output-silence timeout: the terminals are the upstream's end
 // or error, the caller's cancel (a stream reset), the hard deadline, and
 // the connection's end.
@@ -119,8 +120,13 @@ type ProviderTunnelRequest struct {
 	DeadlineUnixMs int64 `protobuf:"varint,6,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"`
 	// body, when inline_body is set, is the whole request body, and no body
 	// data follows on the stream (small bodies: one frame instead of three).
-	Body          []byte `protobuf:"bytes,7,opt,name=body,proto3" json:"body,omitempty"`
-	InlineBody    bool   `protobuf:"varint,8,opt,name=inline_body,json=inlineBody,proto3" json:"inline_body,omitempty"`
+	Body       []byte `protobuf:"bytes,7,opt,name=body,proto3" json:"body,omitempty"`
+	InlineBody bool   `protobuf:"varint,8,opt,name=inline_body,json=inlineBody,proto3" json:"inline_body,omitempty"`
+	// slot is the Edge's id for this dispatch and target the upstream model;
+	// a credential lease is bound to both.
+	Slot          string           `protobuf:"bytes,9,opt,name=slot,proto3" json:"slot,omitempty"`
+	Target        string           `protobuf:"bytes,10,opt,name=target,proto3" json:"target,omitempty"`
+	Grant         *CredentialGrant `protobuf:"bytes,11,opt,name=grant,proto3" json:"grant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -209,6 +215,27 @@ func (x *ProviderTunnelRequest) GetInlineBody() bool {
 		return x.InlineBody
 	}
 	return false
+}
+
+func (x *ProviderTunnelRequest) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *ProviderTunnelRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ProviderTunnelRequest) GetGrant() *CredentialGrant {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
 }
 
 type Header struct {
@@ -381,7 +408,7 @@ var File_iop_v1_tunnel_proto protoreflect.FileDescriptor
 
 const file_iop_v1_tunnel_proto_rawDesc = "" +
 	"\n" +
-	"\x13iop/v1/tunnel.proto\x12\x06iop.v1\"\x8d\x02\n" +
+	"\x13iop/v1/tunnel.proto\x12\x06iop.v1\x1a\x11iop/v1/node.proto\"\xe8\x02\n" +
 	"\x15ProviderTunnelRequest\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -394,7 +421,11 @@ const file_iop_v1_tunnel_proto_rawDesc = "" +
 	"\x10deadline_unix_ms\x18\x06 \x01(\x03R\x0edeadlineUnixMs\x12\x12\n" +
 	"\x04body\x18\a \x01(\fR\x04body\x12\x1f\n" +
 	"\vinline_body\x18\b \x01(\bR\n" +
-	"inlineBody\"2\n" +
+	"inlineBody\x12\x12\n" +
+	"\x04slot\x18\t \x01(\tR\x04slot\x12\x16\n" +
+	"\x06target\x18\n" +
+	" \x01(\tR\x06target\x12-\n" +
+	"\x05grant\x18\v \x01(\v2\x17.iop.v1.CredentialGrantR\x05grant\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"Z\n" +
@@ -435,16 +466,18 @@ var file_iop_v1_tunnel_proto_goTypes = []any{
 	(*Header)(nil),                 // 2: iop.v1.Header
 	(*ProviderTunnelResponse)(nil), // 3: iop.v1.ProviderTunnelResponse
 	(*ProviderTunnelEnd)(nil),      // 4: iop.v1.ProviderTunnelEnd
+	(*CredentialGrant)(nil),        // 5: iop.v1.CredentialGrant
 }
 var file_iop_v1_tunnel_proto_depIdxs = []int32{
 	2, // 0: iop.v1.ProviderTunnelRequest.headers:type_name -> iop.v1.Header
-	2, // 1: iop.v1.ProviderTunnelResponse.headers:type_name -> iop.v1.Header
-	0, // 2: iop.v1.ProviderTunnelEnd.error:type_name -> iop.v1.TunnelError
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	5, // 1: iop.v1.ProviderTunnelRequest.grant:type_name -> iop.v1.CredentialGrant
+	2, // 2: iop.v1.ProviderTunnelResponse.headers:type_name -> iop.v1.Header
+	0, // 3: iop.v1.ProviderTunnelEnd.error:type_name -> iop.v1.TunnelError
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_iop_v1_tunnel_proto_init() }
@@ -452,6 +485,7 @@ func file_iop_v1_tunnel_proto_init() {
 	if File_iop_v1_tunnel_proto != nil {
 		return
 	}
+	file_iop_v1_node_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -219,11 +219,17 @@ func HeaderAuth(cred execution.Credential, header string) func(context.Context, 
 	return headerAuth(cred, header, "")
 }
 
+// headerAuth sets header from the call's leased secret when the context
+// carries one, otherwise from cred (nil: no header).
 func headerAuth(cred execution.Credential, header, prefix string) func(context.Context, *http.Request) error {
-	if cred == nil {
-		return nil
-	}
 	return func(ctx context.Context, r *http.Request) error {
+		if leased, ok := execution.LeasedSecret(ctx); ok {
+			r.Header.Set(header, prefix+string(leased))
+			return nil
+		}
+		if cred == nil {
+			return nil
+		}
 		s, err := cred.Secret(ctx)
 		if err != nil {
 			return err
