@@ -50,10 +50,14 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string)
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), snap.requestTimeout)
 		defer cancel()
+		g, err := s.grant(ctx, snap, key.Name, model, rid, t, pi.nodeID, gen)
+		if err != nil {
+			continue
+		}
 		tn, err := s.reg.OpenTunnel(ctx, pi.nodeID, gen, &nodes.TunnelRequest{
 			ProviderID: t.ProviderID, Method: http.MethodPost, Path: "/v1/messages/count_tokens",
 			Header: http.Header{"Content-Type": {"application/json"}, "Anthropic-Version": {headerOr(r, "Anthropic-Version", "2023-06-01")}},
-			Body:   bytes.NewReader(f.Splice("model", llmapi.Quote(t.Model))),
+			Body:   bytes.NewReader(f.Splice("model", llmapi.Quote(t.Model))), Slot: rid, Target: t.Model, Grant: g,
 		})
 		if err != nil {
 			break
@@ -105,7 +109,15 @@ func (s *Server) getResponse(w http.ResponseWriter, r *http.Request, rid string)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), snap.requestTimeout)
 	defer cancel()
-	tn, err := s.reg.OpenTunnel(ctx, node, gen, &nodes.TunnelRequest{ProviderID: provider, Method: http.MethodGet, Path: "/v1/responses/" + id})
+	// A leased provider's GET is a dispatch of its own: no route, no
+	// model, one lease for this request.
+	g, err := s.grant(ctx, snap, key.Name, "", rid, Target{ProviderID: provider}, node, gen)
+	if err != nil {
+		fail(w, apiResponses, http.StatusServiceUnavailable, "overloaded", "The provider is unavailable.", nil)
+		return
+	}
+	tn, err := s.reg.OpenTunnel(ctx, node, gen, &nodes.TunnelRequest{ProviderID: provider, Method: http.MethodGet, Path: "/v1/responses/" + id,
+		Slot: rid, Grant: g})
 	if err != nil {
 		fail(w, apiResponses, http.StatusServiceUnavailable, "overloaded", "The provider is unavailable.", nil)
 		return

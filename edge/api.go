@@ -580,9 +580,14 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			lease.Release()
 			return nil, http.StatusBadRequest, err
 		}
+		g, err := s.grant(ctx, req.snap, req.key.Name, req.route.Model, req.rid, t, lease.NodeID, lease.Generation)
+		if err != nil {
+			lease.Release()
+			return nil, http.StatusServiceUnavailable, err
+		}
 		tn, err := s.reg.OpenTunnel(ctx, lease.NodeID, lease.Generation, &nodes.TunnelRequest{
 			ProviderID: t.ProviderID, Method: http.MethodPost, Path: upPath, Deadline: deadline,
-			Header: header, Body: bytes.NewReader(body),
+			Header: header, Body: bytes.NewReader(body), Slot: req.rid, Target: t.Model, Grant: g,
 		})
 		if err != nil {
 			lease.Release()
@@ -597,9 +602,14 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 		return nil, http.StatusBadRequest, err
 	}
 	opts.Stream = true // a renderer streams or buffers; the provider may always stream
+	g, err := s.grant(ctx, req.snap, req.key.Name, req.route.Model, req.rid, t, lease.NodeID, lease.Generation)
+	if err != nil {
+		lease.Release()
+		return nil, http.StatusServiceUnavailable, err
+	}
 	run, err := s.reg.StartRun(ctx, lease.NodeID, lease.Generation, &execution.RunRequest{
 		RunID: req.rid, ProviderID: t.ProviderID, Adapter: pi.adapter, Target: t.Model,
-		Input: in, Options: opts, Deadline: deadline,
+		Input: in, Options: opts, Deadline: deadline, Grant: g,
 	})
 	if err != nil {
 		lease.Release()

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -10,7 +11,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/iop-dev/iop/credentiallease"
 	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/wire"
 )
 
@@ -69,6 +72,20 @@ type Config struct {
 	// Logger receives server events (ids and classes; never keys, prompts
 	// or output). Nil means silent.
 	Logger hclog.Logger
+	// Credentials are the hosted-API credentials the Edge leases to Nodes
+	// for providers that name one (nodes.ProviderSpec.Credential)
+	// (reloadable: a new Revision, Revoked or a removed entry takes effect
+	// for new requests and, through the lease policy, on the Nodes).
+	Credentials []Credential
+	// Leases signs credential leases. Required when a provider names a
+	// credential.
+	Leases *LeaseSigner
+	// Managed turns on managed mode: Nodes register only with a
+	// CA-verified workload certificate naming their node id (NodeTLS must
+	// verify client certificates against the Edge CA), and every hosted-API
+	// provider (category api) gets its credential only through leases.
+	Managed *Managed
+
 	// ConfigSource, when set, is where the Control Plane's config.refresh
 	// command reads the new configuration from (the examples/edge daemon
 	// re-reads edge.yaml). Nil means the Edge refuses that command.
@@ -94,6 +111,38 @@ type APIKey struct {
 	RequestsPerMinute int
 	TokensPerMinute   int
 	MaxConcurrent     int
+}
+
+// Credential is a hosted-API secret the Edge leases to Nodes, one call at
+// a time.
+type Credential struct {
+	// ID names the credential in provider specs and leases.
+	ID string
+	// Revision increases when the secret is rotated; Nodes refuse leases
+	// of a revision older than the current one.
+	Revision uint64
+	// Secret reads the value at lease time (a file or an environment
+	// variable: execution.FileCredential, execution.EnvCredential).
+	Secret execution.Credential
+	// Revoked stops leasing it; Nodes refuse leases already issued.
+	Revoked bool
+}
+
+// LeaseSigner is the Edge's lease-signing key. Nodes pin KeyID and the
+// public key.
+type LeaseSigner struct {
+	KeyID string
+	Key   ed25519.PrivateKey
+	// TTL is each lease's lifetime. Zero means credentiallease.DefaultTTL;
+	// at most credentiallease.MaxTTL.
+	TTL time.Duration
+}
+
+// Managed configures managed mode.
+type Managed struct {
+	// TrustDomain is the SPIFFE trust domain of the Edge CA's workload
+	// certificates (spiffe://<trust-domain>/node/<id>).
+	TrustDomain string
 }
 
 // Strategy says how a route picks among its targets.
@@ -228,6 +277,52 @@ func (c *Config) validate() error {
 	}
 	if err := c.NodeWire.Validate(); err != nil {
 		return fmt.Errorf("NodeWire: %w", err)
+	}
+	return c.validateLeases()
+}
+
+// validateLeases checks credentials, the lease signer and managed mode.
+func (c *Config) validateLeases() error {
+	creds := map[string]bool{}
+	for i, cr := range c.Credentials {
+		switch {
+		case cr.ID == "" || len(cr.ID) > 128:
+			return fmt.Errorf("Credentials[%d].ID must be 1 to 128 bytes", i)
+		case creds[cr.ID]:
+			return fmt.Errorf("Credentials[%d]: duplicate id %q", i, cr.ID)
+		case cr.Secret == nil:
+			return fmt.Errorf("Credentials[%d] (%s): no Secret source", i, cr.ID)
+		}
+		creds[cr.ID] = true
+	}
+	leased := false
+	for _, n := range c.Nodes {
+		for _, p := range n.Providers {
+			switch {
+			case p.Credential != "" && !creds[p.Credential]:
+				return fmt.Errorf("Nodes: provider %q: unknown credential %q", p.ID, p.Credential)
+			case p.Credential != "" && p.Category == execution.CategoryCLI:
+				return fmt.Errorf("Nodes: provider %q: a CLI provider cannot take a leased credential", p.ID)
+			case c.Managed != nil && p.Category == execution.CategoryAPI && p.Credential == "":
+				return fmt.Errorf("Nodes: provider %q: managed mode gives hosted-API providers their credential only by lease; name one in Credential", p.ID)
+			}
+			leased = leased || p.Credential != ""
+		}
+	}
+	if l := c.Leases; l != nil {
+		if _, err := credentiallease.NewIssuer(l.KeyID, l.Key, l.TTL); err != nil {
+			return fmt.Errorf("Leases: %w", err)
+		}
+	} else if leased {
+		return errors.New("Leases is required: a provider takes a leased credential")
+	}
+	if m := c.Managed; m != nil {
+		if m.TrustDomain == "" {
+			return errors.New("Managed.TrustDomain is required")
+		}
+		if c.NodeTLS == nil || c.NodeTLS.ClientCAs == nil {
+			return errors.New("Managed needs NodeTLS with ClientCAs: Nodes prove their identity with a CA-verified certificate")
+		}
 	}
 	return nil
 }

@@ -14,12 +14,13 @@ import (
 // configuration: route names, API names, outcomes, key names, node and
 // provider ids. Request ids, prompts and secrets never become labels.
 type metrics struct {
-	requests    *prometheus.CounterVec
-	duration    *prometheus.HistogramVec
-	ttft        *prometheus.HistogramVec
-	queueWait   *prometheus.HistogramVec
-	tokens      *prometheus.CounterVec
-	tunnelBytes *prometheus.CounterVec
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	ttft         *prometheus.HistogramVec
+	queueWait    *prometheus.HistogramVec
+	tokens       *prometheus.CounterVec
+	tunnelBytes  *prometheus.CounterVec
+	leasesIssued *prometheus.CounterVec
 }
 
 var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
@@ -44,9 +45,12 @@ func newMetrics(s *Server, reg *prometheus.Registry) *metrics {
 		tunnelBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "iop_edge_tunnel_bytes_total", Help: "Bytes relayed through raw provider tunnels, by direction (upstream: to the provider; downstream: to the client).",
 		}, []string{"direction"}),
+		leasesIssued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "iop_edge_credential_leases_issued_total", Help: "Credential leases issued, by provider.",
+		}, []string{"provider"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.ttft, m.queueWait, m.tokens, m.tunnelBytes, &stateCollector{s: s})
+		reg.MustRegister(m.requests, m.duration, m.ttft, m.queueWait, m.tokens, m.tunnelBytes, m.leasesIssued, &stateCollector{s: s})
 	}
 	return m
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/iop-dev/iop/credentiallease"
+	"github.com/iop-dev/iop/edge/identity"
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/edge/pool"
 	"github.com/iop-dev/iop/execution"
@@ -55,6 +57,7 @@ type Server struct {
 	reloadMu  sync.Mutex                    // one reload (Reload or config.refresh) at a time
 	links     map[uint64]context.CancelFunc // ConnectControlPlane calls, ended by Close
 	linkSeq   uint64
+	issuer    *credentiallease.Issuer // nil without Config.Leases
 }
 
 // snapshot is the immutable, reloadable part of the configuration. A
@@ -68,6 +71,7 @@ type snapshot struct {
 	requestTimeout time.Duration
 	keepAlive      time.Duration
 	longContext    int
+	creds          map[string]Credential
 }
 
 type providerInfo struct {
@@ -77,6 +81,7 @@ type providerInfo struct {
 	category     execution.Category
 	capacity     int
 	longCapacity int
+	credential   string // leased credential id, if any
 }
 
 func newSnapshot(c *Config) *snapshot {
@@ -89,6 +94,10 @@ func newSnapshot(c *Config) *snapshot {
 		requestTimeout: orDefault(c.RequestTimeout, DefaultRequestTimeout),
 		keepAlive:      orDefault(c.KeepAlive, DefaultKeepAlive),
 		longContext:    c.LongContextTokens,
+		creds:          map[string]Credential{},
+	}
+	for _, cr := range c.Credentials {
+		s.creds[cr.ID] = cr
 	}
 	if s.longContext == 0 {
 		s.longContext = DefaultLongContextTokens
@@ -102,7 +111,7 @@ func newSnapshot(c *Config) *snapshot {
 	}
 	for _, n := range c.Nodes {
 		for _, p := range n.Providers {
-			s.providers[p.ID] = providerInfo{nodeID: n.ID, adapter: p.Adapter, apis: providerAPIs(p.Adapter, p.APIs), category: p.Category, capacity: p.Capacity, longCapacity: p.LongContextCapacity}
+			s.providers[p.ID] = providerInfo{nodeID: n.ID, adapter: p.Adapter, apis: providerAPIs(p.Adapter, p.APIs), category: p.Category, capacity: p.Capacity, longCapacity: p.LongContextCapacity, credential: p.Credential}
 		}
 	}
 	return s
@@ -126,13 +135,26 @@ func New(cfg Config) (*Server, error) {
 		log = hclog.NewNullLogger()
 	}
 	st, _ := nodes.NewStaticStore(cfg.Nodes)
-	reg, err := nodes.New(nodes.Config{Store: st, Epoch: cfg.Epoch, TLS: cfg.NodeTLS, Wire: cfg.NodeWire, Logger: log.Named("nodes")})
+	var reg *nodes.Registry
+	var auth nodes.Authenticator // nil: the registry's token check
+	if m := cfg.Managed; m != nil {
+		// A CA-verified certificate naming the node id, and the token of
+		// the records current at registration.
+		auth = identity.NodeAuthenticator{TrustDomain: m.TrustDomain, Next: nodes.AuthenticatorFunc(func(ctx context.Context, h nodes.Hello) error {
+			return nodes.TokenAuthenticator{Store: reg.Store()}.Authenticate(ctx, h)
+		})}
+	}
+	reg, err := nodes.New(nodes.Config{Store: st, Epoch: cfg.Epoch, TLS: cfg.NodeTLS, Wire: cfg.NodeWire, Authenticator: auth, Logger: log.Named("nodes")})
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
 	s := &Server{log: log, reg: reg, pool: pool.New(), servers: map[*http.Server]struct{}{}, reg2: cfg.Metrics}
 	s.pool.AgingStep = cfg.AgingStep
 	s.source = cfg.ConfigSource
+	if l := cfg.Leases; l != nil {
+		s.issuer, _ = credentiallease.NewIssuer(l.KeyID, l.Key, l.TTL) // Validate checked it
+	}
+	reg.SetLeasePolicy(leasePolicy(&cfg))
 	s.snap.Store(newSnapshot(&cfg))
 	s.configRev.Store(1)
 	s.usage.init()
@@ -170,6 +192,7 @@ func (s *Server) reloadLocked(cfg Config) error {
 	st, _ := nodes.NewStaticStore(cfg.Nodes)
 	s.snap.Store(newSnapshot(&cfg))
 	s.configRev.Add(1)
+	s.reg.SetLeasePolicy(leasePolicy(&cfg))
 	s.reg.Refresh(st)
 	s.pool.Kick()
 	s.log.Info("configuration reloaded", "nodes", len(cfg.Nodes), "routes", len(cfg.Routes), "keys", len(cfg.APIKeys))

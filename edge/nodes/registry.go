@@ -149,7 +149,9 @@ func New(cfg Config) (*Registry, error) {
 		r.log = hclog.NewNullLogger()
 	}
 	if r.auth == nil {
-		r.auth = TokenAuthenticator{Store: cfg.Store}
+		// Tokens are looked up in the store of the moment, so a Refresh
+		// that changes a token takes effect for the next registration.
+		r.auth = TokenAuthenticator{Store: currentStore{r}}
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.mu.Lock()
@@ -488,6 +490,24 @@ func (r *Registry) Available(nodeID, providerID string) (uint64, bool) {
 	}
 	return ns.cur.gen, true
 }
+
+// currentStore is the registry's store as of each call (Refresh replaces
+// it).
+type currentStore struct{ r *Registry }
+
+func (c currentStore) get() Store {
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	return c.r.store
+}
+
+func (c currentStore) Lookup(id string) (Record, bool) { return c.get().Lookup(id) }
+func (c currentStore) Records() []Record               { return c.get().Records() }
+
+// Store returns a Store that always reads the registry's current records,
+// for an Authenticator that must follow Refresh (such as a
+// TokenAuthenticator behind a certificate check).
+func (r *Registry) Store() Store { return currentStore{r} }
 
 // LeaseKey returns the credential-lease encryption key the node registered
 // on its connection of generation gen. A lease sealed to it can be opened

@@ -156,6 +156,12 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, h Hello) error
 }
 
+// AuthenticatorFunc adapts a function to Authenticator.
+type AuthenticatorFunc func(ctx context.Context, h Hello) error
+
+// Authenticate implements Authenticator.
+func (f AuthenticatorFunc) Authenticate(ctx context.Context, h Hello) error { return f(ctx, h) }
+
 // ErrUnauthenticated is returned for an unknown node id or a wrong
 // credential; the two are deliberately not told apart.
 var ErrUnauthenticated = errors.New("nodes: unauthenticated")

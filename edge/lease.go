@@ -1,0 +1,69 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/iop-dev/iop/credentiallease"
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+// ErrCredentialUnavailable is a dispatch to a leased provider that could
+// not get a lease: the credential is revoked or unreadable, or the Node
+// registered no lease key. The request is refused; nothing else is tried
+// with another credential.
+var ErrCredentialUnavailable = errors.New("edge: credential unavailable for this provider")
+
+// grant issues the credential lease for one dispatch to a leased provider
+// on a Node's connection of generation gen: bound to the principal, route,
+// slot, profile (provider), target, node and its key, the credential's id
+// and revision, and the generation. A provider that is not leased gets
+// nil.
+func (s *Server) grant(ctx context.Context, snap *snapshot, principal, route, slot string, t Target, nodeID string, gen uint64) (*execution.Grant, error) {
+	pi := snap.providers[t.ProviderID]
+	if pi.credential == "" {
+		return nil, nil
+	}
+	cred, ok := snap.creds[pi.credential]
+	if !ok || cred.Revoked || s.issuer == nil {
+		return nil, fmt.Errorf("%w: credential %q is revoked or unknown", ErrCredentialUnavailable, pi.credential)
+	}
+	key, ok := s.reg.LeaseKey(nodeID, gen)
+	if !ok {
+		return nil, fmt.Errorf("%w: node %q registered no lease key on this connection", ErrCredentialUnavailable, nodeID)
+	}
+	secret, err := cred.Secret.Secret(ctx)
+	if err != nil {
+		// The error names the source (file or variable), never a value.
+		return nil, fmt.Errorf("%w: %v", ErrCredentialUnavailable, err)
+	}
+	b := []byte(secret)
+	defer clear(b)
+	env, err := s.issuer.Issue(credentiallease.Binding{
+		Principal: principal, Route: route, Slot: slot, Profile: t.ProviderID, Target: t.Model,
+		NodeID: nodeID, NodeKeyID: credentiallease.KeyID(key), CredentialID: cred.ID,
+		CredentialRevision: cred.Revision, Generation: gen,
+	}, key, b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCredentialUnavailable, err)
+	}
+	s.metrics.leasesIssued.WithLabelValues(t.ProviderID).Inc()
+	return &execution.Grant{Lease: env, Principal: principal, Route: route}, nil
+}
+
+// leasePolicy is what Nodes are told about credentials: revoked ones, and
+// the current revision of each (older leases are refused).
+func leasePolicy(cfg *Config) *iopv1.LeasePolicy {
+	p := &iopv1.LeasePolicy{MinRevisions: map[string]uint64{}}
+	for _, c := range cfg.Credentials {
+		if c.Revoked {
+			p.RevokedCredentials = append(p.RevokedCredentials, c.ID)
+		}
+		p.MinRevisions[c.ID] = c.Revision
+	}
+	slices.Sort(p.RevokedCredentials)
+	return p
+}
