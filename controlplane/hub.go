@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/iop-dev/iop/edge/identity"
 	"github.com/iop-dev/iop/internal/nodewire"
 	"github.com/iop-dev/iop/wire"
 	"github.com/iop-dev/iop/wire/iopv1"
@@ -65,6 +66,13 @@ type Config struct {
 	TLS *tls.Config
 	// Wire tunes the Edge sessions. Nil means wire defaults.
 	Wire *wire.Config
+	// TrustDomain turns on managed mode for Edges: every Edge must present
+	// a client certificate, verified against TLS.ClientCAs, whose SPIFFE
+	// ID is spiffe://<TrustDomain>/edge/<edge id> (package edge/identity
+	// issues them), in addition to its token when its record has one.
+	// Empty means a certificate may name an Edge by common name or DNS
+	// name, and only Edges without a token need one.
+	TrustDomain string
 	// Operators may use the operator API with their bearer token, or sign
 	// in to the status page with it.
 	Operators []Operator
@@ -113,6 +121,9 @@ func (c *Config) Validate() error {
 		if e.TokenHash == ([32]byte{}) && (c.TLS == nil || c.TLS.ClientCAs == nil) {
 			return fmt.Errorf("controlplane: config: Edges[%d] (%s) has no TokenHash and TLS does not verify client certificates", i, e.ID)
 		}
+	}
+	if c.TrustDomain != "" && (c.TLS == nil || c.TLS.ClientCAs == nil) {
+		return errors.New("controlplane: config: TrustDomain needs TLS with ClientCAs (Edges prove their identity with a certificate)")
 	}
 	if c.AllowUnknownEdges && (c.TLS == nil || c.TLS.ClientCAs == nil) {
 		return errors.New("controlplane: config: AllowUnknownEdges needs TLS with ClientCAs (unknown Edges prove their id with a certificate)")
@@ -409,8 +420,17 @@ func (h *Hub) authenticate(id string, credential []byte, sess *wire.Session) iop
 	h.mu.Unlock()
 	certNamed := false
 	if cs, ok := sess.ConnectionState(); ok && len(cs.VerifiedChains) > 0 {
-		leaf := cs.VerifiedChains[0][0]
-		certNamed = leaf.Subject.CommonName == id || slices.Contains(leaf.DNSNames, id)
+		if td := h.cfg.TrustDomain; td != "" {
+			named, err := identity.PeerID(&cs, td, identity.KindEdge)
+			certNamed = err == nil && named == id
+		} else {
+			leaf := cs.VerifiedChains[0][0]
+			certNamed = leaf.Subject.CommonName == id || slices.Contains(leaf.DNSNames, id)
+		}
+	}
+	if h.cfg.TrustDomain != "" && !certNamed {
+		// Managed mode: a token alone is never enough.
+		return iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_UNAUTHENTICATED
 	}
 	switch {
 	case known && rec.TokenHash != [32]byte{}:

@@ -16,6 +16,7 @@ package upstreamtest
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -110,6 +111,10 @@ type Config struct {
 	// first) and the Responses kept for GET /v1/responses/{id} and
 	// previous_response_id. Zero means 10,000.
 	MaxRecorded int
+	// APIKey, when set, is required on every request as a hosted API
+	// would: "Authorization: Bearer <key>" or "X-Api-Key: <key>". Others
+	// get 401 with an error body and are not recorded.
+	APIKey string
 }
 
 // Server is the fake upstream. It is an http.Handler; Start serves it on
@@ -217,7 +222,27 @@ func (s *Server) CanceledCount() int {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	k := s.cfg.APIKey
+	s.mu.Unlock()
+	if k != "" {
+		bearer, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if subtle.ConstantTimeCompare([]byte(bearer), []byte(k)) != 1 && subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Api-Key")), []byte(k)) != 1 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","code":"invalid_api_key"}}`)
+			return
+		}
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// SetAPIKey changes the key the server requires (a rotation at the
+// provider); empty means none.
+func (s *Server) SetAPIKey(k string) {
+	s.mu.Lock()
+	s.cfg.APIKey = k
+	s.mu.Unlock()
 }
 
 // maxBody bounds request bodies the fake reads.

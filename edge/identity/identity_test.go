@@ -1,0 +1,149 @@
+package identity
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func parsePEM(t *testing.T, b []byte) *x509.Certificate {
+	t.Helper()
+	blk, _ := pem.Decode(b)
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestIssueAndVerify(t *testing.T) {
+	ca, err := NewCA("iop.test", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, _, err := ca.Issue(KindNode, "gpu-box", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := parsePEM(t, certPEM)
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := CertID(cert, "iop.test", KindNode); err != nil || id != "gpu-box" {
+		t.Fatalf("id %q %v", id, err)
+	}
+	for name, c := range map[string]struct {
+		td   string
+		kind Kind
+	}{"other trust domain": {"other.test", KindNode}, "other kind": {"iop.test", KindEdge}} {
+		if _, err := CertID(cert, c.td, c.kind); !errors.Is(err, ErrNoIdentity) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := PeerID(nil, "iop.test", KindNode); !errors.Is(err, ErrNoIdentity) {
+		t.Errorf("no TLS: %v", err)
+	}
+	for _, id := range []string{"", "a/b", "../x", "bad id"} {
+		if _, _, err := ca.Issue(KindNode, id, Options{}); err == nil {
+			t.Errorf("id %q issued", id)
+		}
+	}
+	if _, _, err := ca.Issue("admin", "x", Options{}); err == nil {
+		t.Error("an unknown kind issued")
+	}
+}
+
+// TestCertIDStrict: exactly one SPIFFE ID of the right shape names a
+// workload; anything else names no one.
+func TestCertIDStrict(t *testing.T) {
+	u := func(s string) *url.URL { v, _ := url.Parse(s); return v }
+	for name, uris := range map[string][]*url.URL{
+		"none":           nil,
+		"two":            {u("spiffe://iop.test/node/a"), u("spiffe://iop.test/node/b")},
+		"extra segment":  {u("spiffe://iop.test/node/a/b")},
+		"port":           {u("spiffe://iop.test:8443/node/a")},
+		"query":          {u("spiffe://iop.test/node/a?x=1")},
+		"user":           {u("spiffe://x@iop.test/node/a")},
+		"no id":          {u("spiffe://iop.test/node/")},
+		"uppercase host": {u("spiffe://IOP.test/node/a")},
+	} {
+		if _, err := CertID(&x509.Certificate{URIs: uris}, "iop.test", KindNode); !errors.Is(err, ErrNoIdentity) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestSignCSR: only the request's key is taken; the names in it are not.
+func TestSignCSR(t *testing.T) {
+	ca, _ := NewCA("iop.test", 0)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject:  pkix.Name{CommonName: "admin"},
+		DNSNames: []string{"edge.example"},
+		URIs:     []*url.URL{{Scheme: "spiffe", Host: "iop.test", Path: "/edge/admin"}},
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, err := ca.SignCSR(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}), KindNode, "gpu-box", Options{Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := parsePEM(t, certPEM)
+	if len(cert.DNSNames) != 0 || len(cert.URIs) != 1 || cert.URIs[0].String() != "spiffe://iop.test/node/gpu-box" || cert.Subject.CommonName != "gpu-box" {
+		t.Fatalf("names from the request were taken: %v %v %q", cert.DNSNames, cert.URIs, cert.Subject.CommonName)
+	}
+	if !key.PublicKey.Equal(cert.PublicKey) {
+		t.Fatal("not the request's key")
+	}
+	bad := append([]byte(nil), csr...)
+	bad[len(bad)-5] ^= 0xff // the signature
+	if _, err := ca.SignCSR(bad, KindNode, "gpu-box", Options{}); !errors.Is(err, ErrCSR) {
+		t.Fatalf("a request with a broken signature: %v", err)
+	}
+	if _, err := ca.SignCSR([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"), KindNode, "x", Options{}); !errors.Is(err, ErrCSR) {
+		t.Fatalf("a certificate instead of a request: %v", err)
+	}
+}
+
+func TestSaveLoadCA(t *testing.T) {
+	ca, _ := NewCA("iop.test", 0)
+	dir := t.TempDir()
+	cp, kp := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	if err := ca.Save(cp, kp); err != nil {
+		t.Fatal(err)
+	}
+	back, err := LoadCA(cp, kp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.TrustDomain != "iop.test" || !back.Cert.Equal(ca.Cert) {
+		t.Fatal("round trip changed the CA")
+	}
+	certPEM, _, err := back.Issue(KindEdge, "edge-1", Options{DNSNames: []string{"edge.example"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parsePEM(t, certPEM).Verify(x509.VerifyOptions{Roots: ca.Pool(), DNSName: "edge.example"}); err != nil {
+		t.Fatalf("a server certificate from the loaded CA: %v", err)
+	}
+	os.Chmod(kp, 0o644)
+	if _, err := LoadCA(cp, kp); err == nil {
+		t.Fatal("a readable CA key was accepted")
+	}
+	other, _ := NewCA("iop.test", 0)
+	other.Save(filepath.Join(dir, "o.crt"), filepath.Join(dir, "o.key"))
+	os.Chmod(kp, 0o600)
+	if _, err := LoadCA(filepath.Join(dir, "o.crt"), kp); err == nil {
+		t.Fatal("a key that does not match the certificate was accepted")
+	}
+}

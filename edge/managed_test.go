@@ -1,0 +1,297 @@
+package edge_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/tls"
+	"errors"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/iop-dev/iop/credentiallease"
+	"github.com/iop-dev/iop/edge"
+	"github.com/iop-dev/iop/edge/identity"
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution"
+	oaadapter "github.com/iop-dev/iop/execution/adapters/openai"
+	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/node"
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+const upstreamKey = "sk-hosted-upstream-0123456789abcdef"
+
+// managedRig is an Edge in managed mode (mutual TLS with the Edge CA,
+// leased credentials) in front of a fake hosted API that requires its key.
+type managedRig struct {
+	t        *testing.T
+	ca       *identity.CA
+	srv      *edge.Server
+	url      string
+	nodeAddr string
+	upstream *upstreamtest.Server
+	cfg      edge.Config
+	leaseKey ed25519.PrivateKey
+	state    string // the Node's state directory
+}
+
+func newManagedRig(t *testing.T) *managedRig {
+	t.Helper()
+	ca, err := identity.NewCA("iop.test", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := upstreamtest.New(upstreamtest.Config{Models: []string{"up-model"}, APIKey: upstreamKey})
+	up.Start()
+	t.Cleanup(up.Close)
+	t.Setenv("IOP_TEST_UPSTREAM_KEY", upstreamKey)
+
+	certPEM, keyPEM, err := ca.Issue(identity.KindEdge, "edge-1", identity.Options{IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := tls.X509KeyPair(certPEM, keyPEM)
+	_, lk, _ := ed25519.GenerateKey(nil)
+	r := &managedRig{t: t, ca: ca, upstream: up, leaseKey: lk, state: t.TempDir()}
+	r.cfg = edge.Config{
+		Epoch: 1,
+		Nodes: []nodes.Record{{ID: "n1", TokenHash: nodes.HashToken(nodeToken), Providers: []nodes.ProviderSpec{
+			{ID: "hosted", Adapter: "openai", Category: execution.CategoryAPI, Models: []string{"up-model"}, Capacity: 2, Credential: "upstream-key"},
+		}}},
+		APIKeys:     []edge.APIKey{{Name: "alice", Hash: edge.HashKey(apiKey), Models: []string{"*"}}},
+		Routes:      []edge.Route{{Model: "gpt", Targets: []edge.Target{{ProviderID: "hosted", Model: "up-model"}}}},
+		Credentials: []edge.Credential{{ID: "upstream-key", Revision: 1, Secret: execution.EnvCredential("IOP_TEST_UPSTREAM_KEY")}},
+		Leases:      &edge.LeaseSigner{KeyID: "edge-1-lease", Key: lk, TTL: 30 * time.Second},
+		Managed:     &edge.Managed{TrustDomain: "iop.test"},
+		NodeTLS:     &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: ca.Pool()},
+	}
+	srv, err := edge.New(r.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv = srv
+	apiLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	nodeLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	r.url, r.nodeAddr = "http://"+apiLn.Addr().String(), nodeLn.Addr().String()
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.Serve(apiLn) })
+	wg.Go(func() { srv.ServeNodes(nodeLn) })
+	t.Cleanup(func() { srv.Close(); wg.Wait() })
+	return r
+}
+
+// nodeCert issues a client certificate from ca for a node id.
+func nodeCert(t *testing.T, ca *identity.CA, id string, opt identity.Options) tls.Certificate {
+	t.Helper()
+	c, k, err := ca.Issue(identity.KindNode, id, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// runNode starts a Node registering as n1 with the given client
+// certificates and lease opener (nil: none); it stops at cleanup.
+func (r *managedRig) runNode(certs []tls.Certificate, leases *credentiallease.Opener, localKey string) *node.Runtime {
+	r.t.Helper()
+	cfg := oaadapter.Config{ID: "hosted", BaseURL: r.upstream.URL(), Models: []string{"up-model"}, Category: execution.CategoryAPI}
+	if localKey != "" {
+		r.t.Setenv("IOP_TEST_LOCAL_KEY", localKey)
+		cfg.Credential = execution.EnvCredential("IOP_TEST_LOCAL_KEY")
+	}
+	p, err := oaadapter.New(cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	rt, err := node.New(node.Config{EdgeAddr: r.nodeAddr, NodeID: "n1", Token: nodeToken,
+		TLS:       &tls.Config{RootCAs: r.ca.Pool(), ServerName: "127.0.0.1", Certificates: certs},
+		Providers: []node.Hosted{{Provider: p}}, Leases: leases,
+		Backoff: node.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); rt.Run(ctx) }()
+	r.t.Cleanup(func() { cancel(); <-done })
+	return rt
+}
+
+// opener builds the Node's lease opener from files in its state
+// directory, pinning the Edge's lease key.
+func (r *managedRig) opener(pinned ed25519.PublicKey) *credentiallease.Opener {
+	r.t.Helper()
+	key, err := credentiallease.LoadOrCreateNodeKey(filepath.Join(r.state, "lease.key"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	rc, err := credentiallease.OpenReplayFile(filepath.Join(r.state, "replay"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { rc.Close() })
+	op, err := credentiallease.NewOpener(credentiallease.OpenerConfig{NodeID: "n1", Key: key,
+		EdgeKeys: map[string]ed25519.PublicKey{"edge-1-lease": pinned}, Replay: rc})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return op
+}
+
+func (r *managedRig) chat(prompt string) (int, string) {
+	status, _, body := (&rig{url: r.url}).post(r.t, apiKey, chatJSON("gpt", prompt))
+	return status, body
+}
+
+func (r *managedRig) upstreamCalls() int {
+	n := 0
+	for _, q := range r.upstream.Requests() {
+		if q.API == "chat" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestManagedLeasedCredential: a hosted-API key reaches the Node only as a
+// lease for each call; the Node's own local key is never used, not even
+// as a fallback, and revocation and rotation take effect at once.
+func TestManagedLeasedCredential(t *testing.T) {
+	r := newManagedRig(t)
+	// A wrong local key on the Node: any fallback to it would get a 401.
+	rt := r.runNode([]tls.Certificate{nodeCert(t, r.ca, "n1", identity.Options{})}, r.opener(r.leaseKey.Public().(ed25519.PublicKey)), "sk-wrong-local-key-0123456789")
+	waitUntil(t, "the leased provider available over mutual TLS", func() bool { _, ok := r.srv.Registry().Available("n1", "hosted"); return ok })
+	for i := range 3 {
+		if status, body := r.chat("hello"); status != 200 {
+			t.Fatalf("call %d: %d %s", i, status, body)
+		}
+	}
+	if r.upstreamCalls() != 3 {
+		t.Fatalf("upstream calls %d", r.upstreamCalls())
+	}
+	for _, q := range r.upstream.Requests() {
+		if q.Header.Get("Authorization") != "Bearer "+upstreamKey {
+			t.Fatalf("the upstream saw %q", q.Header.Get("Authorization"))
+		}
+	}
+
+	// Revoked: the Edge issues no lease and the request is refused
+	// before reaching the Node; the upstream is not called.
+	cfg := r.cfg
+	cfg.Credentials = []edge.Credential{{ID: "upstream-key", Revision: 1, Secret: execution.EnvCredential("IOP_TEST_UPSTREAM_KEY"), Revoked: true}}
+	if err := r.srv.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := r.chat("revoked"); status != 503 {
+		t.Fatalf("a revoked credential: %d", status)
+	}
+	if r.upstreamCalls() != 3 {
+		t.Fatalf("a revoked credential reached the upstream")
+	}
+	// Rotated: revision 2 with a new value the provider now requires.
+	before := rt.Status().Revision
+	r.upstream.SetAPIKey("sk-rotated-0123456789abcdef")
+	t.Setenv("IOP_TEST_UPSTREAM_KEY", "sk-rotated-0123456789abcdef")
+	cfg.Credentials = []edge.Credential{{ID: "upstream-key", Revision: 2, Secret: execution.EnvCredential("IOP_TEST_UPSTREAM_KEY")}}
+	if err := r.srv.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	// The policy (revision 2 is now the minimum) reaches the Node as a
+	// configuration update.
+	waitUntil(t, "the node applied the new policy", func() bool { return rt.Status().Revision > before })
+	if status, body := r.chat("rotated"); status != 200 {
+		t.Fatalf("after rotation: %d %s", status, body)
+	}
+	reqs := r.upstream.Requests()
+	if got := reqs[len(reqs)-1].Header.Get("Authorization"); got != "Bearer sk-rotated-0123456789abcdef" {
+		t.Fatalf("after rotation the upstream saw %q", got)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestManagedLeaseRefusedByNode: a lease the Node cannot verify (it pins
+// another Edge key) fails the call closed: no upstream call, no local
+// credential.
+func TestManagedLeaseRefusedByNode(t *testing.T) {
+	r := newManagedRig(t)
+	_, other, _ := ed25519.GenerateKey(nil)
+	r.runNode([]tls.Certificate{nodeCert(t, r.ca, "n1", identity.Options{})}, r.opener(other.Public().(ed25519.PublicKey)), upstreamKey)
+	waitUntil(t, "the leased provider available", func() bool { _, ok := r.srv.Registry().Available("n1", "hosted"); return ok })
+	status, body := r.chat("hello")
+	if status != 502 {
+		t.Fatalf("a lease the node refuses: %d %s", status, body)
+	}
+	if r.upstreamCalls() != 0 {
+		t.Fatalf("the upstream was called %d times (a fallback credential)", r.upstreamCalls())
+	}
+}
+
+// TestManagedNodeWithoutLeases: a Node that takes no leases does not host
+// the leased provider, so nothing reaches the upstream with its local key.
+func TestManagedNodeWithoutLeases(t *testing.T) {
+	r := newManagedRig(t)
+	rt := r.runNode([]tls.Certificate{nodeCert(t, r.ca, "n1", identity.Options{})}, nil, upstreamKey)
+	waitUntil(t, "n1 ready", func() bool { return rt.Status().State == node.StateReady })
+	if got := rt.Status().Refused; len(got) != 1 || got[0] != "hosted" {
+		t.Fatalf("refused %v", got)
+	}
+	if status, _ := r.chat("hello"); status != 503 {
+		t.Fatalf("status %d", status)
+	}
+	if r.upstreamCalls() != 0 {
+		t.Fatal("the upstream was called")
+	}
+}
+
+// TestManagedIdentity: in managed mode nothing registers without a
+// CA-verified certificate naming the node id.
+func TestManagedIdentity(t *testing.T) {
+	r := newManagedRig(t)
+	otherCA, _ := identity.NewCA("iop.test", 0)
+	for _, c := range []struct {
+		name  string
+		certs []tls.Certificate
+		// rejected: the Edge answered UNAUTHENTICATED (the handshake
+		// passed); otherwise the TLS handshake itself failed.
+		rejected bool
+	}{
+		{"no certificate", nil, false},
+		{"another CA", []tls.Certificate{nodeCert(t, otherCA, "n1", identity.Options{})}, false},
+		{"expired", []tls.Certificate{nodeCert(t, r.ca, "n1", identity.Options{NotBefore: time.Now().Add(-48 * time.Hour), Validity: time.Hour})}, false},
+		{"another node id", []tls.Certificate{nodeCert(t, r.ca, "n2", identity.Options{})}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rt := r.runNode(c.certs, nil, "")
+			waitUntil(t, "a failed attempt", func() bool { return rt.Status().LastError != nil })
+			err := rt.Status().LastError
+			var re *node.RegistrationError
+			if got := errors.As(err, &re); got != c.rejected || (got && re.Rejection != iopv1.RegisterRejection_REGISTER_REJECTION_UNAUTHENTICATED) {
+				t.Fatalf("error %v", err)
+			}
+			if _, ok := r.srv.Registry().Current("n1"); ok || rt.Status().Connects != 0 {
+				t.Fatal("the node registered")
+			}
+		})
+	}
+	// The CA really is what decides: the same setup with a good
+	// certificate registers.
+	rt := r.runNode([]tls.Certificate{nodeCert(t, r.ca, "n1", identity.Options{})}, nil, "")
+	waitUntil(t, "the good certificate registers", func() bool { return rt.Status().State == node.StateReady })
+}
