@@ -6,6 +6,15 @@
 // gracefully, letting requests in flight finish for up to 30 s.
 //
 //	go run ./examples/edge -config examples/edge/edge.yaml
+//
+// Subcommands manage identity and credential leases:
+//
+//	edge ca init -dir DIR -trust-domain TD     create the Edge CA (ca.crt, ca.key)
+//	edge ca issue -dir DIR -kind node|edge -id ID [-dns NAME]... [-ip IP]... [-days N]
+//	                                           issue a workload certificate and key
+//	edge ca sign -dir DIR -kind node|edge -id ID -csr FILE [-days N]
+//	                                           sign a certificate request (the key stays with its owner)
+//	edge lease-key -config edge.yaml           print the lease-signing key id and public key for node.yaml
 package main
 
 import (
@@ -29,6 +38,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "ca" || os.Args[1] == "lease-key") {
+		if err := subcommand(os.Args[1:], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "edge:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	path := flag.String("config", "edge.yaml", "path to edge.yaml")
 	grace := flag.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests may finish on shutdown")
 	flag.Parse()

@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/iop-dev/iop/execution"
 )
 
 // decodeStrict decodes exactly one YAML document into v, refusing unknown
@@ -102,6 +104,18 @@ func (s Secret) read(base string) (string, error) {
 		return v, nil
 	}
 	return "", errors.New("no file or env given")
+}
+
+// source returns the secret as a credential read at use time: a file or
+// an environment variable (a hash cannot be presented to an upstream).
+func (s Secret) source(base string) (execution.Credential, error) {
+	switch {
+	case s.File != "" && s.Env == "" && s.SHA256 == "":
+		return execution.FileCredential(resolve(base, s.File)), nil
+	case s.Env != "" && s.File == "" && s.SHA256 == "":
+		return execution.EnvCredential(s.Env), nil
+	}
+	return nil, errors.New("exactly one of file or env is required")
 }
 
 // resolve makes a relative path relative to the config file's directory.

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -243,4 +245,90 @@ func TestEdgeControlPlaneSection(t *testing.T) {
 			t.Errorf("%s: error %v, want it to mention %q", name, err, c.want)
 		}
 	}
+}
+
+func TestLeaseAndManagedSections(t *testing.T) {
+	t.Setenv("IOP_TEST_UPSTREAM", "sk-upstream-0123456789abcdef")
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "state"), 0o700)
+	doc := strings.Replace(minimalEdge, "capacity: 1}", "capacity: 1, credential: up}", 1) +
+		"credentials:\n  - {id: up, revision: 3, secret: {env: IOP_TEST_UPSTREAM}}\nlease_ttl: 30s\n"
+	ef, err := ParseEdge([]byte(doc), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ef.Config(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Credentials) != 1 || cfg.Credentials[0].Revision != 3 || cfg.Leases == nil || cfg.Nodes[0].Providers[0].Credential != "up" {
+		t.Fatalf("credentials not carried: %+v %+v", cfg.Credentials, cfg.Leases)
+	}
+	st, err := os.Stat(filepath.Join(dir, "state", "lease-signing.key"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("signing key: %v", err)
+	}
+	again, _ := ef.Config(1)
+	if again.Leases.KeyID != cfg.Leases.KeyID {
+		t.Fatal("the signing key changed between loads")
+	}
+	for name, bad := range map[string]string{
+		"unknown credential":   strings.Replace(doc, "credential: up}", "credential: nope}", 1),
+		"hash as a secret":     strings.Replace(doc, "secret: {env: IOP_TEST_UPSTREAM}", "secret: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}", 1),
+		"ttl above 2m":         strings.Replace(doc, "lease_ttl: 30s", "lease_ttl: 5m", 1),
+		"managed without mTLS": doc + "managed: {trust_domain: iop.test}\n",
+	} {
+		if _, err := ParseEdge([]byte(bad), dir); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+
+	_, pub := mustEd25519(t)
+	node := `
+edge: 127.0.0.1:9440
+node_id: n1
+token: {env: IOP_TEST_UPSTREAM}
+plaintext: true
+leases:
+  key_file: state/lease.key
+  replay_file: state/replay
+  edge_keys: [{id: k1, public_key: "` + pub + `"}]
+providers:
+  - {id: p1, adapter: openai, category: api, base_url: "http://127.0.0.1:8000", models: [m]}
+`
+	nf, err := ParseNode([]byte(node), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ncfg, err := nf.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ncfg.Leases == nil || len(ncfg.Leases.PublicKey()) != 32 {
+		t.Fatal("no lease opener")
+	}
+	if st, err := os.Stat(filepath.Join(dir, "state", "lease.key")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("node key: %v", err)
+	}
+	for name, bad := range map[string]string{
+		"no pinned key":  strings.Replace(node, `  edge_keys: [{id: k1, public_key: "`+pub+`"}]`+"\n", "", 1),
+		"bad public key": strings.Replace(node, pub, "bm90IGEga2V5", 1),
+		"no replay file": strings.Replace(node, "  replay_file: state/replay\n", "", 1),
+	} {
+		nf, err := ParseNode([]byte(bad), dir)
+		if err == nil {
+			_, err = nf.Config()
+		}
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func mustEd25519(t *testing.T) (ed25519.PrivateKey, string) {
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return priv, base64.StdEncoding.EncodeToString(pub)
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/controlplane"
+	"github.com/iop-dev/iop/credentiallease"
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/execution"
@@ -50,6 +52,7 @@ type EdgeFile struct {
 			Capacity            int      `yaml:"capacity"`
 			LongContextCapacity int      `yaml:"long_context_capacity"`
 			APIs                []string `yaml:"apis"`
+			Credential          string   `yaml:"credential"`
 		} `yaml:"providers"`
 	} `yaml:"nodes"`
 	Routes []struct {
@@ -61,6 +64,20 @@ type EdgeFile struct {
 			Weight   int    `yaml:"weight"`
 		} `yaml:"targets"`
 	} `yaml:"routes"`
+	// Credentials are hosted-API keys leased to Nodes one call at a time.
+	Credentials []struct {
+		ID       string `yaml:"id"`
+		Revision uint64 `yaml:"revision"`
+		Secret   Secret `yaml:"secret"`
+		Revoked  bool   `yaml:"revoked"`
+	} `yaml:"credentials"`
+	// LeaseTTL is each credential lease's lifetime (at most 2m). The
+	// signing key lives in state_dir/lease-signing.key.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// Managed turns on managed mode (see edge.Managed).
+	Managed *struct {
+		TrustDomain string `yaml:"trust_domain"`
+	} `yaml:"managed"`
 	// ControlPlane, when present, links this Edge to a Hub.
 	ControlPlane *struct {
 		Addr   string `yaml:"addr"`
@@ -164,7 +181,7 @@ func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
 			if p.Category == "" {
 				return cfg, fmt.Errorf("nodes[%d].providers[%d].category is required (cli, api or local)", i, j)
 			}
-			rec.Providers = append(rec.Providers, nodes.ProviderSpec{ID: p.ID, Adapter: p.Adapter, Category: cat, Models: p.Models, Capacity: p.Capacity, LongContextCapacity: p.LongContextCapacity, APIs: p.APIs})
+			rec.Providers = append(rec.Providers, nodes.ProviderSpec{ID: p.ID, Adapter: p.Adapter, Category: cat, Models: p.Models, Capacity: p.Capacity, LongContextCapacity: p.LongContextCapacity, APIs: p.APIs, Credential: p.Credential})
 		}
 		cfg.Nodes = append(cfg.Nodes, rec)
 	}
@@ -181,6 +198,23 @@ func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
 			return cfg, fmt.Errorf("node_tls: %w", err)
 		}
 		cfg.NodeTLS = tc
+	}
+	for i, c := range f.Credentials {
+		src, err := c.Secret.source(f.dir)
+		if err != nil {
+			return cfg, fmt.Errorf("credentials[%d].secret: %w", i, err)
+		}
+		cfg.Credentials = append(cfg.Credentials, edge.Credential{ID: c.ID, Revision: c.Revision, Secret: src, Revoked: c.Revoked})
+	}
+	if len(f.Credentials) > 0 {
+		key, err := f.leaseKey()
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Leases = &edge.LeaseSigner{KeyID: credentiallease.KeyID(key.Public().(ed25519.PublicKey)), Key: key, TTL: f.LeaseTTL}
+	}
+	if f.Managed != nil {
+		cfg.Managed = &edge.Managed{TrustDomain: f.Managed.TrustDomain}
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
@@ -226,6 +260,24 @@ func (f *EdgeFile) Connector() (*controlplane.ConnectorConfig, error) {
 		return nil, fmt.Errorf("control_plane: a token or a tls client certificate is required")
 	}
 	return cc, nil
+}
+
+// LeaseKeyPath is where the Edge's lease-signing key lives.
+func (f *EdgeFile) LeaseKeyPath() string { return f.StatePath("lease-signing.key") }
+
+// leaseKey loads the lease-signing key, creating it on first use. Before
+// the state directory exists (ParseEdge's validation) a throwaway key
+// stands in, so nothing is written while only checking the file.
+func (f *EdgeFile) leaseKey() (ed25519.PrivateKey, error) {
+	if _, err := os.Stat(f.StatePath("")); err != nil {
+		_, k, err := ed25519.GenerateKey(nil)
+		return k, err
+	}
+	k, err := credentiallease.LoadOrCreateSigningKey(f.LeaseKeyPath())
+	if err != nil {
+		return nil, fmt.Errorf("lease signing key: %w", err)
+	}
+	return k, nil
 }
 
 // APITLS returns the HTTPS configuration, or nil for plain HTTP.

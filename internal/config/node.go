@@ -1,9 +1,12 @@
 package config
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
 	"fmt"
 	"time"
 
+	"github.com/iop-dev/iop/credentiallease"
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/execution/adapters/anthropic"
 	"github.com/iop-dev/iop/execution/adapters/cli"
@@ -20,7 +23,23 @@ type NodeFile struct {
 	TLS            *TLSFiles     `yaml:"tls"`
 	Plaintext      bool          `yaml:"plaintext"`
 	HealthInterval time.Duration `yaml:"health_interval"`
-	Providers      []struct {
+	// Leases lets the Node take credential leases from its Edge.
+	Leases *struct {
+		// KeyFile holds the Node's lease encryption key (created, 0600,
+		// when missing; it never leaves the Node).
+		KeyFile string `yaml:"key_file"`
+		// ReplayFile remembers used leases across restarts.
+		ReplayFile string `yaml:"replay_file"`
+		// EdgeKeys pins the Edge's lease-signing keys: id and base64
+		// Ed25519 public key (`edge lease-key` prints them).
+		EdgeKeys []struct {
+			ID        string `yaml:"id"`
+			PublicKey string `yaml:"public_key"`
+		} `yaml:"edge_keys"`
+		RetiredEdgeKeys []string      `yaml:"retired_edge_keys"`
+		Skew            time.Duration `yaml:"skew"`
+	} `yaml:"leases"`
+	Providers []struct {
 		ID       string   `yaml:"id"`
 		Adapter  string   `yaml:"adapter"`
 		Category string   `yaml:"category"`
@@ -83,6 +102,13 @@ func (f *NodeFile) Config() (node.Config, error) {
 		}
 		cfg.TLS = tc
 	}
+	if l := f.Leases; l != nil {
+		op, err := f.opener()
+		if err != nil {
+			return cfg, fmt.Errorf("leases: %w", err)
+		}
+		cfg.Leases = op
+	}
 	for i, p := range f.Providers {
 		var cred execution.Credential
 		if p.APIKey != nil {
@@ -125,4 +151,39 @@ func (f *NodeFile) Config() (node.Config, error) {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// opener builds the lease opener from the leases section: the Node's key
+// (created on first use) and replay file, and the pinned Edge keys.
+func (f *NodeFile) opener() (*credentiallease.Opener, error) {
+	l := f.Leases
+	if l.KeyFile == "" || l.ReplayFile == "" {
+		return nil, fmt.Errorf("key_file and replay_file are required")
+	}
+	if len(l.EdgeKeys) == 0 {
+		return nil, fmt.Errorf("edge_keys: pin at least one Edge lease-signing key")
+	}
+	pinned := map[string]ed25519.PublicKey{}
+	for i, k := range l.EdgeKeys {
+		b, err := base64.StdEncoding.DecodeString(k.PublicKey)
+		if err != nil || len(b) != ed25519.PublicKeySize || k.ID == "" {
+			return nil, fmt.Errorf("edge_keys[%d]: an id and a base64 Ed25519 public key are required", i)
+		}
+		pinned[k.ID] = ed25519.PublicKey(b)
+	}
+	key, err := credentiallease.LoadOrCreateNodeKey(resolve(f.dir, l.KeyFile))
+	if err != nil {
+		return nil, err
+	}
+	rc, err := credentiallease.OpenReplayFile(resolve(f.dir, l.ReplayFile))
+	if err != nil {
+		return nil, err
+	}
+	op, err := credentiallease.NewOpener(credentiallease.OpenerConfig{NodeID: f.NodeID, Key: key, EdgeKeys: pinned,
+		RetiredEdgeKeyIDs: l.RetiredEdgeKeys, Skew: l.Skew, Replay: rc})
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return op, nil
 }

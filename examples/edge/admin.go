@@ -1,0 +1,133 @@
+package main
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/iop-dev/iop/credentiallease"
+	"github.com/iop-dev/iop/edge/identity"
+	"github.com/iop-dev/iop/internal/config"
+)
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return fmt.Sprint(*l) }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// subcommand runs `ca ...` or `lease-key`.
+func subcommand(args []string, out io.Writer) error {
+	if args[0] == "lease-key" {
+		fs := flag.NewFlagSet("lease-key", flag.ContinueOnError)
+		path := fs.String("config", "edge.yaml", "path to edge.yaml")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		f, err := config.LoadEdge(*path)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(f.StatePath(""), 0o700); err != nil {
+			return err
+		}
+		key, err := credentiallease.LoadOrCreateSigningKey(f.LeaseKeyPath())
+		if err != nil {
+			return err
+		}
+		pub := key.Public().(ed25519.PublicKey)
+		fmt.Fprintf(out, "# node.yaml, leases.edge_keys:\n- id: %s\n  public_key: %s\n", credentiallease.KeyID(pub), base64.StdEncoding.EncodeToString(pub))
+		return nil
+	}
+	if len(args) < 2 {
+		return errors.New("ca: init, issue or sign")
+	}
+	fs := flag.NewFlagSet("ca "+args[1], flag.ContinueOnError)
+	dir := fs.String("dir", "ca", "the CA directory (ca.crt, ca.key; issued files go here too)")
+	td := fs.String("trust-domain", "", "SPIFFE trust domain (init)")
+	kind := fs.String("kind", "node", "node or edge")
+	id := fs.String("id", "", "the node or edge id")
+	days := fs.Int("days", 90, "certificate lifetime in days")
+	csr := fs.String("csr", "", "certificate request file (sign)")
+	var dns, ips listFlag
+	fs.Var(&dns, "dns", "a DNS name the certificate serves (repeatable; makes it a server certificate too)")
+	fs.Var(&ips, "ip", "an IP address the certificate serves (repeatable)")
+	if err := fs.Parse(args[2:]); err != nil {
+		return err
+	}
+	caCert, caKey := filepath.Join(*dir, "ca.crt"), filepath.Join(*dir, "ca.key")
+	switch args[1] {
+	case "init":
+		if *td == "" {
+			return errors.New("ca init: -trust-domain is required")
+		}
+		if _, err := os.Stat(caKey); err == nil {
+			return fmt.Errorf("ca init: %s exists; refusing to replace a CA", caKey)
+		}
+		ca, err := identity.NewCA(*td, 0)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(*dir, 0o700); err != nil {
+			return err
+		}
+		if err := ca.Save(caCert, caKey); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "CA for trust domain %s: %s (give to peers), %s (keep private)\n", *td, caCert, caKey)
+		return nil
+	case "issue", "sign":
+		ca, err := identity.LoadCA(caCert, caKey)
+		if err != nil {
+			return err
+		}
+		if *id == "" {
+			return errors.New("-id is required")
+		}
+		opt := identity.Options{Validity: time.Duration(*days) * 24 * time.Hour, DNSNames: dns}
+		for _, s := range ips {
+			ip := net.ParseIP(s)
+			if ip == nil {
+				return fmt.Errorf("-ip %q is not an IP address", s)
+			}
+			opt.IPAddresses = append(opt.IPAddresses, ip)
+		}
+		certPath := filepath.Join(*dir, *id+".crt")
+		if args[1] == "sign" {
+			b, err := os.ReadFile(*csr)
+			if err != nil {
+				return err
+			}
+			certPEM, err := ca.SignCSR(b, identity.Kind(*kind), *id, opt)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(certPath, certPEM, 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s: %s\n", identity.ID(ca.TrustDomain, identity.Kind(*kind), *id), certPath)
+			return nil
+		}
+		certPEM, keyPEM, err := ca.Issue(identity.Kind(*kind), *id, opt)
+		if err != nil {
+			return err
+		}
+		keyPath := filepath.Join(*dir, *id+".key")
+		if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
+			return err
+		}
+		if err := os.WriteFile(certPath, certPEM, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s: %s, %s\n", identity.ID(ca.TrustDomain, identity.Kind(*kind), *id), certPath, keyPath)
+		return nil
+	}
+	return fmt.Errorf("ca %s: unknown (init, issue or sign)", args[1])
+}
