@@ -21,7 +21,11 @@ type HubFile struct {
 	// AllowUnknownEdges enrolls an Edge not listed below when its verified
 	// client certificate names it; it needs edge_tls.client_ca_file.
 	AllowUnknownEdges bool `yaml:"allow_unknown_edges"`
-	Edges             []struct {
+	// TrustDomain turns on managed mode for Edges: each must present an
+	// Edge-CA certificate with spiffe://<trust_domain>/edge/<id> (needs
+	// edge_tls.client_ca_file).
+	TrustDomain string `yaml:"trust_domain"`
+	Edges       []struct {
 		ID    string  `yaml:"id"`
 		Token *Secret `yaml:"token"`
 	} `yaml:"edges"`
@@ -101,6 +105,7 @@ func ParseHub(b []byte, dir string) (*HubFile, error) {
 func (f *HubFile) Config() (controlplane.Config, error) {
 	cfg := controlplane.Config{
 		AllowUnknownEdges: f.AllowUnknownEdges,
+		TrustDomain:       f.TrustDomain,
 		OperatorMTLS:      f.OperatorMTLS,
 		StatusInterval:    f.Limits.StatusInterval,
 		StatusTimeout:     f.Limits.StatusTimeout,
