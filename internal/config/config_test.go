@@ -202,6 +202,7 @@ operators:
 		"negative limit":          {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\nlimits: {command_timeout: -1s}", "negative"},
 		"unset operator token":    {"IOP_OPERATOR_TOKEN}}", "IOP_UNSET_FOR_TEST}}", "unset"},
 		"edge tls without key":    {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\nedge_tls: {cert_file: hub.crt}", "key_file"},
+		"managed without mtls":    {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\ntrust_domain: iop.test", "TrustDomain"},
 	} {
 		doc := strings.Replace(minimal, c.old, c.new, 1)
 		if doc == minimal {
