@@ -150,7 +150,7 @@ func spawn(role, arg string, conc, addrs int) *proc {
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
+	cmd.SysProcAttr = childAttr() // never outlive the bench where the OS allows
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		log.Fatal(err)
