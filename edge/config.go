@@ -80,6 +80,9 @@ type Config struct {
 	// Leases signs credential leases. Required when a provider names a
 	// credential.
 	Leases *LeaseSigner
+	// Workspaces are the workspace refs requests may be admitted to, each
+	// on one Node (reloadable).
+	Workspaces []WorkspaceSpec
 	// Managed turns on managed mode: Nodes register only with a
 	// CA-verified workload certificate naming their node id (NodeTLS must
 	// verify client certificates against the Edge CA), and every hosted-API
@@ -277,6 +280,9 @@ func (c *Config) validate() error {
 	}
 	if err := c.NodeWire.Validate(); err != nil {
 		return fmt.Errorf("NodeWire: %w", err)
+	}
+	if err := c.validateWorkspaces(); err != nil {
+		return err
 	}
 	return c.validateLeases()
 }

@@ -72,6 +72,7 @@ type snapshot struct {
 	keepAlive      time.Duration
 	longContext    int
 	creds          map[string]Credential
+	workspaces     map[string]WorkspaceSpec
 }
 
 type providerInfo struct {
@@ -95,6 +96,10 @@ func newSnapshot(c *Config) *snapshot {
 		keepAlive:      orDefault(c.KeepAlive, DefaultKeepAlive),
 		longContext:    c.LongContextTokens,
 		creds:          map[string]Credential{},
+		workspaces:     map[string]WorkspaceSpec{},
+	}
+	for _, w := range c.Workspaces {
+		s.workspaces[w.Ref] = w
 	}
 	for _, cr := range c.Credentials {
 		s.creds[cr.ID] = cr
@@ -134,7 +139,7 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	st, _ := nodes.NewStaticStore(cfg.Nodes)
+	st, _ := nodes.NewStaticStore(withWorkspaces(cfg.Nodes, cfg.Workspaces))
 	var reg *nodes.Registry
 	var auth nodes.Authenticator // nil: the registry's token check
 	if m := cfg.Managed; m != nil {
@@ -189,7 +194,7 @@ func (s *Server) reloadLocked(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	st, _ := nodes.NewStaticStore(cfg.Nodes)
+	st, _ := nodes.NewStaticStore(withWorkspaces(cfg.Nodes, cfg.Workspaces))
 	s.snap.Store(newSnapshot(&cfg))
 	s.configRev.Add(1)
 	s.reg.SetLeasePolicy(leasePolicy(&cfg))

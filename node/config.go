@@ -11,6 +11,7 @@ import (
 	"github.com/iop-dev/iop/credentiallease"
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/wire"
+	"github.com/iop-dev/iop/workspace"
 )
 
 // Config configures a Runtime: the Node-local facts of node.yaml. Each
@@ -46,6 +47,10 @@ type Config struct {
 	// its credential only from a lease opened right before each call. Nil
 	// means the Node refuses to host leased providers.
 	Leases *credentiallease.Opener
+	// Workspaces is the Node's workspace catalog (node.yaml). The Edge's
+	// configured refs are accepted only where the catalog allows their
+	// authority. Nil means no workspaces.
+	Workspaces *workspace.Catalog
 	// Version is reported to the Edge. Empty means "dev".
 	Version string
 	// Logger receives runtime events (ids, reasons; never tokens, prompts

@@ -6,6 +6,7 @@ import (
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/internal/nodewire"
 	"github.com/iop-dev/iop/wire/iopv1"
+	"github.com/iop-dev/iop/workspace"
 )
 
 // hosted is one provider the Node hosts under the current config: the
@@ -28,6 +29,9 @@ type hostingPlan struct {
 	providers map[string]*hosted
 	order     []string
 	refused   []*iopv1.ProviderRefusal
+	// workspaces are the configured refs this Node accepted, with the
+	// most authority the Edge may grant on each.
+	workspaces map[string]workspace.Authority
 }
 
 // intersect builds the hosting plan for a payload. An entry outside the

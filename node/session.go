@@ -11,6 +11,7 @@ import (
 	"github.com/iop-dev/iop/internal/nodewire"
 	"github.com/iop-dev/iop/wire"
 	"github.com/iop-dev/iop/wire/iopv1"
+	"github.com/iop-dev/iop/workspace"
 )
 
 // session is one connection's life: everything it owns ends with it.
@@ -29,6 +30,9 @@ type session struct {
 	health   map[string]bool // provider id -> healthy
 	inflight map[string]int
 	runs     map[string]context.CancelFunc
+	// workspaces are the open workspace sessions by request id; they end
+	// with the connection.
+	workspaces map[string]*workspace.Session
 }
 
 // connectOnce runs one connection from dial to close. It reports whether the
@@ -81,14 +85,17 @@ func (rt *Runtime) register(ctx context.Context, sess *wire.Session) (*session, 
 	}
 	s := &session{
 		rt: rt, sess: sess, ctl: ctl, gen: resp.GetGeneration(), ctx: sess.Context(), since: time.Now(),
-		health:   map[string]bool{},
-		inflight: map[string]int{},
-		runs:     map[string]context.CancelFunc{},
+		health:     map[string]bool{},
+		inflight:   map[string]int{},
+		runs:       map[string]context.CancelFunc{},
+		workspaces: map[string]*workspace.Session{},
 	}
 	s.plan = intersect(rt.allow, resp.GetConfig(), rt.cfg.Leases != nil)
+	s.plan.workspaces = acceptWorkspaces(rt.cfg.Workspaces, resp.GetConfig().GetWorkspaces())
 	rt.applyLeasePolicy(resp.GetConfig())
 	s.checkHealth(ctx, s.plan)
-	ready := &iopv1.NodeReadyRequest{Generation: s.gen, Revision: s.plan.revision, Providers: s.snapshots(s.plan, nil), Refused: s.plan.refused}
+	ready := &iopv1.NodeReadyRequest{Generation: s.gen, Revision: s.plan.revision, Providers: s.snapshots(s.plan, nil), Refused: s.plan.refused,
+		Workspaces: acceptedRefs(s.plan.workspaces)}
 	if err := ctl.WriteMessage(nodewire.Msg(ready)); err != nil {
 		return nil, err
 	}
@@ -134,6 +141,9 @@ func (s *session) serve(ctx context.Context) error {
 	}
 	s.sess.Close()
 	s.wg.Wait()
+	// Handlers are done (their calls were cancelled with the streams):
+	// the connection's workspace sessions end now.
+	s.cleanupWorkspaces()
 	return s.sess.Err()
 }
 
@@ -160,6 +170,8 @@ func (s *session) handle(st *wire.Stream) {
 		s.command(st, b.NodeCommandRequest)
 	case *iopv1.Envelope_ProviderTunnelRequest:
 		s.tunnel(st, b.ProviderTunnelRequest)
+	case *iopv1.Envelope_WorkspaceRequest:
+		s.workspace(st, b.WorkspaceRequest)
 	default:
 		st.Reset(wire.ResetUnsupported)
 	}
@@ -184,6 +196,7 @@ func (s *session) controlLoop() {
 			continue
 		}
 		plan := intersect(s.rt.allow, up.GetConfig(), s.rt.cfg.Leases != nil)
+		plan.workspaces = acceptWorkspaces(s.rt.cfg.Workspaces, up.GetConfig().GetWorkspaces())
 		s.rt.applyLeasePolicy(up.GetConfig())
 		s.checkHealth(s.ctx, plan)
 		s.mu.Lock()
@@ -196,7 +209,7 @@ func (s *session) controlLoop() {
 			st.Refused = refusedIDs(plan)
 		})
 		s.rt.log.Info("config applied", "revision", plan.revision, "hosted", len(plan.order), "refused", len(plan.refused))
-		s.writeCtl(&iopv1.ConfigUpdateAck{Revision: plan.revision, Providers: snaps, Refused: plan.refused})
+		s.writeCtl(&iopv1.ConfigUpdateAck{Revision: plan.revision, Providers: snaps, Refused: plan.refused, Workspaces: acceptedRefs(plan.workspaces)})
 	}
 }
 

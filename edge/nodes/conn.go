@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -24,6 +25,8 @@ type conn struct {
 	ctlMu  sync.Mutex // serializes writes on ctl
 	nodeID string
 	gen    uint64
+	// workspaces are the configured refs the Node accepted (ready, acks).
+	workspaces []string
 	// leaseKey is the Node's X25519 key for credential leases, as it
 	// registered on this connection (empty: it takes none).
 	leaseKey []byte
@@ -258,6 +261,7 @@ func (r *Registry) markReady(c *conn, req *iopv1.NodeReadyRequest) bool {
 	c.revision = req.GetRevision()
 	c.inflight = make(map[string]int)
 	c.setProviders(ns, req.GetProviders(), req.GetRefused())
+	c.workspaces = configuredRefs(ns, req.GetWorkspaces())
 	r.hub.publish(Event{Kind: EventReady, NodeID: c.nodeID, Generation: c.gen, Revision: c.revision})
 	var stale *iopv1.NodeConfig
 	if ns.payload != nil && ns.payload.GetRevision() > c.revision {
@@ -269,6 +273,26 @@ func (r *Registry) markReady(c *conn, req *iopv1.NodeReadyRequest) bool {
 		r.goOwned(func() { c.push(stale) })
 	}
 	return true
+}
+
+// configuredRefs keeps the accepted refs that are configured for the
+// node: a Node cannot add workspaces.
+func configuredRefs(ns *nodeState, accepted []string) []string {
+	var out []string
+	for _, ref := range accepted {
+		if slices.ContainsFunc(ns.rec.Workspaces, func(g *iopv1.WorkspaceGrant) bool { return g.GetRef() == ref }) && !slices.Contains(out, ref) {
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+func (r *Registry) setWorkspaces(c *conn, accepted []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ns := r.nodes[c.nodeID]; ns != nil && ns.cur == c && c.ready {
+		c.workspaces = configuredRefs(ns, accepted)
+	}
 }
 
 // setProviders records the Node's report for the providers in the payload;
@@ -376,6 +400,7 @@ func (c *conn) serve() {
 		switch b := env.Body.(type) {
 		case *iopv1.Envelope_ConfigUpdateAck:
 			r.applyReport(c, b.ConfigUpdateAck.GetRevision(), true, b.ConfigUpdateAck.GetProviders(), b.ConfigUpdateAck.GetRefused())
+			r.setWorkspaces(c, b.ConfigUpdateAck.GetWorkspaces())
 			continue
 		case *iopv1.Envelope_ProviderSnapshotUpdate:
 			if b.ProviderSnapshotUpdate.GetGeneration() == c.gen {

@@ -374,11 +374,12 @@ func (r *Registry) applyStoreLocked(s Store) (pushes []push, drops []*conn) {
 			}
 		}
 		providers := payloadProviders(rec)
-		if ns.payload != nil && providersEqual(ns.payload.GetProviders(), providers) && proto.Equal(ns.payload.GetLeasePolicy(), r.policy) {
+		if ns.payload != nil && providersEqual(ns.payload.GetProviders(), providers) && proto.Equal(ns.payload.GetLeasePolicy(), r.policy) &&
+			slices.EqualFunc(ns.payload.GetWorkspaces(), rec.Workspaces, func(a, b *iopv1.WorkspaceGrant) bool { return proto.Equal(a, b) }) {
 			continue
 		}
 		r.revision++
-		ns.payload = &iopv1.NodeConfig{Revision: r.revision, Providers: providers, LeasePolicy: r.policy}
+		ns.payload = &iopv1.NodeConfig{Revision: r.revision, Providers: providers, LeasePolicy: r.policy, Workspaces: rec.Workspaces}
 		if c := ns.cur; c != nil && c.ready {
 			pushes = append(pushes, push{c, ns.payload})
 		}

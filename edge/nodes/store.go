@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/wire/iopv1"
 )
 
 // Record is the Edge's configuration of one Node: its identity, how it
@@ -28,6 +29,10 @@ type Record struct {
 	TokenHash [32]byte
 	// Providers are the providers the Node hosts, in edge.yaml's order.
 	Providers []ProviderSpec
+	// Workspaces are the workspace refs configured on this Node, each with
+	// the most authority the Edge may grant; they ride in the payload and
+	// the Node accepts those its own catalog allows.
+	Workspaces []*iopv1.WorkspaceGrant
 }
 
 // ProviderSpec is one provider as the Edge configures it.

@@ -273,6 +273,12 @@ func Msg(body any) *iopv1.Envelope {
 		e.Body = &iopv1.Envelope_ProviderTunnelResponse{ProviderTunnelResponse: b}
 	case *iopv1.ProviderTunnelEnd:
 		e.Body = &iopv1.Envelope_ProviderTunnelEnd{ProviderTunnelEnd: b}
+	case *iopv1.WorkspaceRequest:
+		e.Body = &iopv1.Envelope_WorkspaceRequest{WorkspaceRequest: b}
+	case *iopv1.WorkspaceResponse:
+		e.Body = &iopv1.Envelope_WorkspaceResponse{WorkspaceResponse: b}
+	case *iopv1.WorkspaceCancel:
+		e.Body = &iopv1.Envelope_WorkspaceCancel{WorkspaceCancel: b}
 	case *iopv1.Error:
 		e.Body = &iopv1.Envelope_Error{Error: b}
 	default:

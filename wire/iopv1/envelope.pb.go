@@ -119,6 +119,9 @@ type Envelope struct {
 	//	*Envelope_ProviderTunnelRequest
 	//	*Envelope_ProviderTunnelResponse
 	//	*Envelope_ProviderTunnelEnd
+	//	*Envelope_WorkspaceRequest
+	//	*Envelope_WorkspaceResponse
+	//	*Envelope_WorkspaceCancel
 	//	*Envelope_EdgeHelloRequest
 	//	*Envelope_EdgeHelloResponse
 	//	*Envelope_EdgeStatusRequest
@@ -313,6 +316,33 @@ func (x *Envelope) GetProviderTunnelEnd() *ProviderTunnelEnd {
 	return nil
 }
 
+func (x *Envelope) GetWorkspaceRequest() *WorkspaceRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_WorkspaceRequest); ok {
+			return x.WorkspaceRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetWorkspaceResponse() *WorkspaceResponse {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_WorkspaceResponse); ok {
+			return x.WorkspaceResponse
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetWorkspaceCancel() *WorkspaceCancel {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_WorkspaceCancel); ok {
+			return x.WorkspaceCancel
+		}
+	}
+	return nil
+}
+
 func (x *Envelope) GetEdgeHelloRequest() *EdgeHelloRequest {
 	if x != nil {
 		if x, ok := x.Body.(*Envelope_EdgeHelloRequest); ok {
@@ -456,6 +486,19 @@ type Envelope_ProviderTunnelEnd struct {
 	ProviderTunnelEnd *ProviderTunnelEnd `protobuf:"bytes,302,opt,name=provider_tunnel_end,json=providerTunnelEnd,proto3,oneof"`
 }
 
+type Envelope_WorkspaceRequest struct {
+	// 400-499: workspaces (workspace.proto).
+	WorkspaceRequest *WorkspaceRequest `protobuf:"bytes,400,opt,name=workspace_request,json=workspaceRequest,proto3,oneof"`
+}
+
+type Envelope_WorkspaceResponse struct {
+	WorkspaceResponse *WorkspaceResponse `protobuf:"bytes,401,opt,name=workspace_response,json=workspaceResponse,proto3,oneof"`
+}
+
+type Envelope_WorkspaceCancel struct {
+	WorkspaceCancel *WorkspaceCancel `protobuf:"bytes,402,opt,name=workspace_cancel,json=workspaceCancel,proto3,oneof"`
+}
+
 type Envelope_EdgeHelloRequest struct {
 	// 500-699: Edge <-> Control Plane (control.proto).
 	EdgeHelloRequest *EdgeHelloRequest `protobuf:"bytes,500,opt,name=edge_hello_request,json=edgeHelloRequest,proto3,oneof"`
@@ -520,6 +563,12 @@ func (*Envelope_ProviderTunnelRequest) isEnvelope_Body() {}
 func (*Envelope_ProviderTunnelResponse) isEnvelope_Body() {}
 
 func (*Envelope_ProviderTunnelEnd) isEnvelope_Body() {}
+
+func (*Envelope_WorkspaceRequest) isEnvelope_Body() {}
+
+func (*Envelope_WorkspaceResponse) isEnvelope_Body() {}
+
+func (*Envelope_WorkspaceCancel) isEnvelope_Body() {}
 
 func (*Envelope_EdgeHelloRequest) isEnvelope_Body() {}
 
@@ -597,7 +646,7 @@ var File_iop_v1_envelope_proto protoreflect.FileDescriptor
 
 const file_iop_v1_envelope_proto_rawDesc = "" +
 	"\n" +
-	"\x15iop/v1/envelope.proto\x12\x06iop.v1\x1a\x14iop/v1/control.proto\x1a\x11iop/v1/node.proto\x1a\x13iop/v1/tunnel.proto\"\xe7\r\n" +
+	"\x15iop/v1/envelope.proto\x12\x06iop.v1\x1a\x14iop/v1/control.proto\x1a\x11iop/v1/node.proto\x1a\x13iop/v1/tunnel.proto\x1a\x16iop/v1/workspace.proto\"\xc5\x0f\n" +
 	"\bEnvelope\x12%\n" +
 	"\x05error\x18\x01 \x01(\v2\r.iop.v1.ErrorH\x00R\x05error\x12D\n" +
 	"\x10register_request\x18d \x01(\v2\x17.iop.v1.RegisterRequestH\x00R\x0fregisterRequest\x12G\n" +
@@ -616,7 +665,10 @@ const file_iop_v1_envelope_proto_rawDesc = "" +
 	"\x13node_command_result\x18y \x01(\v2\x19.iop.v1.NodeCommandResultH\x00R\x11nodeCommandResult\x12X\n" +
 	"\x17provider_tunnel_request\x18\xac\x02 \x01(\v2\x1d.iop.v1.ProviderTunnelRequestH\x00R\x15providerTunnelRequest\x12[\n" +
 	"\x18provider_tunnel_response\x18\xad\x02 \x01(\v2\x1e.iop.v1.ProviderTunnelResponseH\x00R\x16providerTunnelResponse\x12L\n" +
-	"\x13provider_tunnel_end\x18\xae\x02 \x01(\v2\x19.iop.v1.ProviderTunnelEndH\x00R\x11providerTunnelEnd\x12I\n" +
+	"\x13provider_tunnel_end\x18\xae\x02 \x01(\v2\x19.iop.v1.ProviderTunnelEndH\x00R\x11providerTunnelEnd\x12H\n" +
+	"\x11workspace_request\x18\x90\x03 \x01(\v2\x18.iop.v1.WorkspaceRequestH\x00R\x10workspaceRequest\x12K\n" +
+	"\x12workspace_response\x18\x91\x03 \x01(\v2\x19.iop.v1.WorkspaceResponseH\x00R\x11workspaceResponse\x12E\n" +
+	"\x10workspace_cancel\x18\x92\x03 \x01(\v2\x17.iop.v1.WorkspaceCancelH\x00R\x0fworkspaceCancel\x12I\n" +
 	"\x12edge_hello_request\x18\xf4\x03 \x01(\v2\x18.iop.v1.EdgeHelloRequestH\x00R\x10edgeHelloRequest\x12L\n" +
 	"\x13edge_hello_response\x18\xf5\x03 \x01(\v2\x19.iop.v1.EdgeHelloResponseH\x00R\x11edgeHelloResponse\x12L\n" +
 	"\x13edge_status_request\x18\xf6\x03 \x01(\v2\x19.iop.v1.EdgeStatusRequestH\x00R\x11edgeStatusRequest\x12O\n" +
@@ -673,14 +725,17 @@ var file_iop_v1_envelope_proto_goTypes = []any{
 	(*ProviderTunnelRequest)(nil),  // 15: iop.v1.ProviderTunnelRequest
 	(*ProviderTunnelResponse)(nil), // 16: iop.v1.ProviderTunnelResponse
 	(*ProviderTunnelEnd)(nil),      // 17: iop.v1.ProviderTunnelEnd
-	(*EdgeHelloRequest)(nil),       // 18: iop.v1.EdgeHelloRequest
-	(*EdgeHelloResponse)(nil),      // 19: iop.v1.EdgeHelloResponse
-	(*EdgeStatusRequest)(nil),      // 20: iop.v1.EdgeStatusRequest
-	(*EdgeStatusResponse)(nil),     // 21: iop.v1.EdgeStatusResponse
-	(*EdgeNodeEvent)(nil),          // 22: iop.v1.EdgeNodeEvent
-	(*EdgeCommandRequest)(nil),     // 23: iop.v1.EdgeCommandRequest
-	(*EdgeCommandResponse)(nil),    // 24: iop.v1.EdgeCommandResponse
-	(*EdgeCommandEvent)(nil),       // 25: iop.v1.EdgeCommandEvent
+	(*WorkspaceRequest)(nil),       // 18: iop.v1.WorkspaceRequest
+	(*WorkspaceResponse)(nil),      // 19: iop.v1.WorkspaceResponse
+	(*WorkspaceCancel)(nil),        // 20: iop.v1.WorkspaceCancel
+	(*EdgeHelloRequest)(nil),       // 21: iop.v1.EdgeHelloRequest
+	(*EdgeHelloResponse)(nil),      // 22: iop.v1.EdgeHelloResponse
+	(*EdgeStatusRequest)(nil),      // 23: iop.v1.EdgeStatusRequest
+	(*EdgeStatusResponse)(nil),     // 24: iop.v1.EdgeStatusResponse
+	(*EdgeNodeEvent)(nil),          // 25: iop.v1.EdgeNodeEvent
+	(*EdgeCommandRequest)(nil),     // 26: iop.v1.EdgeCommandRequest
+	(*EdgeCommandResponse)(nil),    // 27: iop.v1.EdgeCommandResponse
+	(*EdgeCommandEvent)(nil),       // 28: iop.v1.EdgeCommandEvent
 }
 var file_iop_v1_envelope_proto_depIdxs = []int32{
 	2,  // 0: iop.v1.Envelope.error:type_name -> iop.v1.Error
@@ -699,20 +754,23 @@ var file_iop_v1_envelope_proto_depIdxs = []int32{
 	15, // 13: iop.v1.Envelope.provider_tunnel_request:type_name -> iop.v1.ProviderTunnelRequest
 	16, // 14: iop.v1.Envelope.provider_tunnel_response:type_name -> iop.v1.ProviderTunnelResponse
 	17, // 15: iop.v1.Envelope.provider_tunnel_end:type_name -> iop.v1.ProviderTunnelEnd
-	18, // 16: iop.v1.Envelope.edge_hello_request:type_name -> iop.v1.EdgeHelloRequest
-	19, // 17: iop.v1.Envelope.edge_hello_response:type_name -> iop.v1.EdgeHelloResponse
-	20, // 18: iop.v1.Envelope.edge_status_request:type_name -> iop.v1.EdgeStatusRequest
-	21, // 19: iop.v1.Envelope.edge_status_response:type_name -> iop.v1.EdgeStatusResponse
-	22, // 20: iop.v1.Envelope.edge_node_event:type_name -> iop.v1.EdgeNodeEvent
-	23, // 21: iop.v1.Envelope.edge_command_request:type_name -> iop.v1.EdgeCommandRequest
-	24, // 22: iop.v1.Envelope.edge_command_response:type_name -> iop.v1.EdgeCommandResponse
-	25, // 23: iop.v1.Envelope.edge_command_event:type_name -> iop.v1.EdgeCommandEvent
-	0,  // 24: iop.v1.Error.code:type_name -> iop.v1.ErrorCode
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	18, // 16: iop.v1.Envelope.workspace_request:type_name -> iop.v1.WorkspaceRequest
+	19, // 17: iop.v1.Envelope.workspace_response:type_name -> iop.v1.WorkspaceResponse
+	20, // 18: iop.v1.Envelope.workspace_cancel:type_name -> iop.v1.WorkspaceCancel
+	21, // 19: iop.v1.Envelope.edge_hello_request:type_name -> iop.v1.EdgeHelloRequest
+	22, // 20: iop.v1.Envelope.edge_hello_response:type_name -> iop.v1.EdgeHelloResponse
+	23, // 21: iop.v1.Envelope.edge_status_request:type_name -> iop.v1.EdgeStatusRequest
+	24, // 22: iop.v1.Envelope.edge_status_response:type_name -> iop.v1.EdgeStatusResponse
+	25, // 23: iop.v1.Envelope.edge_node_event:type_name -> iop.v1.EdgeNodeEvent
+	26, // 24: iop.v1.Envelope.edge_command_request:type_name -> iop.v1.EdgeCommandRequest
+	27, // 25: iop.v1.Envelope.edge_command_response:type_name -> iop.v1.EdgeCommandResponse
+	28, // 26: iop.v1.Envelope.edge_command_event:type_name -> iop.v1.EdgeCommandEvent
+	0,  // 27: iop.v1.Error.code:type_name -> iop.v1.ErrorCode
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_iop_v1_envelope_proto_init() }
@@ -723,6 +781,7 @@ func file_iop_v1_envelope_proto_init() {
 	file_iop_v1_control_proto_init()
 	file_iop_v1_node_proto_init()
 	file_iop_v1_tunnel_proto_init()
+	file_iop_v1_workspace_proto_init()
 	file_iop_v1_envelope_proto_msgTypes[0].OneofWrappers = []any{
 		(*Envelope_Error)(nil),
 		(*Envelope_RegisterRequest)(nil),
@@ -740,6 +799,9 @@ func file_iop_v1_envelope_proto_init() {
 		(*Envelope_ProviderTunnelRequest)(nil),
 		(*Envelope_ProviderTunnelResponse)(nil),
 		(*Envelope_ProviderTunnelEnd)(nil),
+		(*Envelope_WorkspaceRequest)(nil),
+		(*Envelope_WorkspaceResponse)(nil),
+		(*Envelope_WorkspaceCancel)(nil),
 		(*Envelope_EdgeHelloRequest)(nil),
 		(*Envelope_EdgeHelloResponse)(nil),
 		(*Envelope_EdgeStatusRequest)(nil),

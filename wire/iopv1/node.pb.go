@@ -630,7 +630,11 @@ type NodeConfig struct {
 	Providers []*ProviderConfig `protobuf:"bytes,2,rep,name=providers,proto3" json:"providers,omitempty"`
 	// lease_policy is the Edge's current word on leased credentials; the
 	// Node refuses leases it rules out even if the Edge issued them earlier.
-	LeasePolicy   *LeasePolicy `protobuf:"bytes,3,opt,name=lease_policy,json=leasePolicy,proto3" json:"lease_policy,omitempty"`
+	LeasePolicy *LeasePolicy `protobuf:"bytes,3,opt,name=lease_policy,json=leasePolicy,proto3" json:"lease_policy,omitempty"`
+	// workspaces are the workspace refs the Edge configured for this Node
+	// with the most authority it may grant; the Node accepts those its own
+	// catalog allows and reports them in ready and acks.
+	Workspaces    []*WorkspaceGrant `protobuf:"bytes,4,rep,name=workspaces,proto3" json:"workspaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -682,6 +686,13 @@ func (x *NodeConfig) GetProviders() []*ProviderConfig {
 func (x *NodeConfig) GetLeasePolicy() *LeasePolicy {
 	if x != nil {
 		return x.LeasePolicy
+	}
+	return nil
+}
+
+func (x *NodeConfig) GetWorkspaces() []*WorkspaceGrant {
+	if x != nil {
+		return x.Workspaces
 	}
 	return nil
 }
@@ -902,6 +913,7 @@ type ConfigUpdateAck struct {
 	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
 	Providers     []*ProviderSnapshot    `protobuf:"bytes,2,rep,name=providers,proto3" json:"providers,omitempty"`
 	Refused       []*ProviderRefusal     `protobuf:"bytes,3,rep,name=refused,proto3" json:"refused,omitempty"`
+	Workspaces    []string               `protobuf:"bytes,4,rep,name=workspaces,proto3" json:"workspaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -953,6 +965,13 @@ func (x *ConfigUpdateAck) GetProviders() []*ProviderSnapshot {
 func (x *ConfigUpdateAck) GetRefused() []*ProviderRefusal {
 	if x != nil {
 		return x.Refused
+	}
+	return nil
+}
+
+func (x *ConfigUpdateAck) GetWorkspaces() []string {
+	if x != nil {
+		return x.Workspaces
 	}
 	return nil
 }
@@ -1014,11 +1033,14 @@ func (x *ProviderRefusal) GetReason() RefusalReason {
 // NodeReadyRequest tells the Edge the Node applied its config and can take
 // work on this generation.
 type NodeReadyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	Providers     []*ProviderSnapshot    `protobuf:"bytes,3,rep,name=providers,proto3" json:"providers,omitempty"`
-	Refused       []*ProviderRefusal     `protobuf:"bytes,4,rep,name=refused,proto3" json:"refused,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Generation uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Revision   uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Providers  []*ProviderSnapshot    `protobuf:"bytes,3,rep,name=providers,proto3" json:"providers,omitempty"`
+	Refused    []*ProviderRefusal     `protobuf:"bytes,4,rep,name=refused,proto3" json:"refused,omitempty"`
+	// workspaces are the configured workspace refs the Node's catalog
+	// accepts; any other is refused (and cannot be admitted).
+	Workspaces    []string `protobuf:"bytes,5,rep,name=workspaces,proto3" json:"workspaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1077,6 +1099,13 @@ func (x *NodeReadyRequest) GetProviders() []*ProviderSnapshot {
 func (x *NodeReadyRequest) GetRefused() []*ProviderRefusal {
 	if x != nil {
 		return x.Refused
+	}
+	return nil
+}
+
+func (x *NodeReadyRequest) GetWorkspaces() []string {
+	if x != nil {
+		return x.Workspaces
 	}
 	return nil
 }
@@ -2589,7 +2618,7 @@ var File_iop_v1_node_proto protoreflect.FileDescriptor
 
 const file_iop_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x11iop/v1/node.proto\x12\x06iop.v1\"\xbc\x01\n" +
+	"\x11iop/v1/node.proto\x12\x06iop.v1\x1a\x16iop/v1/workspace.proto\"\xbc\x01\n" +
 	"\x0fRegisterRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1e\n" +
 	"\n" +
@@ -2606,12 +2635,15 @@ const file_iop_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\x12*\n" +
-	"\x06config\x18\x05 \x01(\v2\x12.iop.v1.NodeConfigR\x06config\"\x96\x01\n" +
+	"\x06config\x18\x05 \x01(\v2\x12.iop.v1.NodeConfigR\x06config\"\xce\x01\n" +
 	"\n" +
 	"NodeConfig\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x124\n" +
 	"\tproviders\x18\x02 \x03(\v2\x16.iop.v1.ProviderConfigR\tproviders\x126\n" +
-	"\flease_policy\x18\x03 \x01(\v2\x13.iop.v1.LeasePolicyR\vleasePolicy\"\xa1\x02\n" +
+	"\flease_policy\x18\x03 \x01(\v2\x13.iop.v1.LeasePolicyR\vleasePolicy\x126\n" +
+	"\n" +
+	"workspaces\x18\x04 \x03(\v2\x16.iop.v1.WorkspaceGrantR\n" +
+	"workspaces\"\xa1\x02\n" +
 	"\vLeasePolicy\x12/\n" +
 	"\x13revoked_credentials\x18\x01 \x03(\tR\x12revokedCredentials\x12+\n" +
 	"\x11disabled_profiles\x18\x02 \x03(\tR\x10disabledProfiles\x12'\n" +
@@ -2629,22 +2661,28 @@ const file_iop_v1_node_proto_rawDesc = "" +
 	"\x15long_context_capacity\x18\x06 \x01(\rR\x13longContextCapacity\x12#\n" +
 	"\rcredential_id\x18\a \x01(\tR\fcredentialId\":\n" +
 	"\fConfigUpdate\x12*\n" +
-	"\x06config\x18\x01 \x01(\v2\x12.iop.v1.NodeConfigR\x06config\"\x98\x01\n" +
+	"\x06config\x18\x01 \x01(\v2\x12.iop.v1.NodeConfigR\x06config\"\xb8\x01\n" +
 	"\x0fConfigUpdateAck\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x126\n" +
 	"\tproviders\x18\x02 \x03(\v2\x18.iop.v1.ProviderSnapshotR\tproviders\x121\n" +
-	"\arefused\x18\x03 \x03(\v2\x17.iop.v1.ProviderRefusalR\arefused\"a\n" +
+	"\arefused\x18\x03 \x03(\v2\x17.iop.v1.ProviderRefusalR\arefused\x12\x1e\n" +
+	"\n" +
+	"workspaces\x18\x04 \x03(\tR\n" +
+	"workspaces\"a\n" +
 	"\x0fProviderRefusal\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12-\n" +
-	"\x06reason\x18\x02 \x01(\x0e2\x15.iop.v1.RefusalReasonR\x06reason\"\xb9\x01\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x15.iop.v1.RefusalReasonR\x06reason\"\xd9\x01\n" +
 	"\x10NodeReadyRequest\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x126\n" +
 	"\tproviders\x18\x03 \x03(\v2\x18.iop.v1.ProviderSnapshotR\tproviders\x121\n" +
-	"\arefused\x18\x04 \x03(\v2\x17.iop.v1.ProviderRefusalR\arefused\"I\n" +
+	"\arefused\x18\x04 \x03(\v2\x17.iop.v1.ProviderRefusalR\arefused\x12\x1e\n" +
+	"\n" +
+	"workspaces\x18\x05 \x03(\tR\n" +
+	"workspaces\"I\n" +
 	"\x11NodeReadyResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"p\n" +
@@ -2868,46 +2906,48 @@ var file_iop_v1_node_proto_goTypes = []any{
 	(*Capabilities)(nil),           // 34: iop.v1.Capabilities
 	(*TransportStatus)(nil),        // 35: iop.v1.TransportStatus
 	nil,                            // 36: iop.v1.LeasePolicy.MinRevisionsEntry
+	(*WorkspaceGrant)(nil),         // 37: iop.v1.WorkspaceGrant
 }
 var file_iop_v1_node_proto_depIdxs = []int32{
 	0,  // 0: iop.v1.RegisterResponse.rejection:type_name -> iop.v1.RegisterRejection
 	9,  // 1: iop.v1.RegisterResponse.config:type_name -> iop.v1.NodeConfig
 	11, // 2: iop.v1.NodeConfig.providers:type_name -> iop.v1.ProviderConfig
 	10, // 3: iop.v1.NodeConfig.lease_policy:type_name -> iop.v1.LeasePolicy
-	36, // 4: iop.v1.LeasePolicy.min_revisions:type_name -> iop.v1.LeasePolicy.MinRevisionsEntry
-	1,  // 5: iop.v1.ProviderConfig.category:type_name -> iop.v1.ProviderCategory
-	9,  // 6: iop.v1.ConfigUpdate.config:type_name -> iop.v1.NodeConfig
-	18, // 7: iop.v1.ConfigUpdateAck.providers:type_name -> iop.v1.ProviderSnapshot
-	14, // 8: iop.v1.ConfigUpdateAck.refused:type_name -> iop.v1.ProviderRefusal
-	2,  // 9: iop.v1.ProviderRefusal.reason:type_name -> iop.v1.RefusalReason
-	18, // 10: iop.v1.NodeReadyRequest.providers:type_name -> iop.v1.ProviderSnapshot
-	14, // 11: iop.v1.NodeReadyRequest.refused:type_name -> iop.v1.ProviderRefusal
-	18, // 12: iop.v1.ProviderSnapshotUpdate.providers:type_name -> iop.v1.ProviderSnapshot
-	1,  // 13: iop.v1.ProviderSnapshot.category:type_name -> iop.v1.ProviderCategory
-	3,  // 14: iop.v1.ProviderSnapshot.status:type_name -> iop.v1.ProviderStatus
-	4,  // 15: iop.v1.ProviderSnapshot.health:type_name -> iop.v1.ProviderHealth
-	21, // 16: iop.v1.RunRequest.input:type_name -> iop.v1.RunInput
-	23, // 17: iop.v1.RunRequest.options:type_name -> iop.v1.RunOptions
-	20, // 18: iop.v1.RunRequest.grant:type_name -> iop.v1.CredentialGrant
-	22, // 19: iop.v1.RunInput.messages:type_name -> iop.v1.RunMessage
-	25, // 20: iop.v1.RunEvent.started:type_name -> iop.v1.RunStarted
-	26, // 21: iop.v1.RunEvent.delta:type_name -> iop.v1.OutputDelta
-	27, // 22: iop.v1.RunEvent.tool_call:type_name -> iop.v1.ToolCall
-	28, // 23: iop.v1.RunEvent.usage:type_name -> iop.v1.Usage
-	29, // 24: iop.v1.RunEvent.completed:type_name -> iop.v1.RunCompleted
-	30, // 25: iop.v1.RunEvent.failed:type_name -> iop.v1.RunFailed
-	5,  // 26: iop.v1.RunFailed.class:type_name -> iop.v1.FailureClass
-	6,  // 27: iop.v1.NodeCommandRequest.command:type_name -> iop.v1.NodeCommand
-	6,  // 28: iop.v1.NodeCommandResult.command:type_name -> iop.v1.NodeCommand
-	34, // 29: iop.v1.NodeCommandResult.capabilities:type_name -> iop.v1.Capabilities
-	35, // 30: iop.v1.NodeCommandResult.transport_status:type_name -> iop.v1.TransportStatus
-	18, // 31: iop.v1.Capabilities.providers:type_name -> iop.v1.ProviderSnapshot
-	6,  // 32: iop.v1.Capabilities.commands:type_name -> iop.v1.NodeCommand
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	37, // 4: iop.v1.NodeConfig.workspaces:type_name -> iop.v1.WorkspaceGrant
+	36, // 5: iop.v1.LeasePolicy.min_revisions:type_name -> iop.v1.LeasePolicy.MinRevisionsEntry
+	1,  // 6: iop.v1.ProviderConfig.category:type_name -> iop.v1.ProviderCategory
+	9,  // 7: iop.v1.ConfigUpdate.config:type_name -> iop.v1.NodeConfig
+	18, // 8: iop.v1.ConfigUpdateAck.providers:type_name -> iop.v1.ProviderSnapshot
+	14, // 9: iop.v1.ConfigUpdateAck.refused:type_name -> iop.v1.ProviderRefusal
+	2,  // 10: iop.v1.ProviderRefusal.reason:type_name -> iop.v1.RefusalReason
+	18, // 11: iop.v1.NodeReadyRequest.providers:type_name -> iop.v1.ProviderSnapshot
+	14, // 12: iop.v1.NodeReadyRequest.refused:type_name -> iop.v1.ProviderRefusal
+	18, // 13: iop.v1.ProviderSnapshotUpdate.providers:type_name -> iop.v1.ProviderSnapshot
+	1,  // 14: iop.v1.ProviderSnapshot.category:type_name -> iop.v1.ProviderCategory
+	3,  // 15: iop.v1.ProviderSnapshot.status:type_name -> iop.v1.ProviderStatus
+	4,  // 16: iop.v1.ProviderSnapshot.health:type_name -> iop.v1.ProviderHealth
+	21, // 17: iop.v1.RunRequest.input:type_name -> iop.v1.RunInput
+	23, // 18: iop.v1.RunRequest.options:type_name -> iop.v1.RunOptions
+	20, // 19: iop.v1.RunRequest.grant:type_name -> iop.v1.CredentialGrant
+	22, // 20: iop.v1.RunInput.messages:type_name -> iop.v1.RunMessage
+	25, // 21: iop.v1.RunEvent.started:type_name -> iop.v1.RunStarted
+	26, // 22: iop.v1.RunEvent.delta:type_name -> iop.v1.OutputDelta
+	27, // 23: iop.v1.RunEvent.tool_call:type_name -> iop.v1.ToolCall
+	28, // 24: iop.v1.RunEvent.usage:type_name -> iop.v1.Usage
+	29, // 25: iop.v1.RunEvent.completed:type_name -> iop.v1.RunCompleted
+	30, // 26: iop.v1.RunEvent.failed:type_name -> iop.v1.RunFailed
+	5,  // 27: iop.v1.RunFailed.class:type_name -> iop.v1.FailureClass
+	6,  // 28: iop.v1.NodeCommandRequest.command:type_name -> iop.v1.NodeCommand
+	6,  // 29: iop.v1.NodeCommandResult.command:type_name -> iop.v1.NodeCommand
+	34, // 30: iop.v1.NodeCommandResult.capabilities:type_name -> iop.v1.Capabilities
+	35, // 31: iop.v1.NodeCommandResult.transport_status:type_name -> iop.v1.TransportStatus
+	18, // 32: iop.v1.Capabilities.providers:type_name -> iop.v1.ProviderSnapshot
+	6,  // 33: iop.v1.Capabilities.commands:type_name -> iop.v1.NodeCommand
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_iop_v1_node_proto_init() }
@@ -2915,6 +2955,7 @@ func file_iop_v1_node_proto_init() {
 	if File_iop_v1_node_proto != nil {
 		return
 	}
+	file_iop_v1_workspace_proto_init()
 	file_iop_v1_node_proto_msgTypes[16].OneofWrappers = []any{}
 	file_iop_v1_node_proto_msgTypes[17].OneofWrappers = []any{
 		(*RunEvent_Started)(nil),
