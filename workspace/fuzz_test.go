@@ -23,7 +23,7 @@ func FuzzSplitPath(f *testing.F) {
 		if p == "." {
 			return
 		}
-		if filepath.Clean(p) != p || filepath.IsAbs(p) || strings.HasPrefix(p, "..") || len(parts) == 0 {
+		if filepath.Clean(p) != p || filepath.IsAbs(p) || strings.HasPrefix(p, "../") || p == ".." || len(parts) == 0 {
 			t.Fatalf("accepted %q", p)
 		}
 		for _, c := range parts {
