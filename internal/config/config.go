@@ -18,10 +18,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/workspace"
 )
 
 // decodeStrict decodes exactly one YAML document into v, refusing unknown
@@ -135,4 +137,26 @@ func readFile(path string) ([]byte, string, error) {
 		return nil, "", fmt.Errorf("%s: larger than 4 MiB", path)
 	}
 	return b, filepath.Dir(path), nil
+}
+
+// WorkspaceLimits is the limits block of a workspace (edge.yaml and
+// node.yaml); every field is required.
+type WorkspaceLimits struct {
+	ReadBytes      int64         `yaml:"read_bytes"`
+	ListEntries    int           `yaml:"list_entries"`
+	WriteBytes     int64         `yaml:"write_bytes"`
+	CommandTimeout time.Duration `yaml:"command_timeout"`
+	OutputBytes    int64         `yaml:"output_bytes"`
+}
+
+func (l WorkspaceLimits) limits() workspace.Limits {
+	return workspace.Limits{ReadBytes: l.ReadBytes, ListEntries: l.ListEntries, WriteBytes: l.WriteBytes, CommandTimeout: l.CommandTimeout, OutputBytes: l.OutputBytes}
+}
+
+func ops(names []string) []workspace.Op {
+	out := make([]workspace.Op, 0, len(names))
+	for _, n := range names {
+		out = append(out, workspace.Op(n))
+	}
+	return out
 }

@@ -333,3 +333,75 @@ func mustEd25519(t *testing.T) (ed25519.PrivateKey, string) {
 	}
 	return priv, base64.StdEncoding.EncodeToString(pub)
 }
+
+func TestWorkspaceSections(t *testing.T) {
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "repo"), 0o755)
+	doc := minimalEdge + `workspaces:
+  - ref: repo
+    node: n1
+    ops: [read, list, write, command]
+    commands: [test]
+    limits: {read_bytes: 1048576, list_entries: 1000, write_bytes: 1048576, command_timeout: 60s, output_bytes: 65536}
+`
+	ef, err := ParseEdge([]byte(doc), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := ef.Config(1)
+	if len(cfg.Workspaces) != 1 || cfg.Workspaces[0].Authority.Limits.CommandTimeout.Seconds() != 60 {
+		t.Fatalf("workspaces %+v", cfg.Workspaces)
+	}
+	for name, bad := range map[string]string{
+		"unknown node":  strings.Replace(doc, "node: n1", "node: n9", 1),
+		"unknown op":    strings.Replace(doc, "ops: [read,", "ops: [exec,", 1),
+		"missing limit": strings.Replace(doc, "output_bytes: 65536", "", 1),
+		"unknown key":   strings.Replace(doc, "node: n1", "node: n1\n    shell: true", 1),
+	} {
+		if _, err := ParseEdge([]byte(bad), dir); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	node := `
+edge: 127.0.0.1:9440
+node_id: n1
+token: {env: IOP_TEST_NODE_TOKEN}
+plaintext: true
+workspaces:
+  - ref: repo
+    root: repo
+    platform: ` + runtime.GOOS + `
+    ops: [read, list, write, command]
+    env: [LANG]
+    commands:
+      - {id: test, argv: [/bin/echo, "{word}"], args: {word: word}}
+    limits: {read_bytes: 1048576, list_entries: 1000, write_bytes: 1048576, command_timeout: 60s, output_bytes: 65536}
+`
+	t.Setenv("IOP_TEST_NODE_TOKEN", "node-token-0123456789abcdef")
+	nf, err := ParseNode([]byte(node), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ncfg, err := nf.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ncfg.Workspaces == nil || len(ncfg.Workspaces.Refs()) != 1 {
+		t.Fatal("no catalog")
+	}
+	for name, bad := range map[string]string{
+		"other platform":   strings.Replace(node, "platform: "+runtime.GOOS, "platform: plan9", 1),
+		"LD_PRELOAD":       strings.Replace(node, "env: [LANG]", "env: [LD_PRELOAD]", 1),
+		"relative argv":    strings.Replace(node, "/bin/echo", "echo", 1),
+		"missing root":     strings.Replace(node, "root: repo", "root: nope", 1),
+		"untyped argument": strings.Replace(node, "args: {word: word}", "args: {word: shell}", 1),
+	} {
+		nf, err := ParseNode([]byte(bad), dir)
+		if err == nil {
+			_, err = nf.Config()
+		}
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

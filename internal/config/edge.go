@@ -14,6 +14,7 @@ import (
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/workspace"
 )
 
 // EdgeFile is edge.yaml.
@@ -74,6 +75,16 @@ type EdgeFile struct {
 	// LeaseTTL is each credential lease's lifetime (at most 2m). The
 	// signing key lives in state_dir/lease-signing.key.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// Workspaces are the workspace refs requests may be admitted to: the
+	// owning node and the most authority a request may get (the node's
+	// own node.yaml may allow less).
+	Workspaces []struct {
+		Ref      string          `yaml:"ref"`
+		Node     string          `yaml:"node"`
+		Ops      []string        `yaml:"ops"`
+		Commands []string        `yaml:"commands"`
+		Limits   WorkspaceLimits `yaml:"limits"`
+	} `yaml:"workspaces"`
 	// Managed turns on managed mode (see edge.Managed).
 	Managed *struct {
 		TrustDomain string `yaml:"trust_domain"`
@@ -215,6 +226,10 @@ func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
 	}
 	if f.Managed != nil {
 		cfg.Managed = &edge.Managed{TrustDomain: f.Managed.TrustDomain}
+	}
+	for _, w := range f.Workspaces {
+		cfg.Workspaces = append(cfg.Workspaces, edge.WorkspaceSpec{Ref: w.Ref, NodeID: w.Node,
+			Authority: workspace.Authority{Ops: ops(w.Ops), Commands: w.Commands, Limits: w.Limits.limits()}})
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, err

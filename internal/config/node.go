@@ -13,6 +13,7 @@ import (
 	"github.com/iop-dev/iop/execution/adapters/ollama"
 	"github.com/iop-dev/iop/execution/adapters/openai"
 	"github.com/iop-dev/iop/node"
+	"github.com/iop-dev/iop/workspace"
 )
 
 // NodeFile is node.yaml.
@@ -39,6 +40,21 @@ type NodeFile struct {
 		RetiredEdgeKeys []string      `yaml:"retired_edge_keys"`
 		Skew            time.Duration `yaml:"skew"`
 	} `yaml:"leases"`
+	// Workspaces are the directories this Node lets requests work in: the
+	// root, what may ever be done there, and the command templates.
+	Workspaces []struct {
+		Ref      string   `yaml:"ref"`
+		Root     string   `yaml:"root"`
+		Platform string   `yaml:"platform"`
+		Ops      []string `yaml:"ops"`
+		Env      []string `yaml:"env"`
+		Commands []struct {
+			ID   string            `yaml:"id"`
+			Argv []string          `yaml:"argv"`
+			Args map[string]string `yaml:"args"`
+		} `yaml:"commands"`
+		Limits WorkspaceLimits `yaml:"limits"`
+	} `yaml:"workspaces"`
 	Providers []struct {
 		ID       string   `yaml:"id"`
 		Adapter  string   `yaml:"adapter"`
@@ -108,6 +124,25 @@ func (f *NodeFile) Config() (node.Config, error) {
 			return cfg, fmt.Errorf("leases: %w", err)
 		}
 		cfg.Leases = op
+	}
+	if len(f.Workspaces) > 0 {
+		var entries []workspace.Entry
+		for _, w := range f.Workspaces {
+			e := workspace.Entry{Ref: w.Ref, Root: resolve(f.dir, w.Root), Platform: w.Platform, Ops: ops(w.Ops), Env: w.Env, Limits: w.Limits.limits()}
+			for _, c := range w.Commands {
+				t := workspace.Template{ID: c.ID, Argv: c.Argv, Args: map[string]workspace.ArgKind{}}
+				for k, v := range c.Args {
+					t.Args[k] = workspace.ArgKind(v)
+				}
+				e.Commands = append(e.Commands, t)
+			}
+			entries = append(entries, e)
+		}
+		cat, err := workspace.NewCatalog(entries)
+		if err != nil {
+			return cfg, fmt.Errorf("workspaces: %w", err)
+		}
+		cfg.Workspaces = cat
 	}
 	for i, p := range f.Providers {
 		var cred execution.Credential
