@@ -62,6 +62,11 @@ type Script struct {
 	// ArgumentsInChunks splits each tool call's arguments into this many
 	// streamed fragments (default 3).
 	ArgumentsInChunks int
+	// Raw, when set, is written verbatim as the whole body with status 200
+	// (Content-Type text/event-stream when it starts with "data:" or
+	// "event:", else application/json): a malformed answer for fault
+	// tests.
+	Raw string
 }
 
 // ToolCall is one scripted tool call.
@@ -386,6 +391,16 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func prelude(w http.ResponseWriter, r *http.Request, api string, sc *Script) bool {
 	if sc.HangBeforeHeaders {
 		<-r.Context().Done()
+		return false
+	}
+	if sc.Raw != "" {
+		if strings.HasPrefix(sc.Raw, "data:") || strings.HasPrefix(sc.Raw, "event:") {
+			w.Header().Set("Content-Type", "text/event-stream")
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, sc.Raw)
 		return false
 	}
 	if sc.Status != 0 && sc.Status != http.StatusOK {
