@@ -36,7 +36,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 	defer stop()
 	status, hdr, err := tn.Response(ctx)
 	if err != nil {
-		s.tunnelRefused(w, req, err)
+		s.tunnelRefused(ctx, w, req, err)
 		return
 	}
 	for k, vs := range hdr {
@@ -44,6 +44,36 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 	}
 	isSSE := bytes.HasPrefix([]byte(hdr.Get("Content-Type")), []byte("text/event-stream"))
 	if !req.stream || status != http.StatusOK || !isSSE {
+		if !isSSE {
+			// A JSON answer is read whole (bounded) and checked before the
+			// client sees it, so a broken or malformed one becomes one
+			// clean error instead of a truncated body.
+			body, err := io.ReadAll(io.LimitReader(tn, maxCapture+1))
+			switch {
+			case err != nil && deadlinePassed(ctx):
+				fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
+				return
+			case err != nil:
+				if ctx.Err() == nil {
+					fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider's answer broke off.", nil)
+				}
+				return
+			case len(body) <= maxCapture && !json.Valid(body):
+				s.log.Warn("provider answered malformed JSON", "request_id", req.rid, "status", status)
+				fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider's answer was malformed.", nil)
+				return
+			}
+			w.Header().Del("Content-Length")
+			w.WriteHeader(status)
+			w.Write(body)
+			if len(body) > maxCapture {
+				io.Copy(w, tn) // beyond the capture bound: passed on unchecked
+			}
+			if status == http.StatusOK {
+				s.bookAnswer(req, x, body)
+			}
+			return
+		}
 		w.WriteHeader(status)
 		var capture bytes.Buffer
 		dst := io.Writer(w)
@@ -55,14 +85,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			return
 		}
 		if status == http.StatusOK {
-			if f, err := llmapi.Scan(capture.Bytes(), "usage", "id"); err == nil {
-				if f.Raw("usage") != nil {
-					s.recordUsage(req, usageFromChat(f.Raw("usage")))
-				}
-				if id, ok := f.String("id"); ok && req.api == apiResponses {
-					s.responses.remember(id, x.lease.NodeID, x.lease.ProviderID, req.key.Name)
-				}
-			}
+			s.bookAnswer(req, x, capture.Bytes())
 		}
 		return
 	}
@@ -71,6 +94,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 	r := sse.NewReader(tn, 0)
 	keep := req.snap.keepAlive
 	var out []byte
+	terminated := false
 	for {
 		tn.SetReadDeadline(time.Now().Add(keep))
 		ev, err := r.Next()
@@ -82,14 +106,25 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			continue
 		}
 		if err == io.EOF {
+			if !terminated {
+				// The provider's stream ended without its last event.
+				s.streamError(w, req, errors.New("the provider's stream ended without its terminal event"))
+			}
 			return
 		}
 		if err != nil {
-			if ctx.Err() == nil {
+			if ctx.Err() == nil || deadlinePassed(ctx) {
 				s.streamError(w, req, err)
 			}
 			return
 		}
+		if string(ev.Data) != "[DONE]" && !json.Valid(ev.Data) {
+			// A malformed event is not passed on: the stream ends with the
+			// API's error event, and the upstream call is cancelled.
+			s.streamError(w, req, errors.New("the provider sent a malformed event"))
+			return
+		}
+		terminated = terminated || streamTerminal(req.api, ev)
 		if req.api == apiResponses && ev.Type == "response.created" {
 			var m struct {
 				Response struct {
@@ -117,6 +152,21 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			// leaves in one write, a lone event at once.
 			flush(w)
 		}
+	}
+}
+
+// bookAnswer records the usage (and a Responses id) of a whole JSON
+// answer.
+func (s *Server) bookAnswer(req *request, x *exchange, body []byte) {
+	f, err := llmapi.Scan(body, "usage", "id")
+	if err != nil {
+		return
+	}
+	if f.Raw("usage") != nil {
+		s.recordUsage(req, usageFromChat(f.Raw("usage")))
+	}
+	if id, ok := f.String("id"); ok && req.api == apiResponses {
+		s.responses.remember(id, x.lease.NodeID, x.lease.ProviderID, req.key.Name)
 	}
 }
 
@@ -173,7 +223,13 @@ func streamUsage(req *request, ev sse.Event) (*execution.Usage, bool) {
 }
 
 // tunnelRefused answers a tunnel that failed before the upstream's head.
-func (s *Server) tunnelRefused(w http.ResponseWriter, req *request, err error) {
+func (s *Server) tunnelRefused(ctx context.Context, w http.ResponseWriter, req *request, err error) {
+	if deadlinePassed(ctx) {
+		// The request's hard deadline closed the tunnel: the client is
+		// still there and gets its one answer.
+		fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
+		return
+	}
 	var te *nodes.TunnelError
 	if !errors.As(err, &te) {
 		return // the client went away
@@ -190,6 +246,27 @@ func (s *Server) tunnelRefused(w http.ResponseWriter, req *request, err error) {
 	default:
 		fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider could not serve the request.", nil)
 	}
+}
+
+// deadlinePassed reports whether the request's own hard deadline ended
+// ctx (as opposed to the client leaving, which cancels it).
+func deadlinePassed(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.DeadlineExceeded)
+}
+
+// timeoutEvent ends an answer whose hard deadline passed.
+var timeoutEvent = llmapi.Event{Kind: llmapi.EvError, Err: &llmapi.APIError{Status: http.StatusGatewayTimeout, Type: "timeout", Message: "The request exceeded its deadline."}}
+
+// streamTerminal reports whether a passed-through event ends its stream
+// in the client's API (an answer's last event or the API's error event).
+func streamTerminal(a api, ev sse.Event) bool {
+	switch a {
+	case apiMessages:
+		return ev.Type == "message_stop" || ev.Type == "error"
+	case apiResponses:
+		return ev.Type == "response.completed" || ev.Type == "response.failed" || ev.Type == "response.incomplete" || ev.Type == "error"
+	}
+	return string(ev.Data) == "[DONE]" || bytes.HasPrefix(ev.Data, []byte(`{"error"`))
 }
 
 // streamError ends an SSE answer with the client format's own error event.
@@ -304,8 +381,12 @@ func (s *Server) relayRun(ctx context.Context, w http.ResponseWriter, req *reque
 		ev, err := x.run.Next(nctx)
 		cancel()
 		if err != nil {
+			if deadlinePassed(ctx) {
+				em.event(timeoutEvent)
+				return
+			}
 			if ctx.Err() != nil {
-				return // the client left or the deadline passed; close cancels the run
+				return // the client left; close cancels the run
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				if !em.keepAlive() {
@@ -332,7 +413,7 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 	defer stop()
 	status, _, err := tn.Response(ctx)
 	if err != nil {
-		s.tunnelRefused(w, req, err)
+		s.tunnelRefused(ctx, w, req, err)
 		return
 	}
 	if status != http.StatusOK {
@@ -352,7 +433,11 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 	default:
 		b, err := io.ReadAll(io.LimitReader(tn, 64<<20))
 		if err != nil {
-			fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider's answer broke off.", nil)
+			if deadlinePassed(ctx) {
+				fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
+			} else if ctx.Err() == nil {
+				fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider's answer broke off.", nil)
+			}
 			return
 		}
 		switch x.format {
@@ -377,7 +462,13 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 				}
 				continue
 			}
+			if deadlinePassed(ctx) {
+				em.event(timeoutEvent)
+			}
 			return
+		}
+		if ev.Kind == llmapi.EvError && deadlinePassed(ctx) {
+			ev = timeoutEvent
 		}
 		if !em.event(ev) {
 			return

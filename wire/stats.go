@@ -24,6 +24,10 @@ type Stats struct {
 	// HeartbeatsSent and HeartbeatsAcked count the session's own heartbeat
 	// requests and the responses seen for them.
 	HeartbeatsSent, HeartbeatsAcked uint64
+	// MaxStreamBuffered is, at the time of the snapshot, the most received
+	// bytes any one stream holds unread; it never exceeds the stream
+	// window.
+	MaxStreamBuffered int
 	// MaxBytesAheadOfHeartbeat is the most stream-frame bytes ever flushed
 	// between a heartbeat request or response being queued and written:
 	// how far control traffic can fall behind bulk data. The writer keeps it
@@ -55,10 +59,22 @@ func (s *sessionStats) noteHeartbeatAhead(n uint64) {
 func (s *Session) Stats() Stats {
 	s.mu.Lock()
 	open := len(s.streams)
+	streams := make([]*Stream, 0, open)
+	for _, st := range s.streams {
+		streams = append(streams, st)
+	}
 	s.mu.Unlock()
+	maxBuf := 0
+	for _, st := range streams {
+		st.mu.Lock()
+		b := int(s.cfg.streamWindow) - int(st.recvAvail)
+		st.mu.Unlock()
+		maxBuf = max(maxBuf, b)
+	}
 	st := &s.stats
 	return Stats{
 		StreamsOpen:              open,
+		MaxStreamBuffered:        maxBuf,
 		StreamsOpened:            st.streamsOpened.Load(),
 		StreamsAccepted:          st.streamsAccepted.Load(),
 		StreamsEnded:             st.streamsEnded.Load(),

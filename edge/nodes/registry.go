@@ -510,6 +510,22 @@ func (c currentStore) Records() []Record               { return c.get().Records(
 // TokenAuthenticator behind a certificate check).
 func (r *Registry) Store() Store { return currentStore{r} }
 
+// SessionStats returns the wire counters of the node's current
+// connection.
+func (r *Registry) SessionStats(nodeID string) (wire.Stats, bool) {
+	r.mu.Lock()
+	ns := r.nodes[nodeID]
+	var c *conn
+	if ns != nil {
+		c = ns.cur
+	}
+	r.mu.Unlock()
+	if c == nil {
+		return wire.Stats{}, false
+	}
+	return c.sess.Stats(), true
+}
+
 // LeaseKey returns the credential-lease encryption key the node registered
 // on its connection of generation gen. A lease sealed to it can be opened
 // only there: a reconnect registers afresh.

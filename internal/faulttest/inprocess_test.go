@@ -1,0 +1,253 @@
+package faulttest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/wire"
+)
+
+func streamScript(chunks int, delay time.Duration) func(*upstreamtest.Request) upstreamtest.Script {
+	return func(r *upstreamtest.Request) upstreamtest.Script {
+		text := make([]string, chunks)
+		for i := range text {
+			text[i] = fmt.Sprintf("chunk-%d ", i)
+		}
+		return upstreamtest.Script{Text: text, ChunkDelay: delay}
+	}
+}
+
+// TestHeartbeatPause: the Node's connection is paused past the heartbeat
+// wait. Both sides close it with heartbeat_timeout, the Edge fences it
+// (every stream on it ends with an error event), the Node reconnects and
+// new requests succeed.
+func TestHeartbeatPause(t *testing.T) {
+	hb := &wire.HeartbeatProfile{Interval: 100 * time.Millisecond, Timeout: 300 * time.Millisecond}
+	r := newRig(t, rigOpts{reply: streamScript(400, 5*time.Millisecond), heartbeat: hb})
+	r.startNode()
+	sub := r.srv.Registry().Subscribe()
+	defer sub.Close()
+	before, _ := r.srv.Registry().Current("n1")
+
+	var tally Tally
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			tally.Add(Chat(ctx, r.client, r.url, apiKey, "m", fmt.Sprint("paused ", i), true, 0))
+		})
+	}
+	waitUntil(t, "the streams running", func() bool { return r.inFlight() == 20 })
+	r.proxy.Pause()
+	// The Edge fences the connection for a heartbeat timeout.
+	var reason string
+	for reason == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ev, err := sub.Next(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("no disconnect event: %v", err)
+		}
+		if ev.Kind == nodes.EventDisconnected && ev.Generation == before {
+			reason = ev.Reason
+		}
+	}
+	if !strings.Contains(reason, "heartbeat") {
+		t.Fatalf("disconnect reason %q", reason)
+	}
+	wg.Wait()
+	r.proxy.Resume()
+	waitUntil(t, "the node back on a new generation", func() bool { g, ok := r.srv.Registry().Current("n1"); return ok && g != before })
+	r.waitAvailable()
+	after := r.load(10, true, apiKey, prompt("after"))
+	checkTally(t, "heartbeat pause", &tally)
+	checkTally(t, "after the pause", after)
+	if after.ByOutcome[Complete] != 10 || tally.ByOutcome[Failed]+tally.ByOutcome[Refused] != 20 {
+		t.Errorf("during: %v, after: %v", tally.ByOutcome, after.ByOutcome)
+	}
+	leaked := r.settled()
+	if leaked != 0 {
+		t.Errorf("%d leases leaked", leaked)
+	}
+	tally.Requests += after.Requests
+	for o, n := range after.ByOutcome {
+		tally.ByOutcome[o] += n
+	}
+	record(t, RowOf("connection paused past the heartbeat wait", &tally, leaked, fmt.Sprintf("reason %s; the 20 in flight: %d error events, %d error statuses; 10 after the reconnect complete",
+		reason, tally.ByOutcome[Failed], tally.ByOutcome[Refused]-0)))
+}
+
+// TestSlowReader: one client reads a byte every 100 ms while 200 other
+// streams run on the same Node connection. The slow stream holds at most
+// one window at the Edge and the others all complete; their throughput is
+// reported against a run without the slow client.
+func TestSlowReader(t *testing.T) {
+	fast := streamScript(200, time.Millisecond)
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		if strings.HasPrefix(q.Prompt, "slow reader") {
+			// Far more than the socket buffers and the stream window hold.
+			text := make([]string, 4000)
+			for i := range text {
+				text[i] = strings.Repeat("s", 1000)
+			}
+			return upstreamtest.Script{Text: text}
+		}
+		return fast(q)
+	}})
+	r.startNode()
+	run := func(withSlow bool) (*Tally, time.Duration, int) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var slowDone sync.WaitGroup
+		if withSlow {
+			slowDone.Go(func() {
+				Chat(ctx, r.client, r.url, apiKey, "m", "slow reader "+strings.Repeat("x", 2000), true, 100*time.Millisecond)
+			})
+			waitUntil(t, "the slow stream admitted", func() bool { return r.inFlight() == 1 })
+		}
+		start := time.Now()
+		tally := r.load(200, true, apiKey, prompt("fast"))
+		elapsed := time.Since(start)
+		maxBuf := 0
+		if st, ok := r.srv.Registry().SessionStats("n1"); ok {
+			maxBuf = st.MaxStreamBuffered
+		}
+		cancel()
+		slowDone.Wait()
+		return tally, elapsed, maxBuf
+	}
+	base, baseTime, _ := run(false)
+	tally, slowTime, maxBuf := run(true)
+	checkTally(t, "without the slow client", base)
+	checkTally(t, "with the slow client", tally)
+	if tally.ByOutcome[Complete] != 200 {
+		t.Fatalf("outcomes with the slow client: %v", tally.ByOutcome)
+	}
+	if maxBuf > wire.DefaultStreamWindow {
+		t.Fatalf("a stream buffered %d bytes, above the %d window", maxBuf, wire.DefaultStreamWindow)
+	}
+	leaked := r.settled()
+	record(t, RowOf("slow reader beside 200 streams", tally, leaked,
+		fmt.Sprintf("200 streams in %v vs %v alone (%.2fx); slow stream buffered <= %d B (window %d)",
+			slowTime.Round(time.Millisecond), baseTime.Round(time.Millisecond), float64(slowTime)/float64(baseTime), maxBuf, wire.DefaultStreamWindow)))
+}
+
+// TestOverload: ten times the configured capacity. The queue holds its
+// bound, refusals are 503 (capacity) or 429 (a key's limit) with
+// Retry-After, nothing is lost and memory stays bounded.
+func TestOverload(t *testing.T) {
+	r := newRig(t, rigOpts{capacity: 4, queueTimeout: 300 * time.Millisecond,
+		reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Text: []string{"ok"}, TTFT: 200 * time.Millisecond} }})
+	r.startNode()
+	heap0 := heapInuse()
+	var tally Tally
+	var maxQueued atomic.Int64
+	stop := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+				if q := int64(r.srv.PoolStats().Queued); q > maxQueued.Load() {
+					maxQueued.Store(q)
+				}
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	for round := range 5 {
+		for i := range 40 {
+			key := apiKey
+			if i%10 == 0 {
+				key = limitedKey
+			}
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				res := Chat(ctx, r.client, r.url, key, "m", fmt.Sprintf("load %d %d", round, i), i%2 == 0, 0)
+				if res.Outcome == Refused && res.RetryAfter == "" {
+					res.Outcome, res.Detail = Lost, fmt.Sprintf("%d without Retry-After", res.Status)
+				}
+				tally.Add(res)
+			})
+		}
+		wg.Wait()
+	}
+	close(stop)
+	watch.Wait()
+	checkTally(t, "overload", &tally)
+	if tally.Statuses[503] == 0 || tally.Statuses[200] == 0 {
+		t.Fatalf("statuses %v", tally.Statuses)
+	}
+	if q := maxQueued.Load(); q > 40 {
+		t.Fatalf("queue depth reached %d for 40 concurrent requests", q)
+	}
+	leaked := r.settled()
+	grew := int64(heapInuse()) - int64(heap0)
+	if grew > 64<<20 {
+		t.Fatalf("heap grew by %d bytes", grew)
+	}
+	record(t, RowOf("10x capacity offered (4 slots, 40 concurrent x5)", &tally, leaked,
+		fmt.Sprintf("statuses %v; max queue %d; heap change %+d KiB", tally.Statuses, maxQueued.Load(), grew>>10)))
+}
+
+// TestUpstreamFailures: an error mid-stream, a hang before headers (only
+// the hard deadline ends it), malformed JSON and malformed SSE from the
+// upstream. Each request gets exactly one terminal in its API's shape.
+func TestUpstreamFailures(t *testing.T) {
+	r := newRig(t, rigOpts{requestTimeout: 1500 * time.Millisecond, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		switch {
+		case strings.Contains(q.Prompt, "midstream"):
+			return upstreamtest.Script{Text: []string{"a", "b", "c", "d", "e"}, ErrorAfter: 2}
+		case strings.Contains(q.Prompt, "hang"):
+			return upstreamtest.Script{HangBeforeHeaders: true}
+		case strings.Contains(q.Prompt, "badjson"):
+			return upstreamtest.Script{Raw: `{"choices":[{"message":`}
+		case strings.Contains(q.Prompt, "badsse"):
+			return upstreamtest.Script{Raw: "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: {broken\n\n"}
+		case strings.Contains(q.Prompt, "status500"):
+			return upstreamtest.Script{Status: 500}
+		}
+		return upstreamtest.Echo(q)
+	}})
+	r.startNode()
+	var all Tally
+	notes := []string{}
+	for _, c := range []struct {
+		prompt string
+		stream bool
+	}{
+		{"midstream", true}, {"midstream", false}, {"hang", true}, {"hang", false},
+		{"badjson", false}, {"badsse", true}, {"status500", true}, {"status500", false}, {"fine", true},
+	} {
+		tally := r.load(5, c.stream, apiKey, prompt(c.prompt))
+		checkTally(t, c.prompt, tally)
+		notes = append(notes, fmt.Sprintf("%s/%v: %v", c.prompt, map[bool]string{true: "stream", false: "json"}[c.stream], tally.Statuses))
+		all.Requests += tally.Requests
+		if all.ByOutcome == nil {
+			all.ByOutcome, all.Statuses = map[Outcome]int{}, map[int]int{}
+		}
+		for o, n := range tally.ByOutcome {
+			all.ByOutcome[o] += n
+		}
+		all.latencies = append(all.latencies, tally.latencies...)
+		if c.prompt == "hang" && tally.ByOutcome[Complete] != 0 {
+			t.Fatalf("a hung upstream produced an answer")
+		}
+	}
+	leaked := r.settled()
+	if leaked != 0 {
+		t.Fatalf("%d leases leaked", leaked)
+	}
+	record(t, RowOf("upstream failures (mid-stream, hang, bad JSON/SSE, 500)", &all, leaked, strings.Join(notes, "; ")))
+}
