@@ -145,7 +145,9 @@ func TestSlowReader(t *testing.T) {
 // Retry-After, nothing is lost and memory stays bounded.
 func TestOverload(t *testing.T) {
 	r := newRig(t, rigOpts{capacity: 4, queueTimeout: 300 * time.Millisecond,
-		reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Text: []string{"ok"}, TTFT: 200 * time.Millisecond} }})
+		reply: func(*upstreamtest.Request) upstreamtest.Script {
+			return upstreamtest.Script{Text: []string{"ok"}, TTFT: 200 * time.Millisecond}
+		}})
 	r.startNode()
 	heap0 := heapInuse()
 	var tally Tally

@@ -244,4 +244,6 @@ func checkTally(t *testing.T, name string, tally *Tally) {
 	}
 }
 
-func prompt(s string) func(int) string { return func(i int) string { return fmt.Sprintf("%s %d %s", s, i, strings.Repeat("w", 8)) } }
+func prompt(s string) func(int) string {
+	return func(i int) string { return fmt.Sprintf("%s %d %s", s, i, strings.Repeat("w", 8)) }
+}
