@@ -122,6 +122,11 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			p.fwd.Add(int64(n))
 		}
 		if err != nil {
+			// A close is news too: while paused it is held back like data,
+			// so a vanished peer's FIN or reset never arrives.
+			if !p.wait() {
+				return
+			}
 			if errors.Is(err, io.EOF) {
 				if tc, ok := dst.(*net.TCPConn); ok {
 					tc.CloseWrite()

@@ -1,4 +1,426 @@
 package faulttest
 
-// cleanupBinaries removes the daemon binaries the process scenarios built.
-func cleanupBinaries() {}
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/internal/faultproxy"
+)
+
+// The process scenarios run the real daemons from examples/ (built once
+// per test binary) against a fake upstream in this process.
+
+var bins struct {
+	once       sync.Once
+	dir        string
+	edge, node string
+	err        error
+}
+
+func binaries(t *testing.T) (edgeBin, nodeBin string) {
+	t.Helper()
+	bins.once.Do(func() {
+		bins.dir, bins.err = os.MkdirTemp("", "iop-faulttest-")
+		if bins.err != nil {
+			return
+		}
+		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goBin); err != nil {
+			goBin = "go"
+		}
+		for _, b := range []struct{ out, pkg string }{{"edge", "./examples/edge"}, {"node", "./examples/node"}} {
+			cmd := exec.Command(goBin, "build", "-o", filepath.Join(bins.dir, b.out), b.pkg)
+			cmd.Dir = repoRoot()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				bins.err = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
+		}
+		bins.edge, bins.node = filepath.Join(bins.dir, "edge"), filepath.Join(bins.dir, "node")
+	})
+	if bins.err != nil {
+		t.Fatal(bins.err)
+	}
+	return bins.edge, bins.node
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func cleanupBinaries() {
+	if bins.dir != "" {
+		os.RemoveAll(bins.dir)
+	}
+}
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a daemon process.
+type proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+}
+
+func startProc(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	p := &proc{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() { p.signal(syscall.SIGKILL) })
+	return p
+}
+
+// signal sends sig and waits for the process to exit.
+func (p *proc) signal(sig syscall.Signal) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// cluster is an Edge daemon with two Node daemons (n1, n2), each hosting
+// one provider of capacity 60 in front of the fake upstream.
+type cluster struct {
+	t        *testing.T
+	edgeBin  string
+	nodeBin  string
+	dir      string
+	api      string
+	nodes    string
+	up       *upstreamtest.Server
+	env      []string
+	edge     *proc
+	procs    map[string]*proc
+	client   *http.Client
+	nodeDial map[string]string // node id -> address it dials (the Edge or a proxy)
+}
+
+func newCluster(t *testing.T, reply func(*upstreamtest.Request) upstreamtest.Script) *cluster {
+	t.Helper()
+	edgeBin, nodeBin := binaries(t)
+	up := upstreamtest.New(upstreamtest.Config{Models: []string{"up-model"}, Reply: reply})
+	up.Start()
+	c := &cluster{t: t, edgeBin: edgeBin, nodeBin: nodeBin, dir: t.TempDir(), api: freePort(t), nodes: freePort(t), up: up,
+		env:    []string{"IOP_FT_KEY=" + apiKey, "IOP_FT_NODE_TOKEN=" + nodeToken},
+		procs:  map[string]*proc{},
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}}, nodeDial: map[string]string{}}
+	edgeYAML := fmt.Sprintf(`api: {listen: %q}
+nodes_listen: %q
+state_dir: state
+limits: {queue_timeout: 5s, request_timeout: 60s}
+api_keys:
+  - {name: load, key: {env: IOP_FT_KEY}, models: ["*"]}
+nodes:
+  - id: n1
+    token: {env: IOP_FT_NODE_TOKEN}
+    providers: [{id: p1, adapter: openai, category: local, models: [up-model], capacity: 60}]
+  - id: n2
+    token: {env: IOP_FT_NODE_TOKEN}
+    providers: [{id: p2, adapter: openai, category: local, models: [up-model], capacity: 60}]
+routes:
+  - {model: m, targets: [{provider: p1, model: up-model}, {provider: p2, model: up-model}]}
+  - {model: m1, targets: [{provider: p1, model: up-model}]}
+`, c.api, c.nodes)
+	os.WriteFile(filepath.Join(c.dir, "edge.yaml"), []byte(edgeYAML), 0o600)
+	t.Cleanup(func() {
+		for _, p := range c.procs {
+			p.signal(syscall.SIGKILL)
+		}
+		if c.edge != nil {
+			c.edge.signal(syscall.SIGKILL)
+		}
+		up.Close()
+		c.client.CloseIdleConnections()
+	})
+	return c
+}
+
+func (c *cluster) startEdge() {
+	c.t.Helper()
+	c.edge = startProc(c.t, c.edgeBin, c.env, "-config", filepath.Join(c.dir, "edge.yaml"), "-shutdown-grace", "20s")
+	waitUntil(c.t, "the edge API up", func() bool {
+		resp, err := http.Get("http://" + c.api + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+}
+
+// startNode starts node id dialing addr ("" means the Edge directly).
+func (c *cluster) startNode(id, addr string) {
+	c.t.Helper()
+	if addr == "" {
+		addr = c.nodes
+	}
+	provider := "p" + strings.TrimPrefix(id, "n")
+	yaml := fmt.Sprintf(`edge: %q
+node_id: %s
+token: {env: IOP_FT_NODE_TOKEN}
+plaintext: true
+providers:
+  - {id: %s, adapter: openai, base_url: %q, models: [up-model]}
+`, addr, id, provider, c.up.URL())
+	path := filepath.Join(c.dir, id+".yaml")
+	os.WriteFile(path, []byte(yaml), 0o600)
+	c.procs[id] = startProc(c.t, c.nodeBin, c.env, "-config", path)
+}
+
+func (c *cluster) metrics() Metrics {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m, err := Scrape(ctx, "http://"+c.api)
+	if err != nil {
+		return Metrics{}
+	}
+	return m
+}
+
+func (c *cluster) connected(id string) bool {
+	return c.metrics()[`iop_edge_node_connected{node="`+id+`"}`] == 1
+}
+
+func (c *cluster) generation(id string) float64 {
+	return c.metrics()[`iop_edge_node_generation{node="`+id+`"}`]
+}
+
+// settled waits for the Edge to hold no lease and queue nothing, and
+// returns what it still holds otherwise.
+func (c *cluster) settled() int {
+	deadline := time.Now().Add(20 * time.Second)
+	var held float64
+	for time.Now().Before(deadline) {
+		m := c.metrics()
+		held = m.Sum("iop_edge_in_flight{") + m["iop_edge_queue_depth"]
+		if held == 0 {
+			return 0
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return int(held)
+}
+
+func (c *cluster) load(n int, model string, stream bool, tally *Tally) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			tally.Add(Chat(ctx, c.client, "http://"+c.api, apiKey, model, fmt.Sprintf("load %d", i), stream, 0))
+		})
+	}
+	return &wg
+}
+
+func (c *cluster) upstreamChats() int {
+	n := 0
+	for _, q := range c.up.Requests() {
+		if q.API == "chat" {
+			n++
+		}
+	}
+	return n
+}
+
+// boundedProcess checks the Edge's goroutines and heap against a
+// baseline taken when it was idle.
+func (c *cluster) boundedProcess(t *testing.T, baseGoroutines float64) string {
+	t.Helper()
+	// The clients' idle keep-alive connections each hold an Edge
+	// goroutine; they are not the scenario's.
+	c.client.CloseIdleConnections()
+	var g, heap float64
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m := c.metrics()
+		g, heap = m["go_goroutines"], m["go_memstats_heap_inuse_bytes"]
+		if g <= baseGoroutines+20 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if g > baseGoroutines+20 {
+		t.Errorf("edge goroutines %v after the scenario, %v before", g, baseGoroutines)
+	}
+	if heap > 256<<20 {
+		t.Errorf("edge heap in use %v bytes", heap)
+	}
+	return fmt.Sprintf("edge goroutines %v->%v, heap %.1f MiB", baseGoroutines, g, heap/(1<<20))
+}
+
+func chunks(n int, d time.Duration) func(*upstreamtest.Request) upstreamtest.Script {
+	return streamScript(n, d)
+}
+
+// TestNodeKilled: a Node daemon killed with SIGKILL during 100 concurrent
+// streams; every client gets exactly one terminal, the Node restarts and
+// its capacity is back.
+func TestNodeKilled(t *testing.T) {
+	c := newCluster(t, chunks(150, 20*time.Millisecond))
+	c.startEdge()
+	c.startNode("n1", "")
+	c.startNode("n2", "")
+	waitUntil(t, "both nodes connected", func() bool { return c.connected("n1") && c.connected("n2") })
+	base := c.metrics()["go_goroutines"]
+	var tally Tally
+	wg := c.load(100, "m", true, &tally)
+	waitUntil(t, "100 streams at the upstream", func() bool { return c.upstreamChats() >= 100 })
+	c.procs["n1"].signal(syscall.SIGKILL)
+	wg.Wait()
+	checkTally(t, "node killed", &tally)
+	c.startNode("n1", "")
+	waitUntil(t, "n1 back", func() bool { return c.connected("n1") })
+	var after Tally
+	c.load(120, "m", false, &after).Wait()
+	checkTally(t, "after the restart", &after)
+	if after.ByOutcome[Complete] != 120 {
+		t.Fatalf("capacity not restored: %v", after.ByOutcome)
+	}
+	leaked := c.settled()
+	if leaked != 0 {
+		t.Fatalf("%d leases held", leaked)
+	}
+	note := c.boundedProcess(t, base)
+	record(t, RowOf("node SIGKILL during 100 streams (daemons)", &tally, leaked,
+		fmt.Sprintf("%d complete (n2), %d error events/statuses (n1); after restart 120/120 complete at full capacity; %s",
+			tally.ByOutcome[Complete], tally.ByOutcome[Failed]+tally.ByOutcome[Refused], note)))
+}
+
+// TestNodeVanished: n1's machine vanishes without closing its TCP
+// connection (the proxy blackholes it), then n1 comes back as a new
+// process: the Edge accepts it through probe-then-fence, well before the
+// 45 s heartbeat wait would have ended the old connection.
+func TestNodeVanished(t *testing.T) {
+	c := newCluster(t, chunks(2000, 20*time.Millisecond))
+	c.startEdge()
+	c.startNode("n2", "")
+	proxy, err := faultproxy.New(c.nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	c.startNode("n1", proxy.Addr())
+	waitUntil(t, "n1 connected", func() bool { return c.connected("n1") })
+	gen := c.generation("n1")
+	var tally Tally
+	wg := c.load(10, "m1", true, &tally)
+	waitUntil(t, "10 streams on n1", func() bool { return c.upstreamChats() >= 10 })
+	proxy.Blackhole()
+	c.procs["n1"].signal(syscall.SIGKILL) // its side closes; nothing reaches the Edge
+	start := time.Now()
+	c.startNode("n1", "")
+	waitUntil(t, "the new n1 accepted", func() bool { return c.connected("n1") && c.generation("n1") != gen })
+	took := time.Since(start)
+	wg.Wait()
+	checkTally(t, "vanished node", &tally)
+	logs := c.edge.out.String()
+	if !strings.Contains(logs, "reason=superseded") || strings.Contains(logs, "heartbeat_timeout") {
+		t.Fatalf("the old connection was not fenced by the probe (accepted after %v):\n%s", took, lastLines(logs, 30))
+	}
+	leaked := c.settled()
+	record(t, RowOf("node vanished (blackholed), back as a new process (daemons)", &tally, leaked,
+		fmt.Sprintf("new process accepted after %v (probe timeout 5s, heartbeat wait 45s); old generation fenced as superseded; streams on it ended with error events",
+			took.Round(100*time.Millisecond))))
+}
+
+// TestEdgeRestarted: the Edge daemon restarted (SIGTERM, then started
+// again) under load: requests in flight finish, both Nodes register again
+// within their backoff, and new requests succeed.
+func TestEdgeRestarted(t *testing.T) {
+	c := newCluster(t, chunks(50, 20*time.Millisecond))
+	c.startEdge()
+	c.startNode("n1", "")
+	c.startNode("n2", "")
+	waitUntil(t, "both nodes connected", func() bool { return c.connected("n1") && c.connected("n2") })
+	g1, g2 := c.generation("n1"), c.generation("n2")
+	var tally Tally
+	wg := c.load(40, "m", true, &tally)
+	waitUntil(t, "40 streams at the upstream", func() bool { return c.upstreamChats() >= 40 })
+	c.edge.signal(syscall.SIGTERM)
+	wg.Wait()
+	checkTally(t, "in flight during the restart", &tally)
+	start := time.Now()
+	c.startEdge()
+	waitUntil(t, "both nodes back", func() bool { return c.connected("n1") && c.connected("n2") })
+	took := time.Since(start)
+	if c.generation("n1") <= g1 || c.generation("n2") <= g2 {
+		t.Fatalf("generations did not move past the old boot: %v %v", c.generation("n1"), c.generation("n2"))
+	}
+	var after Tally
+	c.load(40, "m", true, &after).Wait()
+	checkTally(t, "after the restart", &after)
+	if after.ByOutcome[Complete] != 40 {
+		t.Fatalf("after the restart: %v", after.ByOutcome)
+	}
+	leaked := c.settled()
+	var merged Tally
+	merged.Merge(&tally)
+	merged.Merge(&after)
+	record(t, RowOf("edge restarted under load (daemons)", &merged, leaked,
+		fmt.Sprintf("in flight: %v; nodes re-registered %v after the new edge started; new generations above the old boot's; 40/40 after",
+			tally.ByOutcome, took.Round(100*time.Millisecond))))
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}

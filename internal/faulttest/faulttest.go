@@ -176,6 +176,26 @@ func (t *Tally) Add(r Result) {
 	}
 }
 
+// Merge adds o's requests to t.
+func (t *Tally) Merge(o *Tally) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ByOutcome == nil {
+		t.ByOutcome, t.Statuses = map[Outcome]int{}, map[int]int{}
+	}
+	t.Requests += o.Requests
+	for k, v := range o.ByOutcome {
+		t.ByOutcome[k] += v
+	}
+	for k, v := range o.Statuses {
+		t.Statuses[k] += v
+	}
+	t.latencies = append(t.latencies, o.latencies...)
+	t.Details = append(t.Details, o.Details...)
+}
+
 // Terminals is the number of requests with exactly one terminal.
 func (t *Tally) Terminals() int {
 	t.mu.Lock()

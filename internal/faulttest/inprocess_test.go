@@ -77,12 +77,12 @@ func TestHeartbeatPause(t *testing.T) {
 	if leaked != 0 {
 		t.Errorf("%d leases leaked", leaked)
 	}
-	tally.Requests += after.Requests
-	for o, n := range after.ByOutcome {
-		tally.ByOutcome[o] += n
-	}
-	record(t, RowOf("connection paused past the heartbeat wait", &tally, leaked, fmt.Sprintf("reason %s; the 20 in flight: %d error events, %d error statuses; 10 after the reconnect complete",
-		reason, tally.ByOutcome[Failed], tally.ByOutcome[Refused]-0)))
+	during := tally.ByOutcome
+	var merged Tally
+	merged.Merge(&tally)
+	merged.Merge(after)
+	record(t, RowOf("connection paused past the heartbeat wait", &merged, leaked, fmt.Sprintf("reason %s; the 20 in flight: %d error events, %d error statuses; 10 after the reconnect complete",
+		reason, during[Failed], during[Refused])))
 }
 
 // TestSlowReader: one client reads a byte every 100 ms while 200 other
@@ -235,14 +235,7 @@ func TestUpstreamFailures(t *testing.T) {
 		tally := r.load(5, c.stream, apiKey, prompt(c.prompt))
 		checkTally(t, c.prompt, tally)
 		notes = append(notes, fmt.Sprintf("%s/%v: %v", c.prompt, map[bool]string{true: "stream", false: "json"}[c.stream], tally.Statuses))
-		all.Requests += tally.Requests
-		if all.ByOutcome == nil {
-			all.ByOutcome, all.Statuses = map[Outcome]int{}, map[int]int{}
-		}
-		for o, n := range tally.ByOutcome {
-			all.ByOutcome[o] += n
-		}
-		all.latencies = append(all.latencies, tally.latencies...)
+		all.Merge(tally)
 		if c.prompt == "hang" && tally.ByOutcome[Complete] != 0 {
 			t.Fatalf("a hung upstream produced an answer")
 		}
