@@ -33,3 +33,36 @@ func FuzzSplitPath(f *testing.F) {
 		}
 	})
 }
+
+// FuzzExpand: whatever arguments a request sends for a command template,
+// the argv keeps its fixed parts, and a placeholder value is one whole
+// argument that never starts with "-", never holds NUL and, for a path,
+// stays beneath the root.
+func FuzzExpand(f *testing.F) {
+	t := &Template{ID: "t", Argv: []string{"/usr/bin/tool", "--fixed", "{file}", "{n}", "{w}"},
+		Args: map[string]ArgKind{"file": ArgPath, "n": ArgInt, "w": ArgWord}}
+	f.Add("src/main.go", "10", "build")
+	f.Add("-rf", "1", "x")
+	f.Add("../../etc/passwd", "-1", "a b")
+	f.Add(".iop/job/x", "99999999999999999999", "--help")
+	f.Fuzz(func(tt *testing.T, file, n, w string) {
+		argv, err := expand(t, map[string]string{"file": file, "n": n, "w": w})
+		if err != nil {
+			if CodeOf(err) != CodeBadArgument {
+				tt.Fatalf("untyped %v", err)
+			}
+			return
+		}
+		if len(argv) != 5 || argv[0] != "/usr/bin/tool" || argv[1] != "--fixed" {
+			tt.Fatalf("fixed parts changed: %q", argv)
+		}
+		for _, a := range argv[2:] {
+			if a == "" || a[0] == '-' || strings.ContainsRune(a, 0) {
+				tt.Fatalf("unsafe argument %q", a)
+			}
+		}
+		if _, err := splitPath("fuzz", argv[2]); err != nil || strings.HasPrefix(argv[2], "/") {
+			tt.Fatalf("a path argument outside the rules: %q", argv[2])
+		}
+	})
+}

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-func examples(t *testing.T, rel string) string {
+func examples(_ *testing.T, rel string) string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "examples", rel)
 }
