@@ -246,3 +246,52 @@ func TestUpstreamFailures(t *testing.T) {
 	}
 	record(t, RowOf("upstream failures (mid-stream, hang, bad JSON/SSE, 500)", &all, leaked, strings.Join(notes, "; ")))
 }
+
+// TestConnectionFaults: the Node's connection reset (RST) or half-closed
+// under load, and added latency: every stream ends with one terminal, the
+// Node reconnects, leases come back.
+func TestConnectionFaults(t *testing.T) {
+	for _, fault := range []string{"reset", "half-close", "latency"} {
+		t.Run(fault, func(t *testing.T) {
+			r := newRig(t, rigOpts{reply: streamScript(300, 5*time.Millisecond)})
+			r.startNode()
+			before, _ := r.srv.Registry().Current("n1")
+			var tally Tally
+			var wg sync.WaitGroup
+			for i := range 30 {
+				wg.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+					defer cancel()
+					tally.Add(Chat(ctx, r.client, r.url, apiKey, "m", fmt.Sprint(fault, " ", i), true, 0))
+				})
+			}
+			waitUntil(t, "the streams running", func() bool { return r.inFlight() == 30 })
+			switch fault {
+			case "reset":
+				r.proxy.ResetAll()
+			case "half-close":
+				r.proxy.HalfCloseAll()
+			case "latency":
+				r.proxy.SetDelay(2 * time.Millisecond)
+			}
+			wg.Wait()
+			r.proxy.SetDelay(0)
+			checkTally(t, fault, &tally)
+			if fault != "latency" {
+				waitUntil(t, "the node back", func() bool { g, ok := r.srv.Registry().Current("n1"); return ok && g != before })
+			}
+			r.waitAvailable()
+			after := r.load(10, true, apiKey, prompt("after "+fault))
+			checkTally(t, "after "+fault, after)
+			leaked := r.settled()
+			if leaked != 0 || after.ByOutcome[Complete] != 10 {
+				t.Fatalf("leaked %d, after %v", leaked, after.ByOutcome)
+			}
+			var merged Tally
+			merged.Merge(&tally)
+			merged.Merge(after)
+			record(t, RowOf("node connection "+fault+" during 30 streams", &merged, leaked,
+				fmt.Sprintf("during: %v; 10/10 after", tally.ByOutcome)))
+		})
+	}
+}
