@@ -1,3 +1,5 @@
+//go:build linux
+
 package faulttest
 
 import (
@@ -62,9 +64,11 @@ func repoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-func cleanupBinaries() {
-	if bins.dir != "" {
-		os.RemoveAll(bins.dir)
+func init() {
+	cleanupBinaries = func() {
+		if bins.dir != "" {
+			os.RemoveAll(bins.dir)
+		}
 	}
 }
 

@@ -27,6 +27,9 @@ import (
 var (
 	reportMu sync.Mutex
 	report   []Row
+	// cleanupBinaries removes the daemons the process scenarios built
+	// (Linux only; a no-op elsewhere).
+	cleanupBinaries = func() {}
 )
 
 func record(t *testing.T, r Row) {
