@@ -12,7 +12,7 @@ import (
 	"github.com/iop-dev/iop/workspace"
 )
 
-// AuthorityFrom converts a wire authority (nil: none).
+// authorityFrom converts a wire authority (nil: none).
 func authorityFrom(a *iopv1.WorkspaceAuthority) workspace.Authority {
 	out := workspace.Authority{Commands: slices.Clone(a.GetCommands())}
 	for _, op := range a.GetOps() {
@@ -91,7 +91,7 @@ func fromErr(err error) *iopv1.WorkspaceResponse {
 	return failed(code, string(workspace.CodeOf(err)))
 }
 
-var ok = &iopv1.WorkspaceResponse{Status: iopv1.WorkspaceStatus_WORKSPACE_STATUS_OK}
+var okResponse = &iopv1.WorkspaceResponse{Status: iopv1.WorkspaceStatus_WORKSPACE_STATUS_OK}
 
 // workspace answers one workspace call. Sessions belong to this
 // connection: a request on another generation is refused, and when the
@@ -139,12 +139,12 @@ func (s *session) workspaceCall(st *wire.Stream, m *iopv1.WorkspaceRequest) *iop
 		if err := ws.Write(op.Write.GetPath(), op.Write.GetData(), op.Write.GetCreateOnly()); err != nil {
 			return fromErr(err)
 		}
-		return ok
+		return okResponse
 	case *iopv1.WorkspaceRequest_Delete:
 		if err := ws.Delete(op.Delete.GetPath()); err != nil {
 			return fromErr(err)
 		}
-		return ok
+		return okResponse
 	case *iopv1.WorkspaceRequest_Command:
 		return s.workspaceCommand(st, ws, m, op.Command)
 	case *iopv1.WorkspaceRequest_ArtifactWrite:
@@ -155,7 +155,7 @@ func (s *session) workspaceCall(st *wire.Stream, m *iopv1.WorkspaceRequest) *iop
 		if err := ws.WriteArtifact(a, op.ArtifactWrite.GetData()); err != nil {
 			return fromErr(err)
 		}
-		return ok
+		return okResponse
 	case *iopv1.WorkspaceRequest_ArtifactRead:
 		a, known := artifactFrom(op.ArtifactRead.GetArtifact())
 		if !known {
@@ -219,7 +219,7 @@ func (s *session) openWorkspace(requestID string, o *iopv1.WorkspaceOpen) *iopv1
 	s.workspaces[requestID] = ws
 	s.mu.Unlock()
 	s.rt.log.Info("workspace opened", "request_id", requestID, "ref", o.GetRef())
-	return ok
+	return okResponse
 }
 
 // workspaceCommand runs a command; a WorkspaceCancel for this call, a
