@@ -1,9 +1,9 @@
 // Package edge holds edge.Server, the gateway and composition root of an
 // Edge: the client HTTP APIs (OpenAI Chat Completions, Responses,
 // Embeddings and Models; Anthropic Messages and count_tokens; also
-// mountable as an http.Handler in your own server), API keys and principals, model routes, admission and leases,
-// the listener for Node sessions, and the one dispatch path every API goes
-// through.
+// mountable as an http.Handler in your own server), API keys and
+// principals, model routes, admission and leases, the listener for Node
+// sessions, and the one dispatch path every API goes through.
 //
 // A request is authenticated by its API key (stored only as a SHA-256
 // hash, compared in constant time), matched to a route, and admitted: it
@@ -24,11 +24,23 @@
 //   - a normalized run (cli providers), rendered in the client's format.
 //
 // Errors reach the client in its own format: OpenAI's error object, or
-// Anthropic's with 529 overloaded_error when no provider has room. A client that disconnects cancels the upstream call; a silent
-// stream gets a keep-alive comment every 15 s; silence is never a terminal.
+// Anthropic's with 529 overloaded_error when no provider has room. Every
+// request gets exactly one terminal: a whole answer, an error body, or the
+// API's error event in a stream (also when the hard deadline passes, the
+// provider's stream breaks off or sends a malformed event). A client that
+// disconnects cancels the upstream call; a silent stream gets a
+// keep-alive comment every 15 s; silence is never a terminal.
+//
+// Credentials a provider names (nodes.ProviderSpec.Credential) reach its
+// Node only as a credential lease per dispatch (package credentiallease),
+// bound to the Node's key and connection generation; in managed mode
+// (Config.Managed) Nodes register only with an Edge-CA certificate naming
+// their id (package edge/identity). OpenWorkspace admits a request to a
+// workspace ref on its one Node and generation (package workspace).
 //
 // Sub-packages make the parts visible: edge/nodes is the node registry and
-// the dispatch seam to Nodes, edge/pool is admission.
+// the dispatch seam to Nodes, edge/pool is admission, edge/identity the
+// workload-identity CA.
 //
 // The Edge is the source of truth for its Nodes and their providers. It
 // must never replay a request or move it to another provider once
