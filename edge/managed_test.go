@@ -295,3 +295,35 @@ func TestManagedIdentity(t *testing.T) {
 	rt := r.runNode([]tls.Certificate{nodeCert(t, r.ca, "n1", identity.Options{})}, nil, "")
 	waitUntil(t, "the good certificate registers", func() bool { return rt.Status().State == node.StateReady })
 }
+
+// TestNodeChecksEdgeIdentity: a Node with EdgeIdentity connects only to an
+// Edge whose certificate names that edge id.
+func TestNodeChecksEdgeIdentity(t *testing.T) {
+	r := newManagedRig(t)
+	cert := nodeCert(t, r.ca, "n1", identity.Options{})
+	for _, c := range []struct {
+		edgeID string
+		ok     bool
+	}{{"edge-2", false}, {"edge-1", true}} {
+		rt, err := node.New(node.Config{EdgeAddr: r.nodeAddr, NodeID: "n1", Token: nodeToken,
+			TLS:          &tls.Config{RootCAs: r.ca.Pool(), ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}},
+			EdgeIdentity: &node.EdgeIdentity{TrustDomain: "iop.test", EdgeID: c.edgeID},
+			Backoff:      node.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); rt.Run(ctx) }()
+		waitUntil(t, "an outcome", func() bool { st := rt.Status(); return st.State == node.StateReady || st.LastError != nil })
+		st := rt.Status()
+		cancel()
+		<-done
+		if (st.State == node.StateReady) != c.ok {
+			t.Fatalf("expecting %s: state %v, error %v", c.edgeID, st.State, st.LastError)
+		}
+		if !c.ok && !errors.Is(st.LastError, identity.ErrIdentityMismatch) {
+			t.Fatalf("expecting %s: %v", c.edgeID, st.LastError)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/iop-dev/iop/credentiallease"
+	"github.com/iop-dev/iop/edge/identity"
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/wire"
 	"github.com/iop-dev/iop/workspace"
@@ -28,6 +29,12 @@ type Config struct {
 	// included for mutual TLS). Nil means plaintext, for loopback and
 	// development only.
 	TLS *tls.Config
+	// EdgeIdentity, when set, is the workload identity the Edge's server
+	// certificate must carry (spiffe://<TrustDomain>/edge/<EdgeID>, from
+	// the Edge CA) on top of the usual CA and host name checks; TLS is
+	// required with it. Managed deployments set it so a Node talks only to
+	// its own Edge.
+	EdgeIdentity *EdgeIdentity
 	// Providers is the allow-list: the providers this Node is willing to
 	// host, each with the models it may serve. The Edge's config payload is
 	// intersected with it; anything outside is refused.
@@ -56,6 +63,12 @@ type Config struct {
 	// Logger receives runtime events (ids, reasons; never tokens, prompts
 	// or output). Nil means silent.
 	Logger hclog.Logger
+}
+
+// EdgeIdentity names the Edge a Node accepts.
+type EdgeIdentity struct {
+	TrustDomain string
+	EdgeID      string
 }
 
 // Hosted is one entry of the Node's provider allow-list.
@@ -107,6 +120,9 @@ func (c *Config) Validate() error {
 	if err := c.Wire.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Wire: %w", err))
 	}
+	if c.EdgeIdentity != nil && (c.TLS == nil || c.EdgeIdentity.TrustDomain == "" || c.EdgeIdentity.EdgeID == "") {
+		errs = append(errs, errors.New("EdgeIdentity needs TLS, a TrustDomain and an EdgeID"))
+	}
 	if c.Leases != nil && c.Leases.NodeID() != c.NodeID {
 		errs = append(errs, fmt.Errorf("Leases opens leases for node %q, not %q", c.Leases.NodeID(), c.NodeID))
 	}
@@ -117,4 +133,31 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("node: config: %w", err)
 	}
 	return nil
+}
+
+// tlsConfig is the dial configuration: cfg.TLS, plus the Edge identity
+// check when EdgeIdentity is set (after the standard verification).
+func (rt *Runtime) tlsConfig() *tls.Config {
+	id := rt.cfg.EdgeIdentity
+	if rt.cfg.TLS == nil || id == nil {
+		return rt.cfg.TLS
+	}
+	c := rt.cfg.TLS.Clone()
+	prev := c.VerifyConnection
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if prev != nil {
+			if err := prev(cs); err != nil {
+				return err
+			}
+		}
+		got, err := identity.PeerID(&cs, id.TrustDomain, identity.KindEdge)
+		if err != nil {
+			return fmt.Errorf("node: edge identity: %w", err)
+		}
+		if got != id.EdgeID {
+			return fmt.Errorf("node: edge identity: %w: %q, want %q", identity.ErrIdentityMismatch, got, id.EdgeID)
+		}
+		return nil
+	}
+	return c
 }

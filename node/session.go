@@ -41,7 +41,7 @@ func (rt *Runtime) connectOnce(ctx context.Context) (bool, error) {
 	rt.setStatus(func(s *Status) { s.State = StateConnecting })
 	dctx, cancel := context.WithTimeout(ctx, rt.registerTimeout())
 	defer cancel()
-	sess, err := wire.Dial(dctx, "tcp", rt.cfg.EdgeAddr, rt.cfg.TLS, rt.cfg.Wire)
+	sess, err := wire.Dial(dctx, "tcp", rt.cfg.EdgeAddr, rt.tlsConfig(), rt.cfg.Wire)
 	if err != nil {
 		return false, err
 	}

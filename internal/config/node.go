@@ -22,6 +22,12 @@ type NodeFile struct {
 	NodeID         string        `yaml:"node_id"`
 	Token          Secret        `yaml:"token"`
 	TLS            *TLSFiles     `yaml:"tls"`
+	// EdgeIdentity, with tls, requires the Edge's certificate to carry
+	// spiffe://<trust_domain>/edge/<edge_id> (managed mode).
+	EdgeIdentity *struct {
+		TrustDomain string `yaml:"trust_domain"`
+		EdgeID      string `yaml:"edge_id"`
+	} `yaml:"edge_identity"`
 	Plaintext      bool          `yaml:"plaintext"`
 	HealthInterval time.Duration `yaml:"health_interval"`
 	// Leases lets the Node take credential leases from its Edge.
@@ -117,6 +123,9 @@ func (f *NodeFile) Config() (node.Config, error) {
 			return cfg, fmt.Errorf("tls: %w", err)
 		}
 		cfg.TLS = tc
+	}
+	if e := f.EdgeIdentity; e != nil {
+		cfg.EdgeIdentity = &node.EdgeIdentity{TrustDomain: e.TrustDomain, EdgeID: e.EdgeID}
 	}
 	if l := f.Leases; l != nil {
 		op, err := f.opener()
