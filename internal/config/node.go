@@ -18,10 +18,10 @@ import (
 
 // NodeFile is node.yaml.
 type NodeFile struct {
-	Edge           string        `yaml:"edge"`
-	NodeID         string        `yaml:"node_id"`
-	Token          Secret        `yaml:"token"`
-	TLS            *TLSFiles     `yaml:"tls"`
+	Edge   string    `yaml:"edge"`
+	NodeID string    `yaml:"node_id"`
+	Token  Secret    `yaml:"token"`
+	TLS    *TLSFiles `yaml:"tls"`
 	// EdgeIdentity, with tls, requires the Edge's certificate to carry
 	// spiffe://<trust_domain>/edge/<edge_id> (managed mode).
 	EdgeIdentity *struct {
