@@ -327,3 +327,26 @@ func TestNodeChecksEdgeIdentity(t *testing.T) {
 		}
 	}
 }
+
+// TestDisabledProviderReachesLeasePolicy: an operator's provider.disable
+// reaches the Node as a disabled lease profile (a new payload revision).
+func TestDisabledProviderReachesLeasePolicy(t *testing.T) {
+	r := newManagedRig(t)
+	rt := r.runNode([]tls.Certificate{nodeCert(t, r.ca, "n1", identity.Options{})}, r.opener(r.leaseKey.Public().(ed25519.PublicKey)), "")
+	waitUntil(t, "ready", func() bool { return rt.Status().State == node.StateReady })
+	before := rt.Status().Revision
+	if err := r.srv.Registry().SetProviderEnabled("hosted", false); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the policy pushed", func() bool { return rt.Status().Revision > before })
+	if status, _ := r.chat("disabled"); status != 503 || r.upstreamCalls() != 0 {
+		t.Fatalf("a disabled provider: %d, %d upstream calls", status, r.upstreamCalls())
+	}
+	mid := rt.Status().Revision
+	r.srv.Registry().SetProviderEnabled("hosted", true)
+	waitUntil(t, "the policy lifted", func() bool { return rt.Status().Revision > mid })
+	waitUntil(t, "available again", func() bool { _, ok := r.srv.Registry().Available("n1", "hosted"); return ok })
+	if status, body := r.chat("enabled"); status != 200 {
+		t.Fatalf("after enable: %d %s", status, body)
+	}
+}

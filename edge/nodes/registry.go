@@ -374,12 +374,13 @@ func (r *Registry) applyStoreLocked(s Store) (pushes []push, drops []*conn) {
 			}
 		}
 		providers := payloadProviders(rec)
-		if ns.payload != nil && providersEqual(ns.payload.GetProviders(), providers) && proto.Equal(ns.payload.GetLeasePolicy(), r.policy) &&
+		policy := r.policyForLocked(ns)
+		if ns.payload != nil && providersEqual(ns.payload.GetProviders(), providers) && proto.Equal(ns.payload.GetLeasePolicy(), policy) &&
 			slices.EqualFunc(ns.payload.GetWorkspaces(), rec.Workspaces, func(a, b *iopv1.WorkspaceGrant) bool { return proto.Equal(a, b) }) {
 			continue
 		}
 		r.revision++
-		ns.payload = &iopv1.NodeConfig{Revision: r.revision, Providers: providers, LeasePolicy: r.policy, Workspaces: rec.Workspaces}
+		ns.payload = &iopv1.NodeConfig{Revision: r.revision, Providers: providers, LeasePolicy: policy, Workspaces: rec.Workspaces}
 		if c := ns.cur; c != nil && c.ready {
 			pushes = append(pushes, push{c, ns.payload})
 		}
@@ -570,11 +571,40 @@ func (r *Registry) SetDraining(nodeID string, on bool) error {
 	return nil
 }
 
+// policyForLocked is the lease policy a node's payload carries: the
+// Edge's, plus the node's disabled providers as disabled profiles.
+func (r *Registry) policyForLocked(ns *nodeState) *iopv1.LeasePolicy {
+	if r.policy == nil && len(ns.disabled) == 0 {
+		return nil
+	}
+	p := &iopv1.LeasePolicy{}
+	if r.policy != nil {
+		p = proto.Clone(r.policy).(*iopv1.LeasePolicy)
+	}
+	for id := range ns.disabled {
+		p.DisabledProfiles = append(p.DisabledProfiles, id)
+	}
+	slices.Sort(p.DisabledProfiles)
+	return p
+}
+
 // SetProviderEnabled disables a provider (admitting nothing new to it) or
-// enables it again. Like draining, the state is the Edge's.
+// enables it again. Like draining, the state is the Edge's; a disabled
+// provider also reaches its Node as a disabled lease profile.
 func (r *Registry) SetProviderEnabled(providerID string, enabled bool) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	err := r.setProviderEnabledLocked(providerID, enabled)
+	var pushes []push
+	var drops []*conn
+	if err == nil {
+		pushes, drops = r.applyStoreLocked(r.store)
+	}
+	r.mu.Unlock()
+	r.deliver(pushes, drops)
+	return err
+}
+
+func (r *Registry) setProviderEnabledLocked(providerID string, enabled bool) error {
 	for _, ns := range r.nodes {
 		for _, p := range ns.rec.Providers {
 			if p.ID != providerID {
