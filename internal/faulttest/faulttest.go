@@ -130,6 +130,63 @@ func Chat(ctx context.Context, c *http.Client, base, key, model, prompt string, 
 	return res
 }
 
+// Messages sends one Anthropic Messages request (streamed or not) and
+// classifies the answer: a stream ends with message_stop or an error
+// event; a body is a message or an error object.
+func Messages(ctx context.Context, c *http.Client, base, key, model, prompt string, stream bool) Result {
+	start := time.Now()
+	body := fmt.Sprintf(`{"model":%q,"max_tokens":256,"stream":%v,"messages":[{"role":"user","content":%q}]}`, model, stream, prompt)
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/messages", strings.NewReader(body))
+	req.Header.Set("X-Api-Key", key)
+	req.Header.Set("Anthropic-Version", "2023-06-01")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return Result{Outcome: Lost, Latency: time.Since(start), Detail: err.Error()}
+	}
+	defer resp.Body.Close()
+	res := Result{Status: resp.StatusCode, RetryAfter: resp.Header.Get("Retry-After")}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		var m struct {
+			Type string `json:"type"`
+		}
+		switch err := json.NewDecoder(resp.Body).Decode(&m); {
+		case err != nil:
+			res.Outcome, res.Detail = Lost, "body: "+err.Error()
+		case m.Type == "error" && resp.StatusCode != 200:
+			res.Outcome, res.Terminals = Refused, 1
+		case m.Type == "message" && resp.StatusCode == 200:
+			res.Outcome, res.Terminals = Complete, 1
+		default:
+			res.Outcome, res.Detail = Lost, fmt.Sprintf("a %d body of type %q", resp.StatusCode, m.Type)
+		}
+		res.Latency = time.Since(start)
+		return res
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	stops, errs := 0, 0
+	for sc.Scan() {
+		switch sc.Text() {
+		case "event: message_stop":
+			stops++
+		case "event: error":
+			errs++
+		}
+	}
+	res.Terminals = stops + errs
+	res.Latency = time.Since(start)
+	switch {
+	case res.Terminals != 1:
+		res.Outcome, res.Detail = Lost, fmt.Sprintf("%d terminals (%v)", res.Terminals, sc.Err())
+	case stops == 1:
+		res.Outcome = Complete
+	default:
+		res.Outcome = Failed
+	}
+	return res
+}
+
 type slowReader struct {
 	ctx   context.Context
 	r     io.Reader

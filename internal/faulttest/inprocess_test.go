@@ -295,3 +295,67 @@ func TestConnectionFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestAnthropicClientFaults: an Anthropic Messages client in front of a
+// Chat Completions upstream (the translated path) through the same
+// failures, and a Node connection reset mid-stream: one terminal each, in
+// Anthropic's shape.
+func TestAnthropicClientFaults(t *testing.T) {
+	r := newRig(t, rigOpts{requestTimeout: 1500 * time.Millisecond, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		switch {
+		case strings.Contains(q.Prompt, "midstream"):
+			return upstreamtest.Script{Text: []string{"a", "b", "c", "d"}, ErrorAfter: 2}
+		case strings.Contains(q.Prompt, "hang"):
+			return upstreamtest.Script{HangBeforeHeaders: true}
+		case strings.Contains(q.Prompt, "badsse"):
+			return upstreamtest.Script{Raw: "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: {broken\n\n"}
+		case strings.Contains(q.Prompt, "badjson"):
+			return upstreamtest.Script{Raw: `{"choices":[`}
+		case strings.Contains(q.Prompt, "long"):
+			text := make([]string, 300)
+			for i := range text {
+				text[i] = "t "
+			}
+			return upstreamtest.Script{Text: text, ChunkDelay: 5 * time.Millisecond}
+		}
+		return upstreamtest.Echo(q)
+	}})
+	r.startNode()
+	var all Tally
+	var notes []string
+	run := func(name string, n int, stream bool, during func()) {
+		var tally Tally
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				tally.Add(Messages(ctx, r.client, r.url, apiKey, "m", fmt.Sprintf("%s %d", name, i), stream))
+			})
+		}
+		if during != nil {
+			during()
+		}
+		wg.Wait()
+		checkTally(t, "anthropic "+name, &tally)
+		notes = append(notes, fmt.Sprintf("%s/%v: %v", name, map[bool]string{true: "stream", false: "json"}[stream], tally.ByOutcome))
+		all.Merge(&tally)
+	}
+	for _, c := range []struct {
+		name   string
+		stream bool
+	}{{"fine", true}, {"fine", false}, {"midstream", true}, {"midstream", false}, {"hang", true}, {"hang", false}, {"badsse", true}, {"badjson", false}} {
+		run(c.name, 5, c.stream, nil)
+	}
+	before, _ := r.srv.Registry().Current("n1")
+	run("long", 10, true, func() {
+		waitUntil(t, "the streams running", func() bool { return r.inFlight() == 10 })
+		r.proxy.ResetAll()
+	})
+	waitUntil(t, "the node back", func() bool { g, ok := r.srv.Registry().Current("n1"); return ok && g != before })
+	leaked := r.settled()
+	if leaked != 0 {
+		t.Fatalf("%d leases leaked", leaked)
+	}
+	record(t, RowOf("Anthropic client, translated path: failures and a reset", &all, leaked, strings.Join(notes, "; ")))
+}
