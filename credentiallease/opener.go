@@ -94,6 +94,11 @@ func NewOpener(cfg OpenerConfig) (*Opener, error) {
 	if o.skew == 0 {
 		o.skew = DefaultSkew
 	}
+	// Expired entries go by this Opener's clock (the one leases are
+	// judged by), never by another.
+	if err := cfg.Replay.compact(o.clock()); err != nil {
+		return nil, fmt.Errorf("credentiallease: replay file: %w", err)
+	}
 	return o, nil
 }
 

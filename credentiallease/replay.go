@@ -25,6 +25,7 @@ type ReplayCache struct {
 	used map[[16]byte]time.Time
 	hw   time.Time
 	f    *os.File
+	path string
 }
 
 // NewReplayCache returns a cache in memory only: a restart forgets it.
@@ -34,10 +35,10 @@ func NewReplayCache() *ReplayCache { return &ReplayCache{used: map[[16]byte]time
 // ErrReplayFile is returned for a replay file that cannot be trusted.
 var ErrReplayFile = errors.New("credentiallease: unusable replay file")
 
-// OpenReplayFile loads (or creates, mode 0600) the replay file at path,
-// drops expired entries by rewriting it, and appends to it from then on.
-// A torn last line (a crash mid-write) is ignored; any other damage is an
-// error, never skipped.
+// OpenReplayFile loads (or creates, mode 0600) the replay file at path and
+// appends to it from then on. NewOpener drops the entries that expired by
+// its own clock, rewriting the file. A torn last line (a crash mid-write)
+// is ignored; any other damage is an error, never skipped.
 func OpenReplayFile(path string) (*ReplayCache, error) {
 	c := NewReplayCache()
 	b, err := os.ReadFile(path)
@@ -66,26 +67,52 @@ func OpenReplayFile(path string) (*ReplayCache, error) {
 			c.hw = at
 		}
 	}
-	now := time.Now()
-	if c.hw.After(now) {
-		now = c.hw
-	}
-	var keep bytes.Buffer
-	for id, until := range c.used {
-		if !until.After(now) {
-			delete(c.used, id)
-			continue
-		}
-		keep.Write(replayLine(id, until, c.hw))
-	}
-	if err := writeKeyFile(path, keep.Bytes()); err != nil {
-		return nil, err
-	}
-	c.f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
+	c.path = path
+	if err := c.rewrite(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// compact drops entries that expired by now and rewrites the file (the
+// Opener calls it with its own clock).
+func (c *ReplayCache) compact(now time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hw.After(now) {
+		now = c.hw
+	}
+	for id, until := range c.used {
+		if !until.After(now) {
+			delete(c.used, id)
+		}
+	}
+	if c.path == "" {
+		return nil
+	}
+	return c.rewrite()
+}
+
+// rewrite replaces the file with the current entries (atomically) and
+// reopens it for appending. Called with c.mu held or before c is shared.
+func (c *ReplayCache) rewrite() error {
+	var keep bytes.Buffer
+	for id, until := range c.used {
+		keep.Write(replayLine(id, until, c.hw))
+	}
+	if c.f != nil {
+		c.f.Close()
+		c.f = nil
+	}
+	if err := writeKeyFile(c.path, keep.Bytes()); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(c.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	c.f = f
+	return nil
 }
 
 // Close closes the file.
