@@ -26,9 +26,11 @@ const waitDelay = 2 * time.Second
 // as its working directory, its own process group (killed whole on
 // timeout, cancel and cleanup), one output cap for stdout and stderr.
 func (s *Session) Run(ctx context.Context, id string, args map[string]string) (*Result, error) {
-	if err := s.begin(OpCommand); err != nil {
+	end, err := s.begin(OpCommand)
+	if err != nil {
 		return nil, err
 	}
+	defer end()
 	if !slices.Contains(s.auth.Commands, id) {
 		return nil, fail(CodeDenied, "command", "", errors.New("command "+id+" is not granted"))
 	}
@@ -48,14 +50,12 @@ func (s *Session) Run(ctx context.Context, id string, args map[string]string) (*
 		s.mu.Unlock()
 		return nil, fail(CodeClosed, "command", "", nil)
 	}
-	s.running[run] = struct{}{}
-	s.wg.Add(1)
+	s.running[run] = struct{}{} // Cleanup cancels it; begin's hold makes Cleanup wait
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.running, run)
 		s.mu.Unlock()
-		s.wg.Done()
 	}()
 
 	tmp, err := os.MkdirTemp("", "iop-ws-")

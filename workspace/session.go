@@ -50,7 +50,7 @@ type Session struct {
 	mu      sync.Mutex
 	closed  bool
 	running map[*running]struct{}
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // operations and commands in progress
 
 	cleanupOnce sync.Once
 	report      CleanupReport
@@ -85,26 +85,37 @@ func (c *Catalog) Open(ref string, a Authority, requestID string) (*Session, err
 func (s *Session) Authority() Authority { return s.auth }
 
 // begin checks that the session is open, op is granted and the root is
-// still in place.
-func (s *Session) begin(op Op) error {
+// still in place, and holds the session open until end is called:
+// Cleanup waits for every operation in progress before it closes the
+// root's descriptor (whose number could otherwise be reused under a
+// running operation).
+func (s *Session) begin(op Op) (end func(), err error) {
 	s.mu.Lock()
-	closed := s.closed
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fail(CodeClosed, string(op), "", nil)
+	}
+	s.wg.Add(1)
 	s.mu.Unlock()
-	if closed {
-		return fail(CodeClosed, string(op), "", nil)
-	}
 	if !slices.Contains(s.auth.Ops, op) {
-		return fail(CodeDenied, string(op), "", nil)
+		s.wg.Done()
+		return nil, fail(CodeDenied, string(op), "", nil)
 	}
-	return s.r.check(string(op))
+	if err := s.r.check(string(op)); err != nil {
+		s.wg.Done()
+		return nil, err
+	}
+	return s.wg.Done, nil
 }
 
 // Read returns at most the read limit of a regular, singly linked file,
 // and whether it was cut.
 func (s *Session) Read(path string) ([]byte, bool, error) {
-	if err := s.begin(OpRead); err != nil {
+	end, err := s.begin(OpRead)
+	if err != nil {
 		return nil, false, err
 	}
+	defer end()
 	parts, err := splitPath("read", path)
 	if err != nil {
 		return nil, false, err
@@ -119,9 +130,11 @@ func (s *Session) Read(path string) ([]byte, bool, error) {
 // limit, and whether more were cut. Reserved names never appear. "."
 // lists the root.
 func (s *Session) List(path string) ([]DirEntry, bool, error) {
-	if err := s.begin(OpList); err != nil {
+	end, err := s.begin(OpList)
+	if err != nil {
 		return nil, false, err
 	}
+	defer end()
 	parts, err := splitPath("list", path)
 	if err != nil {
 		return nil, false, err
@@ -131,9 +144,11 @@ func (s *Session) List(path string) ([]DirEntry, bool, error) {
 
 // Write replaces (or, createOnly, creates) a regular file atomically.
 func (s *Session) Write(path string, data []byte, createOnly bool) error {
-	if err := s.begin(OpWrite); err != nil {
+	end, err := s.begin(OpWrite)
+	if err != nil {
 		return err
 	}
+	defer end()
 	parts, err := splitPath("write", path)
 	if err != nil {
 		return err
@@ -149,9 +164,11 @@ func (s *Session) Write(path string, data []byte, createOnly bool) error {
 
 // Delete removes a regular file or an empty directory, never recursively.
 func (s *Session) Delete(path string) error {
-	if err := s.begin(OpDelete); err != nil {
+	end, err := s.begin(OpDelete)
+	if err != nil {
 		return err
 	}
+	defer end()
 	parts, err := splitPath("delete", path)
 	if err != nil {
 		return err
@@ -168,9 +185,11 @@ func (s *Session) WriteArtifact(a Artifact, data []byte) error {
 	if !ok {
 		return fail(CodeDenied, "artifact", "", errors.New("unknown artifact"))
 	}
-	if err := s.open("artifact"); err != nil {
+	end, err := s.open("artifact")
+	if err != nil {
 		return err
 	}
+	defer end()
 	if int64(len(data)) > s.auth.Limits.WriteBytes {
 		return fail(CodeTooLarge, "artifact", name, nil)
 	}
@@ -184,19 +203,22 @@ func (s *Session) ReadArtifact(a Artifact) ([]byte, error) {
 	if !ok {
 		return nil, fail(CodeDenied, "artifact", "", errors.New("unknown artifact"))
 	}
-	if err := s.open("artifact"); err != nil {
+	end, err := s.open("artifact")
+	if err != nil {
 		return nil, err
 	}
+	defer end()
 	return s.ns.read(name, s.auth.Limits.ReadBytes)
 }
 
-func (s *Session) open(op string) error {
+func (s *Session) open(op string) (end func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return fail(CodeClosed, op, "", nil)
+		return nil, fail(CodeClosed, op, "", nil)
 	}
-	return nil
+	s.wg.Add(1)
+	return s.wg.Done, nil
 }
 
 // CleanupReport says what cleanup removed and what it left in place.

@@ -694,3 +694,31 @@ func TestCleanupStopsCommands(t *testing.T) {
 		waitDead(t, pid)
 	}
 }
+
+// TestCleanupWaitsForOperations: operations racing with Cleanup either
+// finish on the open root or are refused as closed; none runs on a
+// descriptor Cleanup already closed.
+func TestCleanupWaitsForOperations(t *testing.T) {
+	for range 20 {
+		w := newWS(t, nil)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 50 {
+					_, _, err := w.s.Read("hello.txt")
+					if c := CodeOf(err); err != nil && c != CodeClosed {
+						t.Errorf("racing read: %v", err)
+						return
+					}
+					if err := w.s.Write("dir/x", []byte("x"), false); err != nil && CodeOf(err) != CodeClosed {
+						t.Errorf("racing write: %v", err)
+						return
+					}
+				}
+			})
+		}
+		w.s.Cleanup()
+		wg.Wait()
+		w.untouched()
+	}
+}
