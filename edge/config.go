@@ -78,7 +78,7 @@ type Config struct {
 	// for new requests and, through the lease policy, on the Nodes).
 	Credentials []Credential
 	// Leases signs credential leases. Required when a provider names a
-	// credential. Fixed at New.
+	// credential. Fixed at New: a reload that changes it is refused.
 	Leases *LeaseSigner
 	// Workspaces are the workspace refs requests may be admitted to, each
 	// on one Node (reloadable).
@@ -87,7 +87,7 @@ type Config struct {
 	// CA-verified workload certificate naming their node id (NodeTLS must
 	// verify client certificates against the Edge CA), and every hosted-API
 	// provider (category api) gets its credential only through leases.
-	// Fixed at New (a reload is still validated against it).
+	// Fixed at New: a reload that changes it is refused.
 	Managed *Managed
 
 	// ConfigSource, when set, is where the Control Plane's config.refresh

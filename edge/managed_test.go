@@ -350,3 +350,24 @@ func TestDisabledProviderReachesLeasePolicy(t *testing.T) {
 		t.Fatalf("after enable: %d %s", status, body)
 	}
 }
+
+// TestManagedReloadCannotDropManagedMode: a reload that would turn managed
+// mode off (and with it the lease-only rule) or change the lease key is
+// refused; the running configuration stays.
+func TestManagedReloadCannotDropManagedMode(t *testing.T) {
+	r := newManagedRig(t)
+	off := r.cfg
+	off.Managed = nil
+	if err := r.srv.Reload(off); err == nil {
+		t.Fatal("a reload dropped managed mode")
+	}
+	_, other, _ := ed25519.GenerateKey(nil)
+	rekey := r.cfg
+	rekey.Leases = &edge.LeaseSigner{KeyID: "another", Key: other}
+	if err := r.srv.Reload(rekey); err == nil {
+		t.Fatal("a reload changed the lease key")
+	}
+	if err := r.srv.Reload(r.cfg); err != nil {
+		t.Fatalf("the same configuration: %v", err)
+	}
+}

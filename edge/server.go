@@ -58,6 +58,7 @@ type Server struct {
 	links     map[uint64]context.CancelFunc // ConnectControlPlane calls, ended by Close
 	linkSeq   uint64
 	issuer    *credentiallease.Issuer // nil without Config.Leases
+	managed   *Managed                // Config.Managed at New
 }
 
 // snapshot is the immutable, reloadable part of the configuration. A
@@ -159,6 +160,9 @@ func New(cfg Config) (*Server, error) {
 	if l := cfg.Leases; l != nil {
 		s.issuer, _ = credentiallease.NewIssuer(l.KeyID, l.Key, l.TTL) // Validate checked it
 	}
+	if m := cfg.Managed; m != nil {
+		s.managed = &Managed{TrustDomain: m.TrustDomain}
+	}
 	reg.SetLeasePolicy(leasePolicy(&cfg))
 	s.snap.Store(newSnapshot(&cfg))
 	s.configRev.Store(1)
@@ -193,6 +197,14 @@ func (s *Server) Reload(cfg Config) error {
 func (s *Server) reloadLocked(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	// Managed mode and the lease signer are fixed at New: a reload that
+	// would turn them on, off or elsewhere is refused, never half-applied.
+	switch {
+	case (s.managed == nil) != (cfg.Managed == nil) || (s.managed != nil && s.managed.TrustDomain != cfg.Managed.TrustDomain):
+		return errors.New("edge: config: Managed cannot change on reload; restart the Edge")
+	case (s.issuer == nil) != (cfg.Leases == nil) || (s.issuer != nil && s.issuer.KeyID() != cfg.Leases.KeyID):
+		return errors.New("edge: config: Leases cannot change on reload; restart the Edge")
 	}
 	st, _ := nodes.NewStaticStore(withWorkspaces(cfg.Nodes, cfg.Workspaces))
 	s.snap.Store(newSnapshot(&cfg))
