@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/iop-dev/iop/controlplane"
 )
 
 // apiCall is one operator request and its answer.
@@ -380,5 +382,65 @@ func sseReader(r io.Reader) func() (typ, data string, err error) {
 				data += line[len("data: "):]
 			}
 		}
+	}
+}
+
+// TestHubReload: Edges and operators change without a restart; a removed
+// Edge is disconnected and leaves the view, a removed operator's bearer
+// token and page session stop working at once.
+func TestHubReload(t *testing.T) {
+	cfg := func(edges []string, ops ...controlplane.Operator) controlplane.Config {
+		c := controlplane.Config{Operators: ops, ProbeTimeout: 500 * time.Millisecond}
+		for _, id := range edges {
+			c.Edges = append(c.Edges, controlplane.EdgeRecord{ID: id, TokenHash: controlplane.HashToken(edgeToken(id))})
+		}
+		return c
+	}
+	alice := controlplane.Operator{Name: "alice", TokenHash: controlplane.HashToken(operatorToken)}
+	const bobToken = "bob-token-0123456789abcdef0123456789"
+	bob := controlplane.Operator{Name: "bob", TokenHash: controlplane.HashToken(bobToken)}
+	h := startHub(t, "", func(c *controlplane.Config) { *c = cfg([]string{"e1", "e2"}, alice, bob) })
+	startEdge(t, "e1", h.addr, nil)
+	startEdge(t, "e2", h.addr, nil)
+	waitFor(t, "both edges", func() bool {
+		a, _ := h.hub.Edge("e1")
+		b, _ := h.hub.Edge("e2")
+		return a.Connected && b.Connected
+	})
+	jar, _ := cookiejar.New(nil)
+	bc := &http.Client{Jar: jar}
+	if a := do(t, bc, h.url, apiCall{method: "POST", path: "/api/login", body: `{"token":"` + bobToken + `"}`}); a.status != 200 {
+		t.Fatalf("bob login: %d", a.status)
+	}
+	if err := h.hub.Reload(cfg([]string{"e/1"})); err == nil {
+		t.Fatal("an invalid configuration was taken")
+	}
+	if b, _ := h.hub.Edge("e2"); !b.Connected {
+		t.Fatal("a refused reload changed the hub")
+	}
+	// e2 and bob go, e4 comes.
+	if err := h.hub.Reload(cfg([]string{"e1", "e4"}, alice)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.hub.Edge("e2"); ok {
+		t.Fatal("a removed edge is still in the view")
+	}
+	if e4, ok := h.hub.Edge("e4"); !ok || e4.Connected {
+		t.Fatalf("the new edge: %+v %v", e4, ok)
+	}
+	if a, _ := h.hub.Edge("e1"); !a.Connected {
+		t.Fatal("an unchanged edge was disturbed")
+	}
+	c := &http.Client{}
+	call := apiCall{method: "GET", path: "/api/edges", header: bearer(bobToken)}
+	if a := do(t, c, h.url, call); a.status != 401 {
+		t.Fatalf("a removed operator's token: %d", a.status)
+	}
+	if a := do(t, bc, h.url, apiCall{method: "GET", path: "/api/edges"}); a.status != 401 {
+		t.Fatalf("a removed operator's session: %d", a.status)
+	}
+	call.header = bearer(operatorToken)
+	if a := do(t, c, h.url, call); a.status != 200 || strings.Contains(a.body, `"e2"`) {
+		t.Fatalf("alice after the reload: %d %s", a.status, a.body)
 	}
 }

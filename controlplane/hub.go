@@ -610,3 +610,55 @@ func (c *edgeConn) askStatus() {
 	default:
 	}
 }
+
+// Reload takes new Edges and Operators from cfg (the other fields are
+// fixed at New). An Edge no longer configured is disconnected and leaves
+// the view (unless AllowUnknownEdges still admits it by certificate); an
+// Edge whose token changed is disconnected so that it says hello again
+// with the new one; an operator removed, or whose token changed, loses
+// every session it had. An invalid cfg changes nothing.
+func (h *Hub) Reload(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	next := make(map[string]EdgeRecord, len(cfg.Edges))
+	for _, e := range cfg.Edges {
+		next[e.ID] = e
+	}
+	var drop []*edgeConn
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return ErrClosed
+	}
+	for id, old := range h.records {
+		rec, kept := next[id]
+		es := h.edges[id]
+		switch {
+		case !kept && es != nil:
+			if es.cur != nil {
+				drop = append(drop, es.cur)
+				h.fenceLocked(es, es.cur, "removed from configuration")
+			}
+			if !h.cfg.AllowUnknownEdges {
+				delete(h.edges, id)
+			}
+		case kept && rec.TokenHash != old.TokenHash && es != nil && es.cur != nil:
+			drop = append(drop, es.cur)
+			h.fenceLocked(es, es.cur, "token changed")
+		}
+	}
+	for id := range next {
+		if h.edges[id] == nil {
+			h.edges[id] = &edgeState{id: id, view: EdgeView{ID: id, Nodes: []NodeView{}}}
+		}
+	}
+	h.records = next
+	h.mu.Unlock()
+	h.ops.setList(cfg.Operators)
+	for _, c := range drop {
+		c.sess.CloseWithReason(wire.ReasonRejected, "edge configuration changed")
+	}
+	h.log.Info("hub configuration reloaded", "edges", len(next), "operators", len(cfg.Operators), "disconnected", len(drop))
+	return nil
+}

@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -41,9 +42,10 @@ type operators struct {
 }
 
 type opSession struct {
-	name    string
-	csrf    string
-	expires time.Time
+	name      string
+	tokenHash [32]byte // the token it signed in with: a reload that changes it ends the session
+	csrf      string
+	expires   time.Time
 }
 
 // principal is an authenticated operator.
@@ -69,7 +71,10 @@ func (o *operators) byToken(token string) (string, bool) {
 	}
 	sum := sha256.Sum256([]byte(token))
 	name, found := "", false
-	for _, op := range o.list {
+	o.mu.Lock()
+	list := o.list
+	o.mu.Unlock()
+	for _, op := range list {
 		if subtle.ConstantTimeCompare(sum[:], op.TokenHash[:]) == 1 {
 			name, found = op.Name, true
 		}
@@ -138,8 +143,22 @@ func (o *operators) login(token string) (id string, s *opSession, ok bool) {
 		}
 		delete(o.sessions, oldest)
 	}
+	s.tokenHash = sha256.Sum256([]byte(token))
 	o.sessions[sha256.Sum256([]byte(id))] = s
 	return id, s, true
+}
+
+// setList replaces the operators; sessions of operators removed, or
+// whose token changed, end.
+func (o *operators) setList(list []Operator) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.list = list
+	for k, s := range o.sessions {
+		if !slices.ContainsFunc(list, func(op Operator) bool { return op.Name == s.name && op.TokenHash == s.tokenHash }) {
+			delete(o.sessions, k)
+		}
+	}
 }
 
 func (o *operators) logout(p principal) {

@@ -3,6 +3,9 @@
 //
 //	go run ./examples/controlplane serve -config examples/controlplane/hub.yaml
 //
+// SIGHUP re-reads hub.yaml's Edges and operators (a removed Edge is
+// disconnected, a removed operator signed out); SIGINT and SIGTERM stop.
+//
 // The client commands read the Hub's URL from IOP_HUB_URL (default
 // http://127.0.0.1:9451) and the operator's token from IOP_OPERATOR_TOKEN:
 //
@@ -176,11 +179,32 @@ func serve(ctx context.Context, path string, log hclog.Logger, ready func(edges,
 	if ready != nil {
 		ready(edgeLn.Addr().String(), scheme+"://"+httpLn.Addr().String())
 	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case runErr = <-errc:
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down")
+			break wait
+		case runErr = <-errc:
+			break wait
+		case <-hup:
+			// Edges and operators come from hub.yaml again; the rest
+			// needs a restart.
+			nf, err := config.LoadHub(path)
+			if err == nil {
+				var nc controlplane.Config
+				if nc, err = nf.Config(); err == nil {
+					err = hub.Reload(nc)
+				}
+			}
+			if err != nil {
+				log.Error("reload refused; the running configuration stays", "error", err)
+			}
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
