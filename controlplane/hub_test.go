@@ -42,6 +42,10 @@ func TestNodeSnapshotsAndEvents(t *testing.T) {
 	log := watchEvents(t, h.hub)
 	e1 := startEdge(t, "e1", h.addr, nil)
 	e2 := startEdge(t, "e2", h.addr, nil)
+	// The Node connects after its Edge's link is up, so its ready is a
+	// transition the Hub sees as an event (before that, only a status
+	// would show it).
+	waitFor(t, "e2 linked", func() bool { v, _ := h.hub.Edge("e2"); return v.Connected && v.StatusAt != nil })
 	e2.startNode()
 
 	// Before its first connect the Node is in the view, offline, with its
