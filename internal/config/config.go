@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -89,7 +90,7 @@ func (s Secret) hash(base string) ([32]byte, error) {
 func (s Secret) read(base string) (string, error) {
 	switch {
 	case s.File != "":
-		b, err := os.ReadFile(resolve(base, s.File))
+		b, err := readSmall(resolve(base, s.File), maxSecretFile)
 		if err != nil {
 			return "", fmt.Errorf("file: %v", errors.Unwrap(err))
 		}
@@ -129,14 +130,47 @@ func resolve(base, p string) string {
 }
 
 func readFile(path string) ([]byte, string, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path, 4<<20)
 	if err != nil {
 		return nil, "", err
 	}
-	if len(b) > 4<<20 {
-		return nil, "", fmt.Errorf("%s: larger than 4 MiB", path)
-	}
 	return b, filepath.Dir(path), nil
+}
+
+// Size bounds of the files a configuration names.
+const (
+	maxSecretFile = 64 << 10
+	maxPEMFile    = 1 << 20
+)
+
+// readSmall reads a regular file of at most limit bytes. Anything else (a
+// device such as /dev/zero, a FIFO, a directory, a larger file) is an
+// error, so a configuration can never make a loader block or read
+// without end.
+func readSmall(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return b, nil
 }
 
 // WorkspaceLimits is the limits block of a workspace (edge.yaml and

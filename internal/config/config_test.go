@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -402,6 +403,28 @@ workspaces:
 		}
 		if err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestFilesAreBounded: a configuration naming a device, a FIFO or a huge
+// file is refused instead of blocking or reading without end.
+func TestFilesAreBounded(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip(err)
+	}
+	big := filepath.Join(dir, "big")
+	os.WriteFile(big, make([]byte, 2<<20), 0o600)
+	for _, p := range []string{"/dev/zero", fifo, big, dir} {
+		doc := strings.Replace(minimalEdge, "key: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}", "key: {file: "+p+"}", 1)
+		if _, err := ParseEdge([]byte(doc), dir); err == nil {
+			t.Errorf("secret file %s accepted", p)
+		}
+		hub := "edges_listen: a:1\nhttp: {listen: b:2}\nedge_tls: {cert_file: " + p + ", key_file: " + p + "}\noperators: [{name: o, token: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}}]\n"
+		if _, err := ParseHub([]byte(hub), dir); err == nil {
+			t.Errorf("certificate file %s accepted", p)
 		}
 	}
 }

@@ -311,7 +311,7 @@ func (t *TLSFiles) server(dir string) (*tls.Config, error) {
 	if t.CertFile == "" || t.KeyFile == "" {
 		return nil, fmt.Errorf("cert_file and key_file are required")
 	}
-	cert, err := tls.LoadX509KeyPair(resolve(dir, t.CertFile), resolve(dir, t.KeyFile))
+	cert, err := loadKeyPair(resolve(dir, t.CertFile), resolve(dir, t.KeyFile))
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +340,7 @@ func (t *TLSFiles) client(dir string) (*tls.Config, error) {
 		return nil, fmt.Errorf("cert_file and key_file go together")
 	}
 	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(resolve(dir, t.CertFile), resolve(dir, t.KeyFile))
+		cert, err := loadKeyPair(resolve(dir, t.CertFile), resolve(dir, t.KeyFile))
 		if err != nil {
 			return nil, err
 		}
@@ -350,7 +350,7 @@ func (t *TLSFiles) client(dir string) (*tls.Config, error) {
 }
 
 func loadPool(path string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path, maxPEMFile)
 	if err != nil {
 		return nil, err
 	}
@@ -359,4 +359,17 @@ func loadPool(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("%s holds no PEM certificate", path)
 	}
 	return pool, nil
+}
+
+// loadKeyPair is tls.LoadX509KeyPair with bounded reads of regular files.
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	c, err := readSmall(certFile, maxPEMFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	k, err := readSmall(keyFile, maxPEMFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(c, k)
 }
