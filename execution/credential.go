@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // Credential yields the secret for one upstream call. It is read at the
@@ -24,11 +26,11 @@ type FileCredential string
 
 // Secret implements Credential.
 func (f FileCredential) Secret(context.Context) (string, error) {
-	b, err := os.ReadFile(string(f))
+	b, err := readSecretFile(string(f))
 	if err != nil {
 		// The path is the operator's own configuration; the content is
 		// never part of an error.
-		return "", fmt.Errorf("%w: %s: %v", ErrNoCredential, string(f), errors.Unwrap(err))
+		return "", fmt.Errorf("%w: %s: %v", ErrNoCredential, string(f), err)
 	}
 	s := strings.TrimSpace(string(b))
 	if s == "" {
@@ -39,6 +41,29 @@ func (f FileCredential) Secret(context.Context) (string, error) {
 
 // String never shows the secret.
 func (f FileCredential) String() string { return "file:" + string(f) }
+
+// maxSecretFile bounds a credential file.
+const maxSecretFile = 64 << 10
+
+// readSecretFile reads a regular file of at most maxSecretFile bytes: a
+// device or FIFO named by mistake can never block or flood a call.
+func readSecretFile(path string) ([]byte, error) {
+	fh, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, errors.Unwrap(err)
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case !st.Mode().IsRegular():
+		return nil, errors.New("not a regular file")
+	case st.Size() > maxSecretFile:
+		return nil, errors.New("larger than 64 KiB")
+	}
+	return io.ReadAll(io.LimitReader(fh, maxSecretFile))
+}
 
 // EnvCredential reads the secret from an environment variable.
 type EnvCredential string
