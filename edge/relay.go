@@ -240,7 +240,7 @@ func (s *Server) tunnelRefused(ctx context.Context, w http.ResponseWriter, req *
 		return
 	case nodes.TunnelDeadline:
 		fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
-	case nodes.TunnelUpstreamUnreachable, nodes.TunnelTransport, nodes.TunnelStaleGeneration:
+	case nodes.TunnelUpstreamUnreachable, nodes.TunnelTransport, nodes.TunnelStaleGeneration, nodes.TunnelAtCapacity:
 		w.Header().Set("Retry-After", "1")
 		fail(w, req.api, http.StatusServiceUnavailable, "overloaded", "The model provider is unavailable.", nil)
 	default:

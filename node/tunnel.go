@@ -29,7 +29,11 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 	}
 	tn, h, note := s.admitTunnel(m.GetProviderId())
 	if tn == nil {
-		out.end(iopv1.TunnelError_TUNNEL_ERROR_REFUSED, note)
+		code := iopv1.TunnelError_TUNNEL_ERROR_REFUSED
+		if note == noteAtCapacity {
+			code = iopv1.TunnelError_TUNNEL_ERROR_AT_CAPACITY
+		}
+		out.end(code, note)
 		return
 	}
 	// The slot is free before the terminal leaves: the Edge frees its own
@@ -79,6 +83,8 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 	out.end(tunnelCode(ctx, err, out.headSent()), failureNote(err))
 }
 
+const noteAtCapacity = "provider at capacity"
+
 func (s *session) admitTunnel(id string) (execution.Tunneler, *hosted, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -91,7 +97,7 @@ func (s *session) admitTunnel(id string) (execution.Tunneler, *hosted, string) {
 		return nil, nil, "provider has no raw tunnel"
 	}
 	if h.cap > 0 && s.inflight[id] >= h.cap {
-		return nil, nil, "provider at capacity"
+		return nil, nil, noteAtCapacity
 	}
 	s.inflight[id]++
 	return tn, h, ""

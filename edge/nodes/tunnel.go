@@ -57,6 +57,8 @@ const (
 	TunnelStaleGeneration
 	// TunnelTransport: the Node connection ended (generation fenced).
 	TunnelTransport
+	// TunnelAtCapacity: the Node's slots for the provider were all in use.
+	TunnelAtCapacity
 )
 
 func (c TunnelCode) String() string {
@@ -77,6 +79,8 @@ func (c TunnelCode) String() string {
 		return "stale_generation"
 	case TunnelTransport:
 		return "transport"
+	case TunnelAtCapacity:
+		return "at_capacity"
 	}
 	return "unknown"
 }
@@ -108,6 +112,8 @@ func tunnelCodeFrom(c iopv1.TunnelError) TunnelCode {
 		return TunnelDeadline
 	case iopv1.TunnelError_TUNNEL_ERROR_STALE_GENERATION:
 		return TunnelStaleGeneration
+	case iopv1.TunnelError_TUNNEL_ERROR_AT_CAPACITY:
+		return TunnelAtCapacity
 	}
 	return TunnelInternal
 }

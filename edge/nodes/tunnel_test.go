@@ -331,3 +331,52 @@ func TestTunnelSlotFreeBeforeEnd(t *testing.T) {
 		t.Fatalf("%d of %d back-to-back tunnels refused by the node", refused, n)
 	}
 }
+
+// TestTunnelAtCapacityIsTyped: when the Edge lets go of a tunnel (a client
+// that left) its slot frees at once, while the Node may still be ending
+// that call; a tunnel sent in that moment is refused as at_capacity (a
+// 503 with Retry-After at the Edge), never as a generic refusal.
+func TestTunnelAtCapacityIsTyped(t *testing.T) {
+	srv := upstreamtest.New(upstreamtest.Config{Models: []string{"m1"}, Reply: func(r *upstreamtest.Request) upstreamtest.Script {
+		if strings.Contains(r.Prompt, "hang") {
+			return upstreamtest.Script{HangBeforeHeaders: true}
+		}
+		return upstreamtest.Echo(r)
+	}})
+	url := srv.Start()
+	t.Cleanup(srv.Close)
+	a, _ := openai.New(openai.Config{ID: "llm", BaseURL: url, Models: []string{"m1"}})
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", nodes.ProviderSpec{ID: "llm", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"m1"}, Capacity: 1}))})
+	runNode(t, e.addr, "n1", []node.Hosted{{Provider: a}})
+	gen := waitReady(t, e, "n1", 0)
+	atCapacity, reached := 0, 0
+	for i := range 50 {
+		hung, err := e.reg.OpenTunnel(ctx(t), "n1", gen, chatTunnel(fmt.Sprint("hang ", i), false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reached++
+		eventually(t, "the upstream holding the call", func() bool { return len(calls(srv)) >= reached })
+		hung.Close() // the Edge lets go: its slot is free now
+		next, err := e.reg.OpenTunnel(ctx(t), "n1", gen, chatTunnel(fmt.Sprint("next ", i), false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = next.Response(ctx(t))
+		if err == nil {
+			_, err = io.Copy(io.Discard, next)
+			reached++
+		}
+		next.Close()
+		var te *nodes.TunnelError
+		switch {
+		case err == nil:
+		case errors.As(err, &te) && te.Code == nodes.TunnelAtCapacity:
+			atCapacity++
+		default:
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		eventually(t, "slot free", func() bool { n, _ := e.reg.Node("n1"); return n.Providers[0].InFlight == 0 })
+	}
+	t.Logf("%d of 50 tunnels sent right after a release were refused at capacity", atCapacity)
+}

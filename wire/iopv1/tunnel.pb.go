@@ -53,6 +53,9 @@ const (
 	TunnelError_TUNNEL_ERROR_INTERNAL TunnelError = 6
 	// STALE_GENERATION: the request named another connection generation.
 	TunnelError_TUNNEL_ERROR_STALE_GENERATION TunnelError = 7
+	// AT_CAPACITY: the provider's slots on the Node are all in use (a call
+	// the Edge already let go of is still finishing there); retry later.
+	TunnelError_TUNNEL_ERROR_AT_CAPACITY TunnelError = 8
 )
 
 // Enum value maps for TunnelError.
@@ -66,6 +69,7 @@ var (
 		5: "TUNNEL_ERROR_DEADLINE_EXCEEDED",
 		6: "TUNNEL_ERROR_INTERNAL",
 		7: "TUNNEL_ERROR_STALE_GENERATION",
+		8: "TUNNEL_ERROR_AT_CAPACITY",
 	}
 	TunnelError_value = map[string]int32{
 		"TUNNEL_ERROR_UNSPECIFIED":          0,
@@ -76,6 +80,7 @@ var (
 		"TUNNEL_ERROR_DEADLINE_EXCEEDED":    5,
 		"TUNNEL_ERROR_INTERNAL":             6,
 		"TUNNEL_ERROR_STALE_GENERATION":     7,
+		"TUNNEL_ERROR_AT_CAPACITY":          8,
 	}
 )
 
@@ -435,7 +440,7 @@ const file_iop_v1_tunnel_proto_rawDesc = "" +
 	"\x11ProviderTunnelEnd\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12)\n" +
 	"\x05error\x18\x02 \x01(\x0e2\x13.iop.v1.TunnelErrorR\x05error\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage*\x8b\x02\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage*\xa9\x02\n" +
 	"\vTunnelError\x12\x1c\n" +
 	"\x18TUNNEL_ERROR_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14TUNNEL_ERROR_REFUSED\x10\x01\x12%\n" +
@@ -444,7 +449,8 @@ const file_iop_v1_tunnel_proto_rawDesc = "" +
 	"\x15TUNNEL_ERROR_CANCELED\x10\x04\x12\"\n" +
 	"\x1eTUNNEL_ERROR_DEADLINE_EXCEEDED\x10\x05\x12\x19\n" +
 	"\x15TUNNEL_ERROR_INTERNAL\x10\x06\x12!\n" +
-	"\x1dTUNNEL_ERROR_STALE_GENERATION\x10\aB)Z'github.com/iop-dev/iop/wire/iopv1;iopv1b\x06proto3"
+	"\x1dTUNNEL_ERROR_STALE_GENERATION\x10\a\x12\x1c\n" +
+	"\x18TUNNEL_ERROR_AT_CAPACITY\x10\bB)Z'github.com/iop-dev/iop/wire/iopv1;iopv1b\x06proto3"
 
 var (
 	file_iop_v1_tunnel_proto_rawDescOnce sync.Once
