@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/execution/upstreamtest"
-	"github.com/iop-dev/iop/internal/faultproxy"
+	"github.com/iop-dev/iop/internal/testproxy"
 )
 
 // The process scenarios run the real daemons from examples/ (built once
@@ -354,11 +354,7 @@ func TestNodeVanished(t *testing.T) {
 	c := newCluster(t, chunks(2000, 20*time.Millisecond))
 	c.startEdge()
 	c.startNode("n2", "")
-	proxy, err := faultproxy.New(c.nodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := testproxy.New(t, c.nodes)
 	c.startNode("n1", proxy.Addr())
 	waitUntil(t, "n1 connected", func() bool { return c.connected("n1") })
 	gen := c.generation("n1")

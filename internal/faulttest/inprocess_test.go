@@ -268,9 +268,9 @@ func TestConnectionFaults(t *testing.T) {
 			waitUntil(t, "the streams running", func() bool { return r.inFlight() == 30 })
 			switch fault {
 			case "reset":
-				r.proxy.ResetAll()
+				r.proxy.Reset()
 			case "half-close":
-				r.proxy.HalfCloseAll()
+				r.proxy.HalfClose()
 			case "latency":
 				r.proxy.SetDelay(2 * time.Millisecond)
 			}
@@ -350,7 +350,7 @@ func TestAnthropicClientFaults(t *testing.T) {
 	before, _ := r.srv.Registry().Current("n1")
 	run("long", 10, true, func() {
 		waitUntil(t, "the streams running", func() bool { return r.inFlight() == 10 })
-		r.proxy.ResetAll()
+		r.proxy.Reset()
 	})
 	waitUntil(t, "the node back", func() bool { g, ok := r.srv.Registry().Current("n1"); return ok && g != before })
 	leaked := r.settled()

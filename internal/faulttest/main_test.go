@@ -19,7 +19,7 @@ import (
 	"github.com/iop-dev/iop/execution"
 	oaadapter "github.com/iop-dev/iop/execution/adapters/openai"
 	"github.com/iop-dev/iop/execution/upstreamtest"
-	"github.com/iop-dev/iop/internal/faultproxy"
+	"github.com/iop-dev/iop/internal/testproxy"
 	"github.com/iop-dev/iop/node"
 	"github.com/iop-dev/iop/wire"
 )
@@ -86,7 +86,7 @@ type rig struct {
 	srv      *edge.Server
 	url      string
 	nodeAddr string
-	proxy    *faultproxy.Proxy
+	proxy    *testproxy.Proxy
 	up       *upstreamtest.Server
 	client   *http.Client
 	hb       *wire.HeartbeatProfile
@@ -132,10 +132,7 @@ func newRig(t *testing.T, o rigOpts) *rig {
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.Serve(apiLn) })
 	wg.Go(func() { srv.ServeNodes(nodeLn) })
-	p, err := faultproxy.New(nodeLn.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := testproxy.New(t, nodeLn.Addr().String())
 	r := &rig{t: t, srv: srv, url: "http://" + apiLn.Addr().String(), nodeAddr: nodeLn.Addr().String(), proxy: p, up: up, hb: o.heartbeat,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}}}
 	t.Cleanup(func() {

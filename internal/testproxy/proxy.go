@@ -1,7 +1,8 @@
 // Package testproxy is a fault-injecting TCP proxy for tests: it forwards
 // real TCP between a client and a target on loopback, and can pause
-// forwarding without closing (a machine that vanished, a sleeping laptop),
-// cut connections, or reset them.
+// forwarding without closing (a machine that vanished, a sleeping laptop:
+// a close is held back like data), blackhole it for good, add latency,
+// half-close, cut connections, or reset them.
 package testproxy
 
 import (
@@ -10,6 +11,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy forwards connections accepted on Addr to a target address.
@@ -21,6 +23,8 @@ type Proxy struct {
 	mu     sync.Mutex
 	paused bool
 	gate   chan struct{} // closed while forwarding is allowed
+	refuse bool          // Blackhole: new connections are reset
+	delay  time.Duration // before each forwarded chunk
 	links  map[*link]struct{}
 	closed bool
 	wg     sync.WaitGroup
@@ -61,8 +65,12 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		target := p.target
+		target, refuse := p.target, p.refuse
 		p.mu.Unlock()
+		if refuse {
+			reset(c)
+			continue
+		}
 		s, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Close()
@@ -94,15 +102,22 @@ func (p *Proxy) accept() {
 }
 
 // pump copies src to dst, holding each chunk while the proxy is paused.
+// A close is held back like data, so a peer that vanished while paused is
+// never seen closing.
 func (p *Proxy) pump(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
+		if n > 0 || err != nil {
 			p.mu.Lock()
-			gate := p.gate
+			gate, delay := p.gate, p.delay
 			p.mu.Unlock()
 			<-gate
+			if n > 0 && delay > 0 {
+				time.Sleep(delay)
+			}
+		}
+		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				src.Close()
 				return
@@ -142,15 +157,36 @@ func (p *Proxy) Resume() {
 	}
 }
 
-// Cut closes every current connection at both ends (new ones still work).
-func (p *Proxy) Cut() {
+// Blackhole pauses the current connections for good and resets new ones:
+// the machine behind the proxy vanished without closing anything.
+func (p *Proxy) Blackhole() {
+	p.Pause()
 	p.mu.Lock()
+	p.refuse = true
+	p.mu.Unlock()
+}
+
+// SetDelay adds d before each forwarded chunk (zero: none).
+func (p *Proxy) SetDelay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
+}
+
+// current returns the live connections.
+func (p *Proxy) current() []*link {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	links := make([]*link, 0, len(p.links))
 	for l := range p.links {
 		links = append(links, l)
 	}
-	p.mu.Unlock()
-	for _, l := range links {
+	return links
+}
+
+// Cut closes every current connection at both ends (new ones still work).
+func (p *Proxy) Cut() {
+	for _, l := range p.current() {
 		l.client.Close()
 		l.server.Close()
 	}
@@ -158,20 +194,28 @@ func (p *Proxy) Cut() {
 
 // Reset aborts every current connection with a TCP reset at both ends.
 func (p *Proxy) Reset() {
-	p.mu.Lock()
-	links := make([]*link, 0, len(p.links))
-	for l := range p.links {
-		links = append(links, l)
+	for _, l := range p.current() {
+		reset(l.client)
+		reset(l.server)
 	}
-	p.mu.Unlock()
-	for _, l := range links {
-		for _, c := range []net.Conn{l.client, l.server} {
-			if tc, ok := c.(*net.TCPConn); ok {
-				tc.SetLinger(0)
-			}
-			c.Close()
+}
+
+// HalfClose ends the proxy-to-target direction of every current
+// connection: the target reads EOF, the other direction stays up.
+func (p *Proxy) HalfClose() {
+	for _, l := range p.current() {
+		if tc, ok := l.server.(*net.TCPConn); ok {
+			tc.CloseWrite()
 		}
 	}
+}
+
+// reset closes c with SO_LINGER 0, so the peer sees a reset.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
 }
 
 // Close stops the proxy and closes every connection.
