@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	eventfeed "github.com/iop-dev/iop/internal/feed"
 	"github.com/iop-dev/iop/wire/iopv1"
 )
 
@@ -96,7 +97,7 @@ func (f *feed) publish(e Event) {
 	}
 	f.recent = append(f.recent, e)
 	for s := range f.subs {
-		s.push(e, f.size)
+		s.s.Push(e)
 	}
 }
 
@@ -107,27 +108,23 @@ func (f *feed) close() {
 	f.closed = true
 	f.mu.Unlock()
 	for s := range subs {
-		s.shut()
+		s.s.Shut()
 	}
 }
 
 // Subscription receives Hub events in order.
 type Subscription struct {
-	f      *feed
-	mu     sync.Mutex
-	buf    []Event
-	resync bool
-	closed bool
-	wake   chan struct{}
+	f *feed
+	s *eventfeed.Sub[Event]
 }
 
 // Subscribe returns a subscription to Hub events from now on.
 func (h *Hub) Subscribe() *Subscription {
-	s := &Subscription{f: h.events, wake: make(chan struct{}, 1)}
+	s := &Subscription{f: h.events, s: eventfeed.NewSub[Event](h.events.size, ErrResync, ErrSubscriptionClosed)}
 	h.events.mu.Lock()
 	defer h.events.mu.Unlock()
 	if h.events.closed {
-		s.closed = true
+		s.s.Shut()
 	} else {
 		h.events.subs[s] = struct{}{}
 	}
@@ -141,63 +138,15 @@ func (h *Hub) RecentEvents() []Event {
 	return slices.Clone(h.events.recent)
 }
 
-func (s *Subscription) push(e Event, size int) {
-	s.mu.Lock()
-	if len(s.buf) >= size {
-		s.buf, s.resync = nil, true
-	} else if !s.resync {
-		s.buf = append(s.buf, e)
-	}
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *Subscription) shut() {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
 // Next returns the next event, waiting until one arrives or ctx ends. After
 // the subscriber fell behind it returns ErrResync once, then the events
 // published after that.
-func (s *Subscription) Next(ctx context.Context) (Event, error) {
-	for {
-		s.mu.Lock()
-		switch {
-		case s.resync:
-			s.resync = false
-			s.mu.Unlock()
-			return Event{}, ErrResync
-		case len(s.buf) > 0:
-			e := s.buf[0]
-			s.buf = s.buf[1:]
-			s.mu.Unlock()
-			return e, nil
-		case s.closed:
-			s.mu.Unlock()
-			return Event{}, ErrSubscriptionClosed
-		}
-		s.mu.Unlock()
-		select {
-		case <-s.wake:
-		case <-ctx.Done():
-			return Event{}, ctx.Err()
-		}
-	}
-}
+func (s *Subscription) Next(ctx context.Context) (Event, error) { return s.s.Next(ctx) }
 
 // Close ends the subscription.
 func (s *Subscription) Close() {
 	s.f.mu.Lock()
 	delete(s.f.subs, s)
 	s.f.mu.Unlock()
-	s.shut()
+	s.s.Shut()
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/iop-dev/iop/internal/feed"
 )
 
 // EventKind is the kind of a lifecycle event.
@@ -81,12 +83,8 @@ type hub struct {
 
 // Subscription receives lifecycle events in order.
 type Subscription struct {
-	h      *hub
-	mu     sync.Mutex
-	buf    []Event
-	resync bool
-	closed bool
-	wake   chan struct{}
+	h *hub
+	s *feed.Sub[Event]
 }
 
 func newHub(size int) *hub {
@@ -94,11 +92,11 @@ func newHub(size int) *hub {
 }
 
 func (h *hub) subscribe() *Subscription {
-	s := &Subscription{h: h, wake: make(chan struct{}, 1)}
+	s := &Subscription{h: h, s: feed.NewSub[Event](h.size, ErrResync, ErrSubscriptionClosed)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		s.closed = true
+		s.s.Shut()
 		return s
 	}
 	h.subs[s] = struct{}{}
@@ -116,7 +114,7 @@ func (h *hub) publish(e Event) {
 		e.Time = time.Now()
 	}
 	for s := range h.subs {
-		s.push(e, h.size)
+		s.s.Push(e)
 	}
 }
 
@@ -134,89 +132,23 @@ func (h *hub) close() {
 	h.closed = true
 	h.mu.Unlock()
 	for s := range subs {
-		s.shut()
-	}
-}
-
-func (s *Subscription) push(e Event, size int) {
-	s.mu.Lock()
-	if !s.closed {
-		if len(s.buf) >= size {
-			s.buf = s.buf[:0]
-			s.resync = true
-		} else if !s.resync {
-			s.buf = append(s.buf, e)
-		}
-		// While a resync is pending, newer events are covered by the
-		// snapshot the subscriber will read; drop them too.
-	}
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *Subscription) shut() {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
+		s.s.Shut()
 	}
 }
 
 // Next returns the next event, waiting until one is published or ctx ends.
 // It returns ErrResync once after events were dropped for this subscriber,
 // and ErrSubscriptionClosed after Close.
-func (s *Subscription) Next(ctx context.Context) (Event, error) {
-	for {
-		s.mu.Lock()
-		switch {
-		case s.resync:
-			s.resync = false
-			s.mu.Unlock()
-			return Event{}, ErrResync
-		case len(s.buf) > 0:
-			e := s.buf[0]
-			s.buf[0] = Event{}
-			s.buf = s.buf[1:]
-			if len(s.buf) == 0 {
-				s.buf = nil
-			}
-			s.mu.Unlock()
-			return e, nil
-		case s.closed:
-			s.mu.Unlock()
-			return Event{}, ErrSubscriptionClosed
-		}
-		s.mu.Unlock()
-		select {
-		case <-s.wake:
-		case <-ctx.Done():
-			return Event{}, ctx.Err()
-		}
-	}
-}
+func (s *Subscription) Next(ctx context.Context) (Event, error) { return s.s.Next(ctx) }
 
 // Poll returns the next event if one is waiting, without blocking; it
 // returns ErrNoEvent when none is.
 func (s *Subscription) Poll() (Event, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.resync:
-		s.resync = false
-		return Event{}, ErrResync
-	case len(s.buf) > 0:
-		e := s.buf[0]
-		s.buf = s.buf[1:]
-		return e, nil
-	case s.closed:
-		return Event{}, ErrSubscriptionClosed
+	e, ok, err := s.s.Poll()
+	if !ok && err == nil {
+		return Event{}, ErrNoEvent
 	}
-	return Event{}, ErrNoEvent
+	return e, err
 }
 
 // Close stops the subscription.
@@ -224,5 +156,5 @@ func (s *Subscription) Close() {
 	s.h.mu.Lock()
 	delete(s.h.subs, s)
 	s.h.mu.Unlock()
-	s.shut()
+	s.s.Shut()
 }
