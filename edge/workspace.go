@@ -44,7 +44,7 @@ func (c *Config) validateWorkspaces() error {
 	seen := map[string]bool{}
 	for i, w := range c.Workspaces {
 		switch {
-		case !validRef(w.Ref):
+		case !workspace.ValidName(w.Ref):
 			return fmt.Errorf("Workspaces[%d]: ref %q must be 1 to 64 of [A-Za-z0-9._-]", i, w.Ref)
 		case seen[w.Ref]:
 			return fmt.Errorf("Workspaces[%d]: duplicate ref %q", i, w.Ref)
@@ -57,18 +57,6 @@ func (c *Config) validateWorkspaces() error {
 		}
 	}
 	return nil
-}
-
-func validRef(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 func validAuthority(a workspace.Authority) error {
@@ -90,23 +78,6 @@ func validAuthority(a workspace.Authority) error {
 		return errors.New("every limit must be set and positive")
 	}
 	return nil
-}
-
-// withinAuthority reports whether a grants no more than max.
-func withinAuthority(a, max workspace.Authority) bool {
-	for _, op := range a.Ops {
-		if !slices.Contains(max.Ops, op) {
-			return false
-		}
-	}
-	for _, c := range a.Commands {
-		if !slices.Contains(max.Commands, c) {
-			return false
-		}
-	}
-	l, m := a.Limits, max.Limits
-	return l.ReadBytes <= m.ReadBytes && l.ListEntries <= m.ListEntries && l.WriteBytes <= m.WriteBytes &&
-		l.CommandTimeout <= m.CommandTimeout && l.OutputBytes <= m.OutputBytes
 }
 
 func authorityTo(a workspace.Authority) *iopv1.WorkspaceAuthority {
@@ -156,13 +127,13 @@ type Workspace struct {
 func (s *Server) OpenWorkspace(ctx context.Context, ref, requestID, stage string, a workspace.Authority) (*Workspace, error) {
 	snap := s.snap.Load()
 	spec, ok := snap.workspaces[ref]
-	if !validRef(ref) || !ok {
+	if !workspace.ValidName(ref) || !ok {
 		return nil, ErrUnknownWorkspace
 	}
-	if !validRef(requestID) {
+	if !workspace.ValidName(requestID) {
 		return nil, fmt.Errorf("%w: request id must be 1 to 64 of [A-Za-z0-9._-]", ErrWorkspaceDenied)
 	}
-	if validAuthority(a) != nil || !withinAuthority(a, spec.Authority) {
+	if validAuthority(a) != nil || !a.Within(spec.Authority) {
 		return nil, ErrWorkspaceDenied
 	}
 	gen, err := s.reg.WorkspaceGeneration(spec.NodeID, ref)

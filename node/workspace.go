@@ -50,24 +50,6 @@ func acceptedRefs(m map[string]workspace.Authority) []string {
 	return out
 }
 
-// within reports whether a is a subset of max (operations, commands,
-// limits).
-func within(a, max workspace.Authority) bool {
-	for _, op := range a.Ops {
-		if !slices.Contains(max.Ops, op) {
-			return false
-		}
-	}
-	for _, c := range a.Commands {
-		if !slices.Contains(max.Commands, c) {
-			return false
-		}
-	}
-	l, m := a.Limits, max.Limits
-	return l.ReadBytes <= m.ReadBytes && l.ListEntries <= m.ListEntries && l.WriteBytes <= m.WriteBytes &&
-		l.CommandTimeout <= m.CommandTimeout && l.OutputBytes <= m.OutputBytes
-}
-
 var codeToWire = map[workspace.Code]iopv1.WorkspaceErrorCode{
 	workspace.CodeInvalidPath: iopv1.WorkspaceErrorCode_WORKSPACE_ERROR_INVALID_PATH, workspace.CodeReserved: iopv1.WorkspaceErrorCode_WORKSPACE_ERROR_RESERVED,
 	workspace.CodeLink: iopv1.WorkspaceErrorCode_WORKSPACE_ERROR_LINK, workspace.CodeCrossesMount: iopv1.WorkspaceErrorCode_WORKSPACE_ERROR_CROSSES_MOUNT,
@@ -201,7 +183,7 @@ func (s *session) openWorkspace(requestID string, o *iopv1.WorkspaceOpen) *iopv1
 	switch {
 	case !accepted || s.rt.cfg.Workspaces == nil:
 		return failed(iopv1.WorkspaceErrorCode_WORKSPACE_ERROR_DENIED, "workspace not accepted on this node")
-	case !within(a, max):
+	case !a.Within(max):
 		return failed(iopv1.WorkspaceErrorCode_WORKSPACE_ERROR_DENIED, "authority beyond the configured grant")
 	case dup:
 		return failed(iopv1.WorkspaceErrorCode_WORKSPACE_ERROR_EXISTS, "the request already has a workspace")

@@ -103,6 +103,26 @@ type Authority struct {
 	Limits   Limits
 }
 
+// Within reports whether a grants no more than max: its operations and
+// commands are max's, its limits lower or equal.
+func (a Authority) Within(max Authority) bool {
+	for _, op := range a.Ops {
+		if !slices.Contains(max.Ops, op) {
+			return false
+		}
+	}
+	for _, c := range a.Commands {
+		if !slices.Contains(max.Commands, c) {
+			return false
+		}
+	}
+	return a.Limits.within(max.Limits)
+}
+
+// ValidName reports whether s is a valid ref, request id, template id or
+// placeholder name: 1 to 64 of [A-Za-z0-9._-].
+func ValidName(s string) bool { return validName(s) }
+
 // Catalog is a Node's validated workspace entries.
 type Catalog struct {
 	host    string

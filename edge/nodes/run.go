@@ -179,22 +179,10 @@ func (run *Run) Close() {
 // Command sends a closed node command to the node's connection of
 // generation gen and returns its result.
 func (r *Registry) Command(ctx context.Context, nodeID string, gen uint64, req *iopv1.NodeCommandRequest) (*iopv1.NodeCommandResult, error) {
-	r.mu.Lock()
-	ns := r.nodes[nodeID]
-	var c *conn
-	switch {
-	case ns == nil:
-		r.mu.Unlock()
-		return nil, ErrUnknownNode
-	case ns.cur == nil || !ns.cur.ready:
-		r.mu.Unlock()
-		return nil, ErrNotReady
-	case ns.cur.gen != gen:
-		r.mu.Unlock()
-		return nil, ErrStaleGeneration
+	c, err := r.readyConn(nodeID, gen)
+	if err != nil {
+		return nil, err
 	}
-	c = ns.cur
-	r.mu.Unlock()
 	st, err := c.sess.OpenStream(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("nodes: command: %w", err)
@@ -218,4 +206,21 @@ func (r *Registry) Command(ctx context.Context, nodeID string, gen uint64, req *
 		return nil, errors.New("nodes: command: node answered with something else")
 	}
 	return res, nil
+}
+
+// readyConn returns the node's connection if it is ready and of
+// generation gen.
+func (r *Registry) readyConn(nodeID string, gen uint64) (*conn, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ns := r.nodes[nodeID]
+	switch {
+	case ns == nil:
+		return nil, ErrUnknownNode
+	case ns.cur == nil || !ns.cur.ready:
+		return nil, ErrNotReady
+	case ns.cur.gen != gen:
+		return nil, ErrStaleGeneration
+	}
+	return ns.cur, nil
 }

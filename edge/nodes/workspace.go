@@ -43,22 +43,10 @@ func (r *Registry) WorkspaceGeneration(nodeID, ref string) (uint64, error) {
 // ctx ends first, the Node gets one WorkspaceCancel for the call and the
 // stream is reset.
 func (r *Registry) WorkspaceCall(ctx context.Context, nodeID string, gen uint64, req *iopv1.WorkspaceRequest) (*iopv1.WorkspaceResponse, error) {
-	r.mu.Lock()
-	ns := r.nodes[nodeID]
-	var c *conn
-	switch {
-	case ns == nil:
-		r.mu.Unlock()
-		return nil, ErrUnknownNode
-	case ns.cur == nil || !ns.cur.ready:
-		r.mu.Unlock()
-		return nil, ErrNotReady
-	case ns.cur.gen != gen:
-		r.mu.Unlock()
-		return nil, ErrStaleGeneration
+	c, err := r.readyConn(nodeID, gen)
+	if err != nil {
+		return nil, err
 	}
-	c = ns.cur
-	r.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
