@@ -61,18 +61,7 @@ var ErrKeyFile = errors.New("credentiallease: unusable key file")
 func LoadOrCreateNodeKey(path string) (*NodeKey, error) {
 	raw, err := readKeyFile(path, 32)
 	if errors.Is(err, fs.ErrNotExist) {
-		k, err := GenerateNodeKey()
-		if err != nil {
-			return nil, err
-		}
-		b, err := k.priv.Bytes()
-		if err != nil {
-			return nil, err
-		}
-		if err := writeKeyFile(path, b); err != nil {
-			return nil, err
-		}
-		return k, nil
+		return RotateNodeKey(path)
 	}
 	if err != nil {
 		return nil, err
@@ -84,8 +73,8 @@ func LoadOrCreateNodeKey(path string) (*NodeKey, error) {
 	return nodeKeyFrom(priv), nil
 }
 
-// RotateNodeKey replaces the key at path with a fresh one and returns it.
-// Leases sealed to the old key stop opening at once.
+// RotateNodeKey writes a fresh key to path (replacing any) and returns it.
+// Leases sealed to an old key stop opening at once.
 func RotateNodeKey(path string) (*NodeKey, error) {
 	k, err := GenerateNodeKey()
 	if err != nil {
