@@ -327,6 +327,15 @@ func TestPropertyLeases(t *testing.T) {
 			time.Sleep(100 * time.Microsecond)
 		}
 	})
+	// A provider whose one slot stays taken for the whole run: every
+	// request sent only to it waits out its queue timeout (or its client
+	// leaves), so those outcomes are covered whatever the timing.
+	held := Key{"n3", "held"}
+	heldCands := func() []Candidate { return []Candidate{{Key: held, Generation: 1, Capacity: 1, LongContextCapacity: 1, Weight: 1}} }
+	holder, err := p.Acquire(context.Background(), Request{Candidates: heldCands, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	const n = 4000
 	var outcomes sync.Map // error text -> *atomic.Int64
 	count := func(k string) {
@@ -345,7 +354,11 @@ func TestPropertyLeases(t *testing.T) {
 			if i%7 == 0 {
 				go cancel() // the client leaves while queued
 			}
-			l, err := p.Acquire(ctx, Request{Candidates: candsFor(subset), Priority: i % 3, LongContext: i%5 == 0, Weighted: i%2 == 0, Timeout: time.Duration(1+i%4) * 5 * time.Millisecond})
+			cands := candsFor(subset)
+			if i%13 == 0 {
+				cands = heldCands
+			}
+			l, err := p.Acquire(ctx, Request{Candidates: cands, Priority: i % 3, LongContext: i%5 == 0, Weighted: i%2 == 0, Timeout: time.Duration(1+i%4) * 5 * time.Millisecond})
 			if err != nil {
 				count(err.Error())
 				return
@@ -361,6 +374,10 @@ func TestPropertyLeases(t *testing.T) {
 	wg.Wait()
 	close(stop)
 	chaos.Wait()
+	holder.Release()
+	if l := p.Load(held, 1); l != (Load{}) {
+		t.Errorf("held provider after everything ended: %+v", l)
+	}
 	s := p.Stats()
 	if s.Granted != s.Released || s.Queued != 0 {
 		t.Fatalf("leases: %+v", s)
