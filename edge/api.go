@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -681,14 +682,19 @@ func flush(w http.ResponseWriter) {
 }
 
 func usageFromChat(raw []byte) *execution.Usage {
-	var u struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
-		InputTokens      int64 `json:"input_tokens"`
-		OutputTokens     int64 `json:"output_tokens"`
-	}
-	if json.Unmarshal(raw, &u) != nil {
+	f, err := llmapi.Scan(raw, "prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
+	if err != nil {
 		return nil
 	}
-	return &execution.Usage{InputTokens: u.PromptTokens + u.InputTokens, OutputTokens: u.CompletionTokens + u.OutputTokens}
+	var n [4]int64
+	for i, k := range [...]string{"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"} {
+		v := f.Raw(k)
+		if v == nil || string(v) == "null" {
+			continue
+		}
+		if n[i], err = strconv.ParseInt(string(v), 10, 64); err != nil {
+			return nil
+		}
+	}
+	return &execution.Usage{InputTokens: n[0] + n[2], OutputTokens: n[1] + n[3]}
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/iop-dev/iop/edge/nodes"
@@ -19,6 +21,19 @@ import (
 
 // maxCapture bounds the buffered answer kept to read usage from.
 const maxCapture = 32 << 20
+
+// answerBufs holds the buffers whole JSON answers are read into; one kept
+// is at most maxPooledAnswer.
+var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledAnswer = 256 << 10
+
+func putAnswerBuf(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledAnswer {
+		b.Reset()
+		answerBufs.Put(b)
+	}
+}
 
 // relayTunnel answers from the provider's own HTTP answer: status, allowed
 // headers and body as they come. For streams it passes events through
@@ -48,7 +63,16 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			// A JSON answer is read whole (bounded) and checked before the
 			// client sees it, so a broken or malformed one becomes one
 			// clean error instead of a truncated body.
-			body, err := io.ReadAll(io.LimitReader(tn, maxCapture+1))
+			buf := answerBufs.Get().(*bytes.Buffer)
+			defer putAnswerBuf(buf)
+			_, err := buf.ReadFrom(io.LimitReader(tn, maxCapture+1))
+			body := buf.Bytes()
+			var f *llmapi.Fields
+			var serr error
+			if err == nil && len(body) <= maxCapture {
+				// One pass validates the answer and finds what is booked.
+				f, serr = llmapi.Scan(body, "usage", "id")
+			}
 			switch {
 			case err != nil && deadlinePassed(ctx):
 				fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
@@ -58,19 +82,23 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 					fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider's answer broke off.", nil)
 				}
 				return
-			case len(body) <= maxCapture && !json.Valid(body):
+			case errors.Is(serr, llmapi.ErrNotJSON):
 				s.log.Warn("provider answered malformed JSON", "request_id", req.rid, "status", status)
 				fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider's answer was malformed.", nil)
 				return
 			}
-			w.Header().Del("Content-Length")
+			if len(body) <= maxCapture {
+				w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			} else {
+				w.Header().Del("Content-Length")
+			}
 			w.WriteHeader(status)
 			w.Write(body)
 			if len(body) > maxCapture {
 				io.Copy(w, tn) // beyond the capture bound: passed on unchecked
 			}
-			if status == http.StatusOK {
-				s.bookAnswer(req, x, body)
+			if status == http.StatusOK && f != nil {
+				s.bookFields(req, x, f)
 			}
 			return
 		}
@@ -158,10 +186,14 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 // bookAnswer records the usage (and a Responses id) of a whole JSON
 // answer.
 func (s *Server) bookAnswer(req *request, x *exchange, body []byte) {
-	f, err := llmapi.Scan(body, "usage", "id")
-	if err != nil {
-		return
+	if f, err := llmapi.Scan(body, "usage", "id"); err == nil {
+		s.bookFields(req, x, f)
 	}
+}
+
+// bookFields records the usage (and a Responses id) found in a scanned
+// answer.
+func (s *Server) bookFields(req *request, x *exchange, f *llmapi.Fields) {
 	if f.Raw("usage") != nil {
 		s.recordUsage(req, usageFromChat(f.Raw("usage")))
 	}

@@ -60,15 +60,20 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 	// call.
 	defer st.OnAbort(cancel)()
 
-	header := http.Header{}
+	// Only allowed headers reach the adapter, whatever the Edge sent.
+	header := make(http.Header, len(m.GetHeaders()))
+	n := 0
 	for _, kv := range m.GetHeaders() {
-		header.Add(kv.GetName(), kv.GetValue())
+		if k, ok := tunnelhdr.Request(kv.GetName()); ok && n < tunnelhdr.MaxHeaders && tunnelhdr.ValueOK(kv.GetValue()) {
+			header[k] = append(header[k], kv.GetValue())
+			n++
+		}
 	}
 	req := &execution.TunnelRequest{
 		ProviderID: m.GetProviderId(),
 		Method:     m.GetMethod(),
 		Path:       m.GetPath(),
-		Header:     tunnelhdr.FilterRequest(header),
+		Header:     header,
 		Body:       &streamBody{st: st},
 	}
 	if m.GetInlineBody() {
@@ -179,9 +184,16 @@ func (w *tunnelWriter) WriteHead(status int, header http.Header) error {
 	}
 	w.head = true
 	resp := &iopv1.ProviderTunnelResponse{Status: uint32(status)}
-	for k, vs := range tunnelhdr.FilterResponse(header) {
+	// Only allowed headers leave, whatever the adapter passed.
+	for k, vs := range header {
+		ck, ok := tunnelhdr.Response(k)
+		if !ok {
+			continue
+		}
 		for _, v := range vs {
-			resp.Headers = append(resp.Headers, &iopv1.Header{Name: k, Value: v})
+			if len(resp.Headers) < tunnelhdr.MaxHeaders && tunnelhdr.ValueOK(v) {
+				resp.Headers = append(resp.Headers, &iopv1.Header{Name: ck, Value: v})
+			}
 		}
 	}
 	return w.st.WriteMessage(nodewire.Msg(resp))

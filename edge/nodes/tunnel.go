@@ -227,11 +227,16 @@ func (t *Tunnel) Response(ctx context.Context) (int, http.Header, error) {
 	}
 	switch b := env.Body.(type) {
 	case *iopv1.Envelope_ProviderTunnelResponse:
-		h := http.Header{}
-		for _, kv := range b.ProviderTunnelResponse.GetHeaders() {
-			h.Add(kv.GetName(), kv.GetValue())
+		// Only allowed headers reach the client, whatever the Node sent.
+		hs := b.ProviderTunnelResponse.GetHeaders()
+		h := make(http.Header, len(hs))
+		n := 0
+		for _, kv := range hs {
+			if k, ok := tunnelhdr.Response(kv.GetName()); ok && n < tunnelhdr.MaxHeaders && tunnelhdr.ValueOK(kv.GetValue()) {
+				h[k] = append(h[k], kv.GetValue())
+				n++
+			}
 		}
-		h = tunnelhdr.FilterResponse(h)
 		status := int(b.ProviderTunnelResponse.GetStatus())
 		if status < 100 || status > 999 {
 			t.st.Reset(wire.ResetProtocolError)

@@ -6,16 +6,23 @@
 package llmapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
+	"unicode/utf8"
+	"unsafe"
 )
 
-// ErrNotObject is returned for a body that is not a JSON object.
-var ErrNotObject = errors.New("llmapi: body is not a JSON object")
+// ErrNotObject is returned for a body that is valid JSON but not an
+// object; ErrNotJSON for one that is not valid JSON at all.
+var (
+	ErrNotObject = errors.New("llmapi: body is not a JSON object")
+	ErrNotJSON   = errors.New("llmapi: body is not valid JSON")
+)
 
-// span is a value's byte range in a body.
+// span is a value's byte range in a body; end is 0 when the key is absent.
 type span struct{ start, end int }
 
 // Fields records where some top-level keys' values sit in a JSON object, so
@@ -23,25 +30,29 @@ type span struct{ start, end int }
 // re-encoding the whole body.
 type Fields struct {
 	body   []byte
-	spans  map[string]span
-	closer int // index of the object's closing brace
+	keys   []string
+	spans  []span // parallel to keys
+	closer int    // index of the object's closing brace
+	inline [6]span
 }
 
 // Scan validates body as one JSON object and locates the values of the
 // given top-level keys. A key that appears twice is an error: what the
-// upstream would read is ambiguous, so it is refused.
+// upstream would read is ambiguous, so it is refused; so is a key that
+// differs from a wanted one only in case.
 func Scan(body []byte, keys ...string) (*Fields, error) {
 	if !json.Valid(body) {
-		return nil, errors.New("llmapi: body is not valid JSON")
+		return nil, ErrNotJSON
 	}
-	f := &Fields{body: body, spans: make(map[string]span, len(keys))}
+	f := &Fields{body: body, keys: keys}
+	if len(keys) <= len(f.inline) {
+		f.spans = f.inline[:len(keys)]
+	} else {
+		f.spans = make([]span, len(keys))
+	}
 	i := skipWS(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return nil, ErrNotObject
-	}
-	want := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		want[k] = true
 	}
 	i++
 	for {
@@ -54,37 +65,51 @@ func Scan(body []byte, keys ...string) (*Fields, error) {
 			i = skipWS(body, i+1)
 		}
 		kEnd := skipString(body, i)
-		key, err := strconv.Unquote(string(body[i:kEnd]))
-		if err != nil {
-			var s string
-			if json.Unmarshal(body[i:kEnd], &s) != nil {
-				return nil, errors.New("llmapi: bad key")
-			}
-			key = s
-		}
+		raw := body[i+1 : kEnd-1]
 		i = skipWS(body, kEnd)
 		i = skipWS(body, i+1) // ':'
 		vEnd := skipValue(body, i)
-		for w := range want {
-			if key != w && strings.EqualFold(key, w) {
+		var key string
+		if bytes.IndexByte(raw, '\\') < 0 {
+			key = unsafeString(raw) // compared only, never kept
+		} else if err := json.Unmarshal(body[kEnd-len(raw)-2:kEnd], &key); err != nil {
+			return nil, errors.New("llmapi: bad key")
+		}
+		for n, w := range keys {
+			if key == w {
+				if f.spans[n].end != 0 {
+					return nil, errors.New("llmapi: duplicate key " + strconv.Quote(w))
+				}
+				f.spans[n] = span{i, vEnd}
+			} else if len(key) >= len(w) && len(key) <= 3*len(w) && strings.EqualFold(key, w) {
 				// Some upstreams decode keys case-insensitively; a "Model"
-				// beside "model" could smuggle another value past us.
+				// beside "model" could smuggle another value past us. (The
+				// wanted keys are ASCII: a key that folds to one is at least
+				// as long and at most three times as long, as with "\u212a"
+				// for "k".)
 				return nil, errors.New("llmapi: key " + strconv.Quote(key) + " differs from " + strconv.Quote(w) + " only in case")
 			}
-		}
-		if want[key] {
-			if _, dup := f.spans[key]; dup {
-				return nil, errors.New("llmapi: duplicate key " + strconv.Quote(key))
-			}
-			f.spans[key] = span{i, vEnd}
 		}
 		i = vEnd
 	}
 }
 
+// unsafeString views b as a string without copying; the caller must not
+// keep it past b's lifetime or while b changes.
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+func (f *Fields) span(key string) (span, bool) {
+	for n, k := range f.keys {
+		if k == key {
+			return f.spans[n], f.spans[n].end != 0
+		}
+	}
+	return span{}, false
+}
+
 // Raw returns the raw JSON value of key, or nil when absent.
 func (f *Fields) Raw(key string) []byte {
-	s, ok := f.spans[key]
+	s, ok := f.span(key)
 	if !ok {
 		return nil
 	}
@@ -95,8 +120,11 @@ func (f *Fields) Raw(key string) []byte {
 // a string.
 func (f *Fields) String(key string) (string, bool) {
 	raw := f.Raw(key)
-	if raw == nil || raw[0] != '"' {
+	if len(raw) < 2 || raw[0] != '"' {
 		return "", false
+	}
+	if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner), true
 	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
@@ -118,14 +146,14 @@ func (f *Fields) Bool(key string) (v bool, ok bool) {
 
 // Has reports whether key is present.
 func (f *Fields) Has(key string) bool {
-	_, ok := f.spans[key]
+	_, ok := f.span(key)
 	return ok
 }
 
 // Splice returns a copy of the body with key's value replaced by raw (or
 // added, when absent). Only one key changes; every other byte is kept.
 func (f *Fields) Splice(key string, raw []byte) []byte {
-	if s, ok := f.spans[key]; ok {
+	if s, ok := f.span(key); ok {
 		out := make([]byte, 0, len(f.body)-(s.end-s.start)+len(raw))
 		out = append(out, f.body[:s.start]...)
 		out = append(out, raw...)

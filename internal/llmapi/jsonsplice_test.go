@@ -68,3 +68,19 @@ func FuzzScanSplice(f *testing.F) {
 		}
 	})
 }
+
+func TestScanRefusesUnicodeFoldedKey(t *testing.T) {
+	// U+212A KELVIN SIGN folds to "k"; U+017F LATIN SMALL LETTER LONG S to "s".
+	for _, b := range []string{`{"\u212aey":1}`, "{\"\u212aey\":1}", `{"\u017ftream":true}`, `{"k\u0065y":1,"key":2}`} {
+		if _, err := Scan([]byte(b), "key", "stream"); err == nil {
+			t.Errorf("Scan(%s) accepted", b)
+		}
+	}
+	f, err := Scan([]byte(`{"k\u0065y":"v\u00e9","other":1}`), "key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := f.String("key"); !ok || v != "vé" {
+		t.Fatalf("escaped key: %q %v", v, ok)
+	}
+}

@@ -36,11 +36,31 @@ var responseHeaders = map[string]bool{
 	"X-Ratelimit-Reset-Tokens":       true,
 }
 
-// maxHeaders bounds the headers relayed in either direction.
+// MaxHeaders bounds the header values relayed in either direction;
+// maxHeaderValue bounds each value.
 const (
-	maxHeaders     = 64
+	MaxHeaders     = 64
 	maxHeaderValue = 4 << 10
 )
+
+// Request returns the canonical form of a request header name and whether
+// it may travel to an upstream.
+func Request(name string) (string, bool) { return allowed(name, requestHeaders) }
+
+// Response returns the canonical form of a response header name and
+// whether it may travel back to a client.
+func Response(name string) (string, bool) { return allowed(name, responseHeaders) }
+
+// ValueOK reports whether a header value may be relayed: bounded, with no
+// CR, LF or NUL.
+func ValueOK(v string) bool {
+	return len(v) <= maxHeaderValue && !strings.ContainsAny(v, "\r\n\x00")
+}
+
+func allowed(name string, allow map[string]bool) (string, bool) {
+	ck := http.CanonicalHeaderKey(name)
+	return ck, allow[ck] || strings.HasPrefix(ck, "Anthropic-Ratelimit-")
+}
 
 // FilterRequest returns the request headers allowed through to an upstream.
 func FilterRequest(h http.Header) http.Header { return filter(h, requestHeaders) }
@@ -49,18 +69,18 @@ func FilterRequest(h http.Header) http.Header { return filter(h, requestHeaders)
 func FilterResponse(h http.Header) http.Header { return filter(h, responseHeaders) }
 
 func filter(h http.Header, allow map[string]bool) http.Header {
-	out := http.Header{}
+	out := make(http.Header, min(len(h), 8))
 	n := 0
 	for k, vs := range h {
-		ck := http.CanonicalHeaderKey(k)
-		if !allow[ck] && !strings.HasPrefix(ck, "Anthropic-Ratelimit-") {
+		ck, ok := allowed(k, allow)
+		if !ok {
 			continue
 		}
 		for _, v := range vs {
-			if n >= maxHeaders || len(v) > maxHeaderValue || strings.ContainsAny(v, "\r\n\x00") {
+			if n >= MaxHeaders || !ValueOK(v) {
 				continue
 			}
-			out.Add(ck, v)
+			out[ck] = append(out[ck], v)
 			n++
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/iop-dev/iop/execution"
@@ -182,7 +183,9 @@ func (c *Client) Tunnel(ctx context.Context, routes []Route, req *execution.Tunn
 	if err := w.WriteHead(resp.StatusCode, tunnelhdr.FilterResponse(resp.Header)); err != nil {
 		return err
 	}
-	buf := make([]byte, 32<<10)
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
@@ -201,6 +204,13 @@ func (c *Client) Tunnel(ctx context.Context, routes []Route, req *execution.Tunn
 		}
 	}
 }
+
+// copyBufs holds the tunnel copy buffers: one per call would be 32 KiB
+// of garbage per request.
+var copyBufs = sync.Pool{New: func() any {
+	b := make([]byte, 32<<10)
+	return &b
+}}
 
 func pathForLog(p string) string {
 	if len(p) > 64 {
