@@ -169,6 +169,8 @@ func spawn(role, arg string, conc, addrs int) *proc {
 	return p
 }
 
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
 func (p *proc) stop() {
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	p.cmd.Wait()
@@ -213,19 +215,46 @@ func orchestrate(conc int, dur time.Duration, n1 int) {
 
 	type result struct {
 		rps, p50, p99, srps, sp50, ttfc float64
+		// CPU time per non-streamed request, by process, summed over the
+		// throughput rounds.
+		cpu  map[string]time.Duration
+		reqs int64
 	}
 	res := map[string]*result{}
 	for _, p := range paths {
 		do(client, p, false) // warm
-		res[p.name] = &result{}
+		res[p.name] = &result{cpu: map[string]time.Duration{}}
+	}
+	procs := []struct {
+		name string
+		pid  int
+	}{{"client", os.Getpid()}, {"upstream", up.pid()}, {"proxy", px.pid()}, {"edge", ed.pid()}, {"node", nd.pid()}}
+	cpuNow := func() map[string]time.Duration {
+		m := map[string]time.Duration{}
+		for _, p := range procs {
+			if t, ok := cpuTime(p.pid); ok {
+				m[p.name] = t
+			}
+		}
+		return m
 	}
 	// Interleave the paths, several rounds, and keep the best of each: the
 	// machine's noise hits all three alike.
 	for round := 0; round < 3; round++ {
 		for _, p := range paths {
 			r := res[p.name]
-			r.rps = max(r.rps, throughput(client, p, false, conc, dur/3))
-			r.srps = max(r.srps, throughput(client, p, true, conc, dur/3))
+			before := cpuNow()
+			rps, n := throughput(client, p, false, conc, dur/3)
+			for name, t := range cpuNow() {
+				r.cpu[name] += t - before[name]
+			}
+			r.reqs += n
+			r.rps = max(r.rps, rps)
+			srps := 0.0
+			if os.Getenv("GATEWAY_NOSTREAM") == "" {
+				srps, _ = throughput(client, p, true, conc, dur/3)
+			}
+			r.srps = max(r.srps, srps)
 		}
 	}
 	for _, p := range paths {
@@ -249,6 +278,24 @@ func orchestrate(conc int, dur time.Duration, n1 int) {
 	fmt.Println()
 	fmt.Printf("added p50 at c=1 (non-streamed):   iop %+.0f us over direct, proxy %+.0f us over direct\n", i.p50-d.p50, x.p50-d.p50)
 	fmt.Printf("amortized added cost per chunk:    iop %.2f us, proxy %.2f us  ((stream p50 - direct stream p50) / %d)\n", (i.sp50-d.sp50)/chunks, (x.sp50-d.sp50)/chunks, chunks)
+	if len(d.cpu) > 0 {
+		fmt.Printf("\nCPU time per non-streamed request at c=%d, by process (us; 10 ms ticks over every round):\n", conc)
+		for _, p := range paths {
+			r := res[p.name]
+			var parts []string
+			var total time.Duration
+			for _, pr := range procs {
+				if t := r.cpu[pr.name]; t > 0 && r.reqs > 0 {
+					per := float64(t.Microseconds()) / float64(r.reqs)
+					if pr.name == "client" || pr.name == "upstream" || pr.name == p.name || (p.name == "iop" && (pr.name == "edge" || pr.name == "node")) {
+						parts = append(parts, fmt.Sprintf("%s %.1f", pr.name, per))
+						total += t
+					}
+				}
+			}
+			fmt.Printf("  %-7s %s; total %.1f (%d requests)\n", p.name, strings.Join(parts, ", "), float64(total.Microseconds())/float64(max(r.reqs, 1)), r.reqs)
+		}
+	}
 	if f := failures.Load(); f > 0 {
 		fmt.Printf("failed requests (not counted in any figure): %d\n", f)
 	}
@@ -307,7 +354,9 @@ func do(c *http.Client, p path, stream bool) (time.Duration, error) {
 
 var failures atomic.Int64
 
-func throughput(c *http.Client, p path, stream bool, conc int, d time.Duration) float64 {
+// throughput runs conc clients for d and returns the answered requests
+// per second and their count.
+func throughput(c *http.Client, p path, stream bool, conc int, d time.Duration) (float64, int64) {
 	var n atomic.Int64
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
@@ -326,7 +375,7 @@ func throughput(c *http.Client, p path, stream bool, conc int, d time.Duration) 
 	}
 	start := time.Now()
 	wg.Wait()
-	return float64(n.Load()) / time.Since(start).Seconds()
+	return float64(n.Load()) / time.Since(start).Seconds(), n.Load()
 }
 
 func latencies(c *http.Client, p path, stream bool, n int) []float64 {
