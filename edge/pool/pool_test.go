@@ -331,7 +331,9 @@ func TestPropertyLeases(t *testing.T) {
 	// request sent only to it waits out its queue timeout (or its client
 	// leaves), so those outcomes are covered whatever the timing.
 	held := Key{"n3", "held"}
-	heldCands := func() []Candidate { return []Candidate{{Key: held, Generation: 1, Capacity: 1, LongContextCapacity: 1, Weight: 1}} }
+	heldCands := func() []Candidate {
+		return []Candidate{{Key: held, Generation: 1, Capacity: 1, LongContextCapacity: 1, Weight: 1}}
+	}
 	holder, err := p.Acquire(context.Background(), Request{Candidates: heldCands, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
