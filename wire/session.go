@@ -53,6 +53,10 @@ type Session struct {
 	acceptWake chan struct{}
 	handler    func(*Stream) // guarded by mu; see Handle
 	openSem    chan struct{}
+	// work hands a stream to an idle handler goroutine; idleWorkers counts
+	// the goroutines waiting on it.
+	work        chan handoff
+	idleWorkers atomic.Int32
 
 	// wmu guards the writer's queues and every stream's send state.
 	wmu           sync.Mutex
@@ -119,6 +123,7 @@ func newSession(ctx context.Context, conn net.Conn, cfg *Config, client bool) (*
 		goAwayCh:   make(chan struct{}),
 		readerDone: make(chan struct{}),
 		drained:    make(chan struct{}),
+		work:       make(chan handoff),
 		resetLast:  time.Now(),
 	}
 	s.resetTokens = set.resetBurst
@@ -372,7 +377,8 @@ func (s *Session) AcceptStream(ctx context.Context) (*Stream, error) {
 }
 
 // Handle makes the session serve every stream the peer opens from now on
-// by calling h on a new goroutine, straight from the session's reader,
+// by calling h on a goroutine of its own (a new one, or one that served an
+// earlier stream and is idle), straight from the session's reader,
 // instead of queueing it for AcceptStream. Streams already queued stay
 // there. The goroutines belong to the session: Close waits for them, so h
 // must return once its stream ends (every stream operation fails after the
@@ -680,9 +686,8 @@ func (s *Session) handleOpen(id uint64) error {
 		st := newStream(s, id, false)
 		s.streams[id] = st
 		s.peerActive++
-		h := s.handler
 		s.stats.streamsAccepted.Add(1)
-		s.wg.Go(func() { h(st) })
+		s.dispatch(handoff{s.handler, st})
 	default:
 		st := newStream(s, id, false)
 		s.acceptQ = append(s.acceptQ, st)
@@ -696,6 +701,62 @@ func (s *Session) handleOpen(id uint64) error {
 		s.queueControl(ctrlItem{typ: frameControl, stream: id, ctl: ctlReset(ResetRefused, refuse), peerInduced: true})
 	}
 	return nil
+}
+
+// handoff is a stream for a handler goroutine.
+type handoff struct {
+	h  func(*Stream)
+	st *Stream
+}
+
+// maxIdleWorkers bounds the handler goroutines kept waiting for a stream;
+// workerIdle is how long one waits before it exits.
+const (
+	maxIdleWorkers = 64
+	workerIdle     = 10 * time.Second
+)
+
+// dispatch runs a handler on an idle handler goroutine when one is
+// waiting, and on a new one otherwise. Reusing goroutines matters: a
+// handler's stack grows as it works (an HTTP round trip needs tens of
+// KiB), and a new goroutine per stream copied its stack up again every
+// time.
+func (s *Session) dispatch(w handoff) {
+	select {
+	case s.work <- w:
+	default:
+		s.wg.Go(func() { s.worker(w) })
+	}
+}
+
+// worker runs handlers until it has waited workerIdle for the next one,
+// more than maxIdleWorkers others are waiting, or the session closes.
+func (s *Session) worker(w handoff) {
+	var idle *time.Timer
+	for {
+		w.h(w.st)
+		w = handoff{}
+		if s.idleWorkers.Add(1) > maxIdleWorkers {
+			s.idleWorkers.Add(-1)
+			return
+		}
+		if idle == nil {
+			idle = time.NewTimer(workerIdle)
+			defer idle.Stop()
+		} else {
+			idle.Reset(workerIdle)
+		}
+		select {
+		case w = <-s.work:
+			s.idleWorkers.Add(-1)
+		case <-idle.C:
+			s.idleWorkers.Add(-1)
+			return
+		case <-s.closing:
+			s.idleWorkers.Add(-1)
+			return
+		}
+	}
 }
 
 func (s *Session) handleWindow(id uint64, inc uint32) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -400,5 +401,78 @@ func TestHandleAndOnAbort(t *testing.T) {
 	}
 	if got := server.Stats().StreamsAccepted; got != 1 {
 		t.Fatalf("accepted %d", got)
+	}
+}
+
+// goid returns the calling goroutine's id, read from its stack header.
+func goid() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	f := strings.Fields(string(b))
+	return f[1] // "goroutine N [running]:"
+}
+
+// TestHandleReusesGoroutines checks that handlers run on goroutines kept
+// for reuse: one after another, every stream is served by the same one;
+// after a burst, no more than maxIdleWorkers stay waiting; and Close ends
+// them (the package's TestMain checks for leaks).
+func TestHandleReusesGoroutines(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	var mu sync.Mutex
+	ids := map[string]int{}
+	release := make(chan struct{})
+	server.Handle(func(st *Stream) {
+		mu.Lock()
+		ids[goid()]++
+		mu.Unlock()
+		m, err := st.ReadMessage(ctx(t))
+		if err != nil {
+			return
+		}
+		if m.GetError().GetMessage() == "hold" {
+			<-release
+		}
+		st.WriteMessage(m)
+		st.CloseWrite()
+	})
+	ask := func(msg string) {
+		st, err := client.OpenStream(ctx(t))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		st.WriteMessage(errEnv(msg))
+		if _, err := st.ReadMessage(ctx(t)); err != nil {
+			t.Error(err)
+		}
+	}
+	for range 20 {
+		ask("one at a time")
+		// The handler has answered; wait until its goroutine is idle.
+		eventually(t, func() bool { return server.idleWorkers.Load() == 1 }, "idle workers %d, want 1", func() []any { return []any{server.idleWorkers.Load()} })
+	}
+	if len(ids) != 1 {
+		t.Fatalf("20 streams one after another ran on %d goroutines, want 1", len(ids))
+	}
+	const burst = maxIdleWorkers + 36
+	var wg sync.WaitGroup
+	for range burst {
+		wg.Go(func() { ask("hold") })
+	}
+	handled := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, c := range ids {
+			n += c
+		}
+		return n
+	}
+	eventually(t, func() bool { return handled() == 20+burst }, "%d handlers ran, want %d", func() []any { return []any{handled(), 20 + burst} })
+	close(release)
+	wg.Wait()
+	eventually(t, func() bool { return server.idleWorkers.Load() == maxIdleWorkers }, "idle workers %d, want %d", func() []any { return []any{server.idleWorkers.Load(), maxIdleWorkers} })
+	if len(ids) < burst {
+		t.Fatalf("%d concurrent handlers ran on %d goroutines", burst, len(ids))
 	}
 }
