@@ -19,7 +19,9 @@ type TunnelRequest struct {
 }
 
 // TunnelWriter receives the upstream's answer in order: the status and
-// headers once, then body chunks.
+// headers once, then body chunks. The headers are the upstream's as it
+// sent them; the writer (the Node's) relays only those its allow-list
+// permits.
 type TunnelWriter interface {
 	WriteHead(status int, header http.Header) error
 	Write(p []byte) (int, error)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -400,4 +401,59 @@ func TestTunnelAtCapacityIsTyped(t *testing.T) {
 		}
 	}
 	t.Logf("%d of 50 tunnels sent right after a release were refused at capacity", atCapacity)
+}
+
+// TestTunnelRelaysOnlyAllowedResponseHeaders: whatever an upstream sends,
+// only the allow-listed response headers come back through the Node, and
+// the Edge's copy holds nothing else either.
+func TestTunnelRelaysOnlyAllowedResponseHeaders(t *testing.T) {
+	t.Setenv("IOP_TEST_NODE_KEY", "node-secret")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"object":"list","data":[{"id":"m1","object":"model"}]}`)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Set-Cookie", "upstream-session=secret")
+		h.Set("X-Internal-Trace", "10.0.0.7")
+		h.Set("Server", "upstream/1.0")
+		h.Set("X-Ratelimit-Remaining-Tokens", "99")
+		h.Set("Anthropic-Ratelimit-Requests-Remaining", "5")
+		h["x-request-id"] = []string{"req-1"} // not canonical as sent
+		io.WriteString(w, `{"id":"c1","object":"chat.completion","choices":[]}`)
+	}))
+	t.Cleanup(up.Close)
+	a, err := openai.New(openai.Config{ID: "llm", BaseURL: up.URL, Credential: execution.EnvCredential("IOP_TEST_NODE_KEY"), Models: []string{"m1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", nodes.ProviderSpec{ID: "llm", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"m1"}, Capacity: 4}))})
+	runNode(t, e.addr, "n1", []node.Hosted{{Provider: a}})
+	gen := waitReady(t, e, "n1", 0)
+	tn, err := e.reg.OpenTunnel(ctx(t), "n1", gen, chatTunnel("hi", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tn.Close()
+	status, h, err := tn.Response(ctx(t))
+	if err != nil || status != 200 {
+		t.Fatalf("head %d %v", status, err)
+	}
+	io.Copy(io.Discard, tn)
+	want := http.Header{
+		"Content-Type":                           {"application/json"},
+		"X-Ratelimit-Remaining-Tokens":           {"99"},
+		"Anthropic-Ratelimit-Requests-Remaining": {"5"},
+		"X-Request-Id":                           {"req-1"},
+	}
+	if len(h) != len(want) {
+		t.Errorf("relayed headers %v, want exactly %v", h, want)
+	}
+	for k, v := range want {
+		if got := h.Values(k); len(got) != 1 || got[0] != v[0] {
+			t.Errorf("%s: %q, want %q", k, got, v)
+		}
+	}
 }

@@ -62,13 +62,18 @@ func allowed(name string, allow map[string]bool) (string, bool) {
 	return ck, allow[ck] || strings.HasPrefix(ck, "Anthropic-Ratelimit-")
 }
 
-// FilterRequest returns the request headers allowed through to an upstream.
+// FilterRequest returns the request headers allowed through to an
+// upstream: h itself when every header in it is allowed already.
 func FilterRequest(h http.Header) http.Header { return filter(h, requestHeaders) }
 
-// FilterResponse returns the response headers allowed back to a client.
+// FilterResponse returns the response headers allowed back to a client:
+// h itself when every header in it is allowed already.
 func FilterResponse(h http.Header) http.Header { return filter(h, responseHeaders) }
 
 func filter(h http.Header, allow map[string]bool) http.Header {
+	if clean(h, allow) {
+		return h
+	}
 	out := make(http.Header, min(len(h), 8))
 	n := 0
 	for k, vs := range h {
@@ -85,4 +90,21 @@ func filter(h http.Header, allow map[string]bool) http.Header {
 		}
 	}
 	return out
+}
+
+// clean reports whether filter would keep h unchanged.
+func clean(h http.Header, allow map[string]bool) bool {
+	n := 0
+	for k, vs := range h {
+		if ck, ok := allowed(k, allow); !ok || ck != k {
+			return false
+		}
+		for _, v := range vs {
+			if !ValueOK(v) {
+				return false
+			}
+			n++
+		}
+	}
+	return n <= MaxHeaders
 }

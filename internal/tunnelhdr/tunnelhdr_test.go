@@ -2,6 +2,7 @@ package tunnelhdr
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -42,5 +43,40 @@ func TestFilterResponse(t *testing.T) {
 	}
 	if out.Get("Content-Type") == "" || out.Get("X-Ratelimit-Remaining-Tokens") == "" || out.Get("Anthropic-Ratelimit-Requests-Remaining") == "" {
 		t.Errorf("allowed response headers lost: %v", out)
+	}
+}
+
+func TestFilterKeepsCleanHeaderAndCopiesOthers(t *testing.T) {
+	clean := http.Header{"Content-Type": {"application/json"}, "Accept": {"text/event-stream"}}
+	if out := FilterRequest(clean); len(out) != 2 || &out["Accept"][0] != &clean["Accept"][0] {
+		t.Fatalf("a clean header was copied or changed: %v", out)
+	}
+	// A non-canonical key, a forbidden key, a bad value, or too many
+	// values: the result is a filtered copy and the input is untouched.
+	many := http.Header{"Accept": make([]string, MaxHeaders+1)}
+	for _, in := range []http.Header{
+		{"content-type": {"application/json"}},
+		{"Content-Type": {"application/json"}, "Cookie": {"a=b"}},
+		{"Content-Type": {"a\nb"}},
+		many,
+	} {
+		before := in.Clone()
+		out := FilterRequest(in)
+		if diff := len(in) - len(before); diff != 0 || out.Get("Cookie") != "" || strings.Contains(out.Get("Content-Type"), "\n") {
+			t.Errorf("FilterRequest(%v) = %v", before, out)
+		}
+		n := 0
+		for _, vs := range out {
+			n += len(vs)
+		}
+		if n > MaxHeaders {
+			t.Errorf("%d values passed", n)
+		}
+		if _, ok := in["Cookie"]; ok && len(in["Cookie"]) != 1 {
+			t.Error("input changed")
+		}
+	}
+	if out := FilterRequest(http.Header{"content-type": {"application/json"}}); out.Get("Content-Type") != "application/json" {
+		t.Fatalf("non-canonical allowed key lost: %v", out)
 	}
 }

@@ -180,7 +180,7 @@ func (c *Client) Tunnel(ctx context.Context, routes []Route, req *execution.Tunn
 		return err
 	}
 	defer resp.Body.Close()
-	if err := w.WriteHead(resp.StatusCode, tunnelhdr.FilterResponse(resp.Header)); err != nil {
+	if err := w.WriteHead(resp.StatusCode, resp.Header); err != nil { // the writer filters
 		return err
 	}
 	bp := copyBufs.Get().(*[]byte)
