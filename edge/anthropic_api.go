@@ -23,7 +23,7 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string)
 	if key == nil {
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, snap.maxBody))
+	body, err := readBody(w, r, snap.maxBody)
 	if err != nil {
 		fail(w, apiMessages, http.StatusRequestEntityTooLarge, "invalid_request", "Request body too large.", nil)
 		return

@@ -314,7 +314,7 @@ type request struct {
 	route        *Route
 	snap         *snapshot
 	body         []byte
-	fields       *llmapi.Fields
+	fields       llmapi.Fields
 	stream       bool
 	includeUsage bool
 	// ir is the request in canonical form, decoded only when a target needs
@@ -346,7 +346,7 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	if key == nil {
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, snap.maxBody))
+	body, err := readBody(w, r, snap.maxBody)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -355,7 +355,7 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 		}
 		return // the client went away
 	}
-	f, err := llmapi.Scan(body, "model", "stream", "stream_options", "previous_response_id")
+	f, err := llmapi.Scan(body, requestKeys...)
 	if err != nil {
 		fail(w, a, http.StatusBadRequest, "invalid_request", "Request body must be a JSON object: "+err.Error(), nil)
 		return
@@ -555,13 +555,16 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 	case pathTunnel, pathTranslate:
 		var body []byte
 		var upPath string
-		header := http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json, text/event-stream"}}
+		header := tunnelHeader // shared and never changed: a header that needs more is a copy
 		switch {
 		case path == pathTunnel:
 			body, err = tunnelBody(req, t.Model)
 			upPath = req.api.path()
-			for k, v := range req.anthropic {
-				header[k] = v
+			if len(req.anthropic) > 0 {
+				header = header.Clone()
+				for k, v := range req.anthropic {
+					header[k] = v
+				}
 			}
 		case format == formatChat:
 			body, err = llmapi.EncodeChat(req.ir, t.Model)
@@ -574,6 +577,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 		default:
 			body, err = llmapi.EncodeAnthropic(req.ir, t.Model)
 			upPath = apiMessages.path()
+			header = header.Clone()
 			header.Set("Anthropic-Version", "2023-06-01")
 			x.format = formatMessages
 		}
@@ -681,13 +685,24 @@ func flush(w http.ResponseWriter) {
 	}
 }
 
+// tunnelHeader is the header of every tunnelled request (the Node adds its
+// credential); it is shared, so it is cloned before any change.
+var tunnelHeader = http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json, text/event-stream"}}
+
+// requestKeys and usageKeys are the top-level keys the Edge reads from a
+// request body and from a usage object.
+var (
+	requestKeys = []string{"model", "stream", "stream_options", "previous_response_id"}
+	usageKeys   = []string{"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"}
+)
+
 func usageFromChat(raw []byte) *execution.Usage {
-	f, err := llmapi.Scan(raw, "prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
+	f, err := llmapi.Scan(raw, usageKeys...)
 	if err != nil {
 		return nil
 	}
 	var n [4]int64
-	for i, k := range [...]string{"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"} {
+	for i, k := range usageKeys {
 		v := f.Raw(k)
 		if v == nil || string(v) == "null" {
 			continue
@@ -697,4 +712,20 @@ func usageFromChat(raw []byte) *execution.Usage {
 		}
 	}
 	return &execution.Usage{InputTokens: n[0] + n[2], OutputTokens: n[1] + n[3]}
+}
+
+// readBody reads a request body of at most limit bytes (a larger one fails
+// with *http.MaxBytesError). A declared Content-Length sizes the buffer
+// once instead of growing it.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	if n := r.ContentLength; n > 0 && n <= limit {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(body, b); err != nil {
+			return nil, err
+		}
+		// The declared length is the body's: net/http ends it there.
+		return b, nil
+	}
+	return io.ReadAll(body)
 }

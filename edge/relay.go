@@ -22,6 +22,11 @@ import (
 // maxCapture bounds the buffered answer kept to read usage from.
 const maxCapture = 32 << 20
 
+// answerKeys are the top-level keys booked from a whole answer.
+var answerKeys = []string{"usage", "id"}
+
+var errNotScanned = errors.New("edge: answer not scanned")
+
 // answerBufs holds the buffers whole JSON answers are read into; one kept
 // is at most maxPooledAnswer.
 var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -67,11 +72,11 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			defer putAnswerBuf(buf)
 			_, err := buf.ReadFrom(io.LimitReader(tn, maxCapture+1))
 			body := buf.Bytes()
-			var f *llmapi.Fields
-			var serr error
+			var f llmapi.Fields
+			serr := errNotScanned
 			if err == nil && len(body) <= maxCapture {
 				// One pass validates the answer and finds what is booked.
-				f, serr = llmapi.Scan(body, "usage", "id")
+				f, serr = llmapi.Scan(body, answerKeys...)
 			}
 			switch {
 			case err != nil && deadlinePassed(ctx):
@@ -97,8 +102,8 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			if len(body) > maxCapture {
 				io.Copy(w, tn) // beyond the capture bound: passed on unchecked
 			}
-			if status == http.StatusOK && f != nil {
-				s.bookFields(req, x, f)
+			if status == http.StatusOK && serr == nil {
+				s.bookFields(req, x, &f)
 			}
 			return
 		}
@@ -186,8 +191,8 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 // bookAnswer records the usage (and a Responses id) of a whole JSON
 // answer.
 func (s *Server) bookAnswer(req *request, x *exchange, body []byte) {
-	if f, err := llmapi.Scan(body, "usage", "id"); err == nil {
-		s.bookFields(req, x, f)
+	if f, err := llmapi.Scan(body, answerKeys...); err == nil {
+		s.bookFields(req, x, &f)
 	}
 }
 

@@ -27,7 +27,8 @@ type TunnelRequest struct {
 	// adapter allows only its API's paths.
 	Path string
 	// Header is filtered here and, authoritatively, on the Node:
-	// credentials, cookies and hop-by-hop headers never leave.
+	// credentials, cookies and hop-by-hop headers never leave. It is only
+	// read, so one header may serve many requests.
 	Header http.Header
 	// Body streams to the upstream; nil means none. It is read on the
 	// tunnel's own goroutine until EOF or an error; once the tunnel ends,

@@ -27,32 +27,32 @@ type span struct{ start, end int }
 
 // Fields records where some top-level keys' values sit in a JSON object, so
 // that the tunnel path can read and rewrite them without decoding and
-// re-encoding the whole body.
+// re-encoding the whole body. It is a value: scanning allocates nothing.
 type Fields struct {
 	body   []byte
 	keys   []string
-	spans  []span // parallel to keys
-	closer int    // index of the object's closing brace
-	inline [6]span
+	spans  [MaxScanKeys]span // parallel to keys
+	closer int               // index of the object's closing brace
 }
 
+// MaxScanKeys is the most keys one Scan locates.
+const MaxScanKeys = 8
+
 // Scan validates body as one JSON object and locates the values of the
-// given top-level keys. A key that appears twice is an error: what the
-// upstream would read is ambiguous, so it is refused; so is a key that
-// differs from a wanted one only in case.
-func Scan(body []byte, keys ...string) (*Fields, error) {
+// given top-level keys (at most MaxScanKeys). A key that appears twice is
+// an error: what the upstream would read is ambiguous, so it is refused;
+// so is a key that differs from a wanted one only in case.
+func Scan(body []byte, keys ...string) (Fields, error) {
+	if len(keys) > MaxScanKeys {
+		return Fields{}, errors.New("llmapi: Scan takes at most 8 keys")
+	}
 	if !json.Valid(body) {
-		return nil, ErrNotJSON
+		return Fields{}, ErrNotJSON
 	}
-	f := &Fields{body: body, keys: keys}
-	if len(keys) <= len(f.inline) {
-		f.spans = f.inline[:len(keys)]
-	} else {
-		f.spans = make([]span, len(keys))
-	}
+	f := Fields{body: body, keys: keys}
 	i := skipWS(body, 0)
 	if i >= len(body) || body[i] != '{' {
-		return nil, ErrNotObject
+		return Fields{}, ErrNotObject
 	}
 	i++
 	for {
@@ -73,12 +73,12 @@ func Scan(body []byte, keys ...string) (*Fields, error) {
 		if bytes.IndexByte(raw, '\\') < 0 {
 			key = unsafeString(raw) // compared only, never kept
 		} else if err := json.Unmarshal(body[kEnd-len(raw)-2:kEnd], &key); err != nil {
-			return nil, errors.New("llmapi: bad key")
+			return Fields{}, errors.New("llmapi: bad key")
 		}
 		for n, w := range keys {
 			if key == w {
 				if f.spans[n].end != 0 {
-					return nil, errors.New("llmapi: duplicate key " + strconv.Quote(w))
+					return Fields{}, errors.New("llmapi: duplicate key " + strconv.Quote(w))
 				}
 				f.spans[n] = span{i, vEnd}
 			} else if len(key) >= len(w) && len(key) <= 3*len(w) && strings.EqualFold(key, w) {
@@ -87,7 +87,7 @@ func Scan(body []byte, keys ...string) (*Fields, error) {
 				// wanted keys are ASCII: a key that folds to one is at least
 				// as long and at most three times as long, as with "\u212a"
 				// for "k".)
-				return nil, errors.New("llmapi: key " + strconv.Quote(key) + " differs from " + strconv.Quote(w) + " only in case")
+				return Fields{}, errors.New("llmapi: key " + strconv.Quote(key) + " differs from " + strconv.Quote(w) + " only in case")
 			}
 		}
 		i = vEnd
