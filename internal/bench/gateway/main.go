@@ -100,7 +100,9 @@ func runRole(role, arg string, conc int, profile string) {
 		target, _ := url.Parse(arg)
 		rp := httputil.NewSingleHostReverseProxy(target)
 		rp.Transport = &http.Transport{MaxIdleConns: 4 * conc, MaxIdleConnsPerHost: 2 * conc, IdleConnTimeout: time.Minute}
-		rp.FlushInterval = -1
+		// FlushInterval stays at its default: ReverseProxy flushes
+		// text/event-stream answers at once by itself, and a flush per
+		// write would slow its whole answers (an extra write each).
 		go http.Serve(listen(), rp)
 	case "edge":
 		srv, err := edge.New(edge.Config{

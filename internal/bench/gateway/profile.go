@@ -19,5 +19,9 @@ func startProfile(path string) (stop func()) {
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+		if m, err := os.Create(path + ".alloc"); err == nil {
+			pprof.Lookup("allocs").WriteTo(m, 0)
+			m.Close()
+		}
 	}
 }
