@@ -151,7 +151,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			}
 			return
 		}
-		if string(ev.Data) != "[DONE]" && !json.Valid(ev.Data) {
+		if string(ev.Data) != "[DONE]" && !llmapi.Valid(ev.Data) {
 			// A malformed event is not passed on: the stream ends with the
 			// API's error event, and the upstream call is cancelled.
 			s.streamError(w, req, errors.New("the provider sent a malformed event"))

@@ -42,7 +42,14 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 	release := sync.OnceFunc(func() { s.releaseTunnel(m.GetProviderId()) })
 	defer release()
 
-	ctx, cancel := context.WithCancel(s.ctx)
+	// One context carries both the cancel and the deadline.
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if ms := m.GetDeadlineUnixMs(); ms > 0 {
+		ctx, cancel = context.WithDeadline(s.ctx, time.UnixMilli(ms))
+	} else {
+		ctx, cancel = context.WithCancel(s.ctx)
+	}
 	defer cancel()
 	ctx, clearSecret, err := s.openGrant(ctx, h, nodewire.GrantFrom(m.GetGrant()), m.GetSlot(), m.GetTarget())
 	if err != nil {
@@ -51,24 +58,12 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 		return
 	}
 	defer clearSecret()
-	if ms := m.GetDeadlineUnixMs(); ms > 0 {
-		var c2 context.CancelFunc
-		ctx, c2 = context.WithDeadline(ctx, time.UnixMilli(ms))
-		defer c2()
-	}
 	// A reset by the Edge, or the connection's end, cancels the upstream
 	// call.
 	defer st.OnAbort(cancel)()
 
 	// Only allowed headers reach the adapter, whatever the Edge sent.
-	header := make(http.Header, len(m.GetHeaders()))
-	n := 0
-	for _, kv := range m.GetHeaders() {
-		if k, ok := tunnelhdr.Request(kv.GetName()); ok && n < tunnelhdr.MaxHeaders && tunnelhdr.ValueOK(kv.GetValue()) {
-			header[k] = append(header[k], kv.GetValue())
-			n++
-		}
-	}
+	header := tunnelhdr.Collect(m.GetHeaders(), tunnelhdr.Request)
 	req := &execution.TunnelRequest{
 		ProviderID: m.GetProviderId(),
 		Method:     m.GetMethod(),

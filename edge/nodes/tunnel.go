@@ -229,15 +229,7 @@ func (t *Tunnel) Response(ctx context.Context) (int, http.Header, error) {
 	switch b := env.Body.(type) {
 	case *iopv1.Envelope_ProviderTunnelResponse:
 		// Only allowed headers reach the client, whatever the Node sent.
-		hs := b.ProviderTunnelResponse.GetHeaders()
-		h := make(http.Header, len(hs))
-		n := 0
-		for _, kv := range hs {
-			if k, ok := tunnelhdr.Response(kv.GetName()); ok && n < tunnelhdr.MaxHeaders && tunnelhdr.ValueOK(kv.GetValue()) {
-				h[k] = append(h[k], kv.GetValue())
-				n++
-			}
-		}
+		h := tunnelhdr.Collect(b.ProviderTunnelResponse.GetHeaders(), tunnelhdr.Response)
 		status := int(b.ProviderTunnelResponse.GetStatus())
 		if status < 100 || status > 999 {
 			t.st.Reset(wire.ResetProtocolError)

@@ -46,7 +46,7 @@ func Scan(body []byte, keys ...string) (Fields, error) {
 	if len(keys) > MaxScanKeys {
 		return Fields{}, errors.New("llmapi: Scan takes at most 8 keys")
 	}
-	if !json.Valid(body) {
+	if !Valid(body) {
 		return Fields{}, ErrNotJSON
 	}
 	f := Fields{body: body, keys: keys}

@@ -108,3 +108,35 @@ func clean(h http.Header, allow map[string]bool) bool {
 	}
 	return n <= MaxHeaders
 }
+
+// Pair is a header name and value as the wire carries them.
+type Pair interface {
+	GetName() string
+	GetValue() string
+}
+
+// Collect builds a header from wire pairs, keeping only those allow (Request
+// or Response) permits with acceptable values, at most MaxHeaders. The
+// values share one backing array.
+func Collect[P Pair](pairs []P, allow func(string) (string, bool)) http.Header {
+	h := make(http.Header, len(pairs))
+	vals := make([]string, 0, min(len(pairs), MaxHeaders))
+	n := 0
+	for _, kv := range pairs {
+		if n == MaxHeaders {
+			break
+		}
+		k, ok := allow(kv.GetName())
+		if !ok || !ValueOK(kv.GetValue()) {
+			continue
+		}
+		n++
+		if vs, seen := h[k]; seen {
+			h[k] = append(vs, kv.GetValue()) // moves off the shared array
+			continue
+		}
+		vals = append(vals, kv.GetValue())
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	return h
+}

@@ -80,3 +80,41 @@ func TestFilterKeepsCleanHeaderAndCopiesOthers(t *testing.T) {
 		t.Fatalf("non-canonical allowed key lost: %v", out)
 	}
 }
+
+type pair struct{ name, value string }
+
+func (p pair) GetName() string  { return p.name }
+func (p pair) GetValue() string { return p.value }
+
+func TestCollect(t *testing.T) {
+	in := []pair{
+		{"content-type", "application/json"},
+		{"X-Ratelimit-Remaining-Tokens", "1"},
+		{"Set-Cookie", "a=b"},
+		{"x-ratelimit-remaining-tokens", "2"},
+		{"Retry-After", "bad\r\nvalue"},
+		{"Cache-Control", "no-store"},
+	}
+	h := Collect(in, Response)
+	want := http.Header{"Content-Type": {"application/json"}, "X-Ratelimit-Remaining-Tokens": {"1", "2"}, "Cache-Control": {"no-store"}}
+	if len(h) != len(want) {
+		t.Fatalf("Collect = %v, want %v", h, want)
+	}
+	for k, vs := range want {
+		if got := h[k]; strings.Join(got, "|") != strings.Join(vs, "|") {
+			t.Errorf("%s = %q, want %q", k, got, vs)
+		}
+	}
+	// Appending to one key never overwrites another's value.
+	h["Content-Type"] = append(h["Content-Type"], "x")
+	if h.Get("Cache-Control") != "no-store" {
+		t.Fatal("values share storage")
+	}
+	many := make([]pair, MaxHeaders+10)
+	for i := range many {
+		many[i] = pair{"Accept", "v"}
+	}
+	if got := len(Collect(many, Request)["Accept"]); got != MaxHeaders {
+		t.Fatalf("%d values kept, want %d", got, MaxHeaders)
+	}
+}

@@ -97,8 +97,11 @@ func (c *Client) Do(ctx context.Context, method, path string, header http.Header
 	if err != nil {
 		return nil, err
 	}
-	for k, vs := range header {
-		req.Header[k] = vs
+	if len(header) > 0 {
+		req.Header = make(http.Header, len(header)+1) // room for the credential
+		for k, vs := range header {
+			req.Header[k] = vs
+		}
 	}
 	if c.Auth != nil {
 		if err := c.Auth(ctx, req); err != nil {

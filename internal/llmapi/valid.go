@@ -1,0 +1,205 @@
+package llmapi
+
+// Valid reports whether b is exactly one JSON value (RFC 8259) with
+// optional surrounding whitespace. It accepts what encoding/json.Valid
+// accepts and nothing else (a differential fuzz test holds it to that),
+// but runs as one tight loop instead of a state machine called per byte:
+// the Edge checks every request, answer and stream event it relays.
+// Nesting deeper than encoding/json's limit (10000) is refused, as there.
+func Valid(b []byte) bool {
+	const maxDepth = 10000
+	var inline [64]byte
+	stack := inline[:0] // '{' or '[' per open container
+	i := skipWS(b, 0)
+	for {
+		// A value starts at b[i].
+		if i >= len(b) {
+			return false
+		}
+		switch c := b[i]; {
+		case c == '{':
+			if len(stack) >= maxDepth {
+				return false
+			}
+			i = skipWS(b, i+1)
+			if i < len(b) && b[i] == '}' {
+				i++
+				break
+			}
+			stack = append(stack, '{')
+			if i = objectKey(b, i); i < 0 {
+				return false
+			}
+			continue
+		case c == '[':
+			if len(stack) >= maxDepth {
+				return false
+			}
+			i = skipWS(b, i+1)
+			if i < len(b) && b[i] == ']' {
+				i++
+				break
+			}
+			stack = append(stack, '[')
+			continue
+		case c == '"':
+			if i = endOfString(b, i); i < 0 {
+				return false
+			}
+		case c == '-' || (c >= '0' && c <= '9'):
+			if i = endOfNumber(b, i); i < 0 {
+				return false
+			}
+		case c == 't':
+			if !hasLiteral(b, i, "true") {
+				return false
+			}
+			i += 4
+		case c == 'f':
+			if !hasLiteral(b, i, "false") {
+				return false
+			}
+			i += 5
+		case c == 'n':
+			if !hasLiteral(b, i, "null") {
+				return false
+			}
+			i += 4
+		default:
+			return false
+		}
+		// A value ended just before b[i]: close containers, or move to the
+		// next element.
+		for {
+			i = skipWS(b, i)
+			if len(stack) == 0 {
+				return i == len(b)
+			}
+			if i >= len(b) {
+				return false
+			}
+			top := stack[len(stack)-1]
+			c := b[i]
+			if c == ',' {
+				i = skipWS(b, i+1)
+				if top == '{' {
+					if i = objectKey(b, i); i < 0 {
+						return false
+					}
+				}
+				break // the next value
+			}
+			if (top == '{' && c == '}') || (top == '[' && c == ']') {
+				stack = stack[:len(stack)-1]
+				i++
+				continue
+			}
+			return false
+		}
+	}
+}
+
+// objectKey checks `"key" :` at b[i] and returns the index after the colon
+// and any whitespace, or -1.
+func objectKey(b []byte, i int) int {
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	if i = endOfString(b, i); i < 0 {
+		return -1
+	}
+	i = skipWS(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return -1
+	}
+	return skipWS(b, i+1)
+}
+
+// endOfString returns the index after the string starting at b[i] (a
+// '"'), or -1 when it is not a valid JSON string: unterminated, a control
+// character, or a bad escape. Bytes from 0x80 up pass unchecked, as in
+// encoding/json.Valid.
+func endOfString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c == '"':
+			return i + 1
+		case c < 0x20:
+			return -1
+		case c == '\\':
+			i++
+			if i >= len(b) {
+				return -1
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) {
+					return -1
+				}
+				for _, h := range b[i+1 : i+5] {
+					if !isHex(h) {
+						return -1
+					}
+				}
+				i += 4
+			default:
+				return -1
+			}
+		}
+	}
+	return -1
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+// endOfNumber returns the index after the number starting at b[i], or -1:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func endOfNumber(b []byte, i int) int {
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i >= len(b):
+		return -1
+	case b[i] == '0':
+		i++
+	case b[i] >= '1' && b[i] <= '9':
+		i = digits(b, i+1)
+	default:
+		return -1
+	}
+	if i < len(b) && b[i] == '.' {
+		j := digits(b, i+1)
+		if j == i+1 {
+			return -1
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := digits(b, i)
+		if j == i {
+			return -1
+		}
+		i = j
+	}
+	return i
+}
+
+func digits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+func hasLiteral(b []byte, i int, lit string) bool {
+	return len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit
+}
