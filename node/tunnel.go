@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"mime"
 	"net/http"
 	"sync"
 	"time"
@@ -154,7 +155,12 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// tunnelWriter sends the upstream's answer on the stream.
+// tunnelWriter sends the upstream's answer on the stream. A JSON answer's
+// head, body and end are held back and leave together, in one write: a
+// JSON document is of use only whole (the Edge reads it whole before it
+// answers). Anything else (an event stream, NDJSON) leaves as it comes;
+// the Edge starts an event stream's answer, and its keep-alive comments,
+// on the head.
 type tunnelWriter struct {
 	st   *wire.Stream
 	mu   sync.Mutex
@@ -178,6 +184,9 @@ func (w *tunnelWriter) WriteHead(status int, header http.Header) error {
 		return errHeadTwice
 	}
 	w.head = true
+	if mt, _, _ := mime.ParseMediaType(header.Get("Content-Type")); mt == "application/json" {
+		w.st.Hold() // until finish; waiting for send credit flushes earlier
+	}
 	resp := &iopv1.ProviderTunnelResponse{Status: uint32(status)}
 	// Only allowed headers leave, whatever the adapter passed.
 	for k, vs := range header {

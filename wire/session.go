@@ -337,7 +337,14 @@ func (s *Session) OpenStream(ctx context.Context) (*Stream, error) {
 	st := newStream(s, id, true)
 	s.streams[id] = st
 	// The OPEN frame is queued under mu so that OPENs leave in id order.
-	s.queueControl(ctrlItem{typ: frameOpen, stream: id})
+	// It does not wake the writer: it leaves with the stream's first frame
+	// (or whatever else wakes the writer first), in the same write.
+	s.wmu.Lock()
+	if !s.writerClosing {
+		s.ctrlQ = append(s.ctrlQ, ctrlItem{typ: frameOpen, stream: id})
+		st.openUnsent.Store(true)
+	}
+	s.wmu.Unlock()
 	s.mu.Unlock()
 	s.stats.streamsOpened.Add(1)
 	return st, nil

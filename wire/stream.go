@@ -62,6 +62,12 @@ type Stream struct {
 	finQueued   bool
 	sendAborted bool
 	wuQueued    bool
+	held        bool // see Hold
+
+	// openUnsent is set while this side's OPEN may still sit in the
+	// writer's queue with no wake-up asked for; a reader about to wait
+	// asks for one, since the peer cannot answer a stream it never saw.
+	openUnsent atomic.Bool
 }
 
 func newStream(s *Session, id uint64, local bool) *Stream {
@@ -239,6 +245,14 @@ func (st *Stream) SetWriteDeadline(t time.Time) error {
 	st.mu.Unlock()
 	st.wakeWriter()
 	return nil
+}
+
+// announce makes sure a locally opened stream's OPEN is on its way before
+// its reader waits for the peer.
+func (st *Stream) announce() {
+	if st.openUnsent.Load() && st.openUnsent.Swap(false) {
+		st.sess.kickWriter()
+	}
 }
 
 // wait blocks until wake fires, the stream ends, ctx ends or the deadline
@@ -446,6 +460,7 @@ func (st *Stream) Read(p []byte) (int, error) {
 		}
 		dl := st.readDL
 		st.mu.Unlock()
+		st.announce()
 		if err := st.wait(nil, st.readWake, dl); err != nil {
 			return 0, err
 		}
@@ -509,6 +524,7 @@ func (st *Stream) ReadMessage(ctx context.Context) (*iopv1.Envelope, error) {
 		}
 		dl := st.readDL
 		st.mu.Unlock()
+		st.announce()
 		if err := st.wait(ctx, st.readWake, dl); err != nil {
 			return nil, err
 		}
@@ -553,7 +569,11 @@ func (st *Stream) reserve(want int) (int, error) {
 			s.wmu.Unlock()
 			return n, nil
 		}
+		held := st.held
 		s.wmu.Unlock()
+		if held {
+			st.Flush() // credit comes back only for frames that left
+		}
 		if st.isTerminated() {
 			return 0, st.sendErr()
 		}
@@ -608,10 +628,47 @@ func (st *Stream) enqueue(typ frameType, flags uint8, p []byte) error {
 	}
 	st.sendQ = append(st.sendQ, f)
 	st.queued += f.len()
+	if st.held {
+		s.wmu.Unlock()
+		return nil
+	}
 	s.markReadyLocked(st)
 	s.wmu.Unlock()
 	s.kickWriter()
 	return nil
+}
+
+// Hold keeps the frames this stream queues from here on off the
+// connection until Flush or CloseWrite, so that a writer about to send
+// several at once (a response head, its body and its end) puts them on
+// the connection together: one write for the sender and one wake-up for
+// the receiver, where the session's writer could otherwise have taken
+// them one by one. Waiting for send credit flushes first, so a held
+// stream never stalls on its own queue.
+func (st *Stream) Hold() {
+	s := st.sess
+	s.wmu.Lock()
+	st.held = true
+	s.wmu.Unlock()
+}
+
+// Flush ends a Hold: the frames queued during it leave now, and later
+// ones as they come.
+func (st *Stream) Flush() {
+	s := st.sess
+	s.wmu.Lock()
+	if !st.held {
+		s.wmu.Unlock()
+		return
+	}
+	st.held = false
+	if len(st.sendQ) == 0 || st.sendAborted {
+		s.wmu.Unlock()
+		return
+	}
+	s.markReadyLocked(st)
+	s.wmu.Unlock()
+	s.kickWriter()
 }
 
 // Write writes p as stream data, waiting for credit as needed. It returns
@@ -695,6 +752,7 @@ func (st *Stream) CloseWrite() error {
 		return st.sendErr()
 	}
 	st.finQueued = true
+	st.held = false
 	if n := len(st.sendQ); n > 0 && st.sendQ[n-1].flags&flagMore == 0 {
 		st.sendQ[n-1].flags |= flagFin
 	} else {

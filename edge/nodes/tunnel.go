@@ -163,8 +163,9 @@ func (r *Registry) OpenTunnel(ctx context.Context, nodeID string, gen uint64, re
 	}
 	if b, ok := inlineBody(req.Body); ok {
 		// A small body rides in the request message, whose frame also
-		// ends this direction.
+		// ends this direction: OPEN, request and FIN leave in one write.
 		m.Body, m.InlineBody = b, true
+		st.Hold()
 		if err := st.WriteMessage(nodewire.Msg(m)); err != nil {
 			st.Reset(wire.ResetCancel)
 			t.claim.release()
