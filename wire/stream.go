@@ -644,7 +644,8 @@ func (st *Stream) enqueue(typ frameType, flags uint8, p []byte) error {
 // the connection together: one write for the sender and one wake-up for
 // the receiver, where the session's writer could otherwise have taken
 // them one by one. Waiting for send credit flushes first, so a held
-// stream never stalls on its own queue.
+// stream never stalls on its own queue. Hold is a hint: frames the writer
+// is already taking from this stream may take held ones along.
 func (st *Stream) Hold() {
 	s := st.sess
 	s.wmu.Lock()

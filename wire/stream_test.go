@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"strings"
@@ -474,5 +475,122 @@ func TestHandleReusesGoroutines(t *testing.T) {
 	eventually(t, func() bool { return server.idleWorkers.Load() == maxIdleWorkers }, "idle workers %d, want %d", func() []any { return []any{server.idleWorkers.Load(), maxIdleWorkers} })
 	if len(ids) < burst {
 		t.Fatalf("%d concurrent handlers ran on %d goroutines", burst, len(ids))
+	}
+}
+
+// TestHoldSendsTogether: frames queued under Hold stay off the connection
+// while the writer serves other streams, and leave in one write on Flush.
+func TestHoldSendsTogether(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	held, err := client.OpenStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Hold()
+	held.WriteMessage(errEnv("head"))
+	held.Write([]byte("body"))
+	held.WriteMessage(errEnv("end"))
+	// Another stream's frames make the writer run a batch; the OPEN of the
+	// held stream leaves with it (it is a session frame), its data not.
+	other, _ := client.OpenStream(ctx(t))
+	other.WriteMessage(errEnv("other"))
+	seen := map[string]*Stream{}
+	for len(seen) < 2 {
+		st, err := server.AcceptStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[fmt.Sprint(st.ID())] = st
+	}
+	if m, err := seen[fmt.Sprint(other.ID())].ReadMessage(ctx(t)); err != nil || m.GetError().GetMessage() != "other" {
+		t.Fatalf("other stream: %v %v", m, err)
+	}
+	if q := held.Stats().QueuedSend; q == 0 {
+		t.Fatal("held frames left before Flush")
+	}
+	peer := seen[fmt.Sprint(held.ID())]
+	if b := peer.Stats().Buffered; b != 0 {
+		t.Fatalf("peer holds %d bytes of a held stream", b)
+	}
+	flushes := client.Stats().Flushes
+	held.Flush()
+	for _, want := range []string{"head", "body", "end"} {
+		if want == "body" {
+			b := make([]byte, 4)
+			if _, err := io.ReadFull(peer, b); err != nil || string(b) != want {
+				t.Fatalf("body %q %v", b, err)
+			}
+			continue
+		}
+		if m, err := peer.ReadMessage(ctx(t)); err != nil || m.GetError().GetMessage() != want {
+			t.Fatalf("want %s: %v %v", want, m, err)
+		}
+	}
+	if got := client.Stats().Flushes - flushes; got != 1 {
+		t.Fatalf("held frames took %d writes, want 1", got)
+	}
+	// After Flush, frames leave as they come.
+	held.WriteMessage(errEnv("later"))
+	if m, err := peer.ReadMessage(ctx(t)); err != nil || m.GetError().GetMessage() != "later" {
+		t.Fatalf("after Flush: %v %v", m, err)
+	}
+}
+
+// TestHoldFlushesForCredit: a held stream that runs out of send credit
+// flushes instead of waiting on its own queue.
+func TestHoldFlushesForCredit(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	st, _ := client.OpenStream(ctx(t))
+	st.Hold()
+	big := bytes.Repeat([]byte("x"), 4*int(DefaultStreamWindow))
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.Write(big)
+		if err == nil {
+			err = st.CloseWrite()
+		}
+		done <- err
+	}()
+	peer, err := server.AcceptStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(peer)
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("read %d bytes, %v", len(got), err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenLeavesWithFirstFrameOrRead: a new stream's OPEN shares the first
+// frame's write, and a stream whose opener waits to read first is still
+// announced to the peer.
+func TestOpenLeavesWithFirstFrameOrRead(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	flushes := client.Stats().Flushes
+	st, _ := client.OpenStream(ctx(t))
+	st.WriteMessage(errEnv("first"))
+	peer, err := server.AcceptStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := peer.ReadMessage(ctx(t)); err != nil || m.GetError().GetMessage() != "first" {
+		t.Fatalf("%v %v", m, err)
+	}
+	if got := client.Stats().Flushes - flushes; got != 1 {
+		t.Fatalf("OPEN and first frame took %d writes, want 1", got)
+	}
+
+	quiet, _ := client.OpenStream(ctx(t))
+	go func() {
+		p, err := server.AcceptStream(ctx(t))
+		if err == nil {
+			p.WriteMessage(errEnv("you called?"))
+		}
+	}()
+	if m, err := quiet.ReadMessage(ctx(t)); err != nil || m.GetError().GetMessage() != "you called?" {
+		t.Fatalf("a stream opened to read was never announced: %v %v", m, err)
 	}
 }
