@@ -40,6 +40,7 @@ type Reader struct {
 	typ     []byte
 	hasData bool
 	line    []byte
+	skipLF  bool // the last line ended in CR; see readLine
 }
 
 // NewReader returns a Reader of r with events of at most maxEvent bytes (0
@@ -112,33 +113,61 @@ func (r *Reader) Next() (Event, error) {
 // an error the partial line is kept for the next call.
 func (r *Reader) readLine() ([]byte, error) {
 	for {
-		b, err := r.br.ReadByte()
-		if err != nil {
-			if err == io.EOF && len(r.line) > 0 {
-				// A final line without a terminator cannot complete an
-				// event; the event is discarded.
-				r.line = r.line[:0]
+		buf, _ := r.br.Peek(r.br.Buffered())
+		if len(buf) == 0 {
+			if _, err := r.br.Peek(1); err != nil {
+				if err == io.EOF && len(r.line) > 0 {
+					// A final line without a terminator cannot complete
+					// an event; the event is discarded.
+					r.line = r.line[:0]
+				}
+				return nil, err
 			}
-			return nil, err
+			continue
 		}
-		switch b {
-		case '\n':
-			line := r.line
-			r.line = r.line[:0]
-			return line, nil
-		case '\r':
-			if next, err := r.br.Peek(1); err == nil && next[0] == '\n' {
-				r.br.ReadByte()
+		if r.skipLF {
+			// The last line ended in CR: an LF right after it belongs to
+			// that terminator.
+			r.skipLF = false
+			if buf[0] == '\n' {
+				r.br.Discard(1)
+				continue
 			}
-			line := r.line
-			r.line = r.line[:0]
-			return line, nil
 		}
-		if len(r.line) >= r.max+64 {
+		i := indexEOL(buf)
+		n := i
+		if i < 0 {
+			n = len(buf)
+		}
+		if len(r.line)+n > r.max+64 {
 			return nil, ErrTooLarge
 		}
-		r.line = append(r.line, b)
+		r.line = append(r.line, buf[:n]...)
+		if i < 0 {
+			r.br.Discard(n)
+			continue
+		}
+		r.skipLF = buf[i] == '\r'
+		r.br.Discard(i + 1)
+		line := r.line
+		r.line = r.line[:0]
+		return line, nil
 	}
+}
+
+// indexEOL returns the index of the first CR or LF in b, or -1.
+func indexEOL(b []byte) int {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		i = len(b)
+	}
+	if j := bytes.IndexByte(b[:i], '\r'); j >= 0 {
+		return j
+	}
+	if i == len(b) {
+		return -1
+	}
+	return i
 }
 
 // AppendEvent appends the wire form of an event: an optional "event:" line,

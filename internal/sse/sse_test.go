@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -145,5 +146,47 @@ func TestReaderResumesAfterErrors(t *testing.T) {
 	want := []Event{{Type: "a", Data: []byte("one\ntwo")}, {Data: []byte("three")}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("(-want +got):\n%s", d)
+	}
+}
+
+// TestReaderCRLFSplitByError: a CR LF pair split by a read error (a
+// deadline) is one line terminator, not a line and an empty line (which
+// would end the event early).
+func TestReaderCRLFSplitByError(t *testing.T) {
+	in := "data: a\r\ndata: b\r\n\r\ndata: c\rdata: d\r\r"
+	for _, r := range []*Reader{NewReader(&flaky{b: []byte(in)}, 0), NewReader(strings.NewReader(in), 0)} {
+		var got []string
+		for {
+			ev, err := r.Next()
+			if errors.Is(err, errTimeout) {
+				continue
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, string(ev.Data))
+		}
+		if want := []string{"a\nb", "c\nd"}; !slices.Equal(got, want) {
+			t.Fatalf("events %q, want %q", got, want)
+		}
+	}
+}
+
+func BenchmarkReader(b *testing.B) {
+	var in bytes.Buffer
+	for range 200 {
+		in.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok "}}]}` + "\n\n")
+	}
+	b.SetBytes(int64(in.Len()))
+	for b.Loop() {
+		r := NewReader(bytes.NewReader(in.Bytes()), 0)
+		for {
+			if _, err := r.Next(); err != nil {
+				break
+			}
+		}
 	}
 }

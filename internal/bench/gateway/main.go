@@ -58,12 +58,13 @@ func main() {
 	dur := flag.Duration("d", 5*time.Second, "duration of each throughput run")
 	n1 := flag.Int("n", 1000, "requests per path at concurrency 1")
 	cpuprofile := flag.String("cpuprofile", "", "internal: write a CPU profile for the role")
+	mode := flag.String("mode", "all", "throughput runs: all | plain (non-streamed only) | stream (streams only), for profiling one")
 	flag.Parse()
 	if *role != "" {
 		runRole(*role, *arg, *conc, *cpuprofile)
 		return
 	}
-	orchestrate(*conc, *dur, *n1)
+	orchestrate(*conc, *dur, *n1, *mode)
 }
 
 // --- roles ---------------------------------------------------------------
@@ -185,7 +186,7 @@ type path struct {
 	auth  bool
 }
 
-func orchestrate(conc int, dur time.Duration, n1 int) {
+func orchestrate(conc int, dur time.Duration, n1 int, mode string) {
 	up := spawn("upstream", "", conc, 1)
 	defer up.stop()
 	upURL := "http://" + up.addrs[0]
@@ -245,18 +246,19 @@ func orchestrate(conc int, dur time.Duration, n1 int) {
 	for round := 0; round < 3; round++ {
 		for _, p := range paths {
 			r := res[p.name]
-			before := cpuNow()
-			rps, n := throughput(client, p, false, conc, dur/3)
-			for name, t := range cpuNow() {
-				r.cpu[name] += t - before[name]
+			if mode != "stream" {
+				before := cpuNow()
+				rps, n := throughput(client, p, false, conc, dur/3)
+				for name, t := range cpuNow() {
+					r.cpu[name] += t - before[name]
+				}
+				r.reqs += n
+				r.rps = max(r.rps, rps)
 			}
-			r.reqs += n
-			r.rps = max(r.rps, rps)
-			srps := 0.0
-			if os.Getenv("GATEWAY_NOSTREAM") == "" {
-				srps, _ = throughput(client, p, true, conc, dur/3)
+			if mode != "plain" {
+				srps, _ := throughput(client, p, true, conc, dur/3)
+				r.srps = max(r.srps, srps)
 			}
-			r.srps = max(r.srps, srps)
 		}
 	}
 	for _, p := range paths {
