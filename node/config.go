@@ -26,8 +26,8 @@ type Config struct {
 	// the registration and never logged.
 	Token string
 	// TLS, when set, dials with TLS 1.3 and ALPN iop/1 (client certificate
-	// included for mutual TLS). Nil means plaintext, for loopback and
-	// development only.
+	// included for mutual TLS); without a ServerName the host of EdgeAddr
+	// is verified. Nil means plaintext, for loopback and development only.
 	TLS *tls.Config
 	// EdgeIdentity, when set, is the workload identity the Edge's server
 	// certificate must carry (spiffe://<TrustDomain>/edge/<EdgeID>, from

@@ -44,7 +44,8 @@ func TLSServerConfig(base *tls.Config) *tls.Config {
 // Dial connects to addr and starts the dialing side of a session. With a
 // non-nil tlsConf the connection runs TLS 1.3 with ALPN iop/1 (see
 // TLSClientConfig); with nil it is plain TCP, for loopback and development.
-// ctx bounds the dial and both handshakes.
+// As with tls.Dial, a tlsConf without ServerName verifies the host of addr
+// (a name or an IP address). ctx bounds the dial and both handshakes.
 func Dial(ctx context.Context, network, addr string, tlsConf *tls.Config, cfg *Config) (*Session, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, network, addr)
@@ -52,7 +53,15 @@ func Dial(ctx context.Context, network, addr string, tlsConf *tls.Config, cfg *C
 		return nil, fmt.Errorf("wire: dial: %w", err)
 	}
 	if tlsConf != nil {
-		tc := tls.Client(conn, TLSClientConfig(tlsConf))
+		c := TLSClientConfig(tlsConf)
+		if c.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				host = addr
+			}
+			c.ServerName = host
+		}
+		tc := tls.Client(conn, c)
 		if err := handshakeTLS(ctx, tc, cfg); err != nil {
 			return nil, err
 		}

@@ -52,6 +52,7 @@ func TestTLS(t *testing.T) {
 	nodeCert := ca.Issue(t, testpki.Leaf{URIs: []string{"spiffe://iop.test/node/n1"}})
 	foreignCert := other.Issue(t, testpki.Leaf{URIs: []string{"spiffe://iop.test/node/n1"}})
 	expiredCert := ca.Issue(t, testpki.Leaf{NotAfter: time.Now().Add(-time.Hour)})
+	elsewhereCert := ca.Issue(t, testpki.Leaf{DNSNames: []string{"edge.example"}})
 
 	serverTLS := &tls.Config{Certificates: []tls.Certificate{serverCert}}
 	mutualTLS := &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.Pool}
@@ -79,6 +80,14 @@ func TestTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("server name from the address", func(t *testing.T) {
+		// No ServerName: the address's host (127.0.0.1) is verified, as
+		// tls.Dial does.
+		_, cerr, _, serr := tlsPair(t, &tls.Config{RootCAs: ca.Pool}, serverTLS)
+		if cerr != nil || serr != nil {
+			t.Fatalf("dial %v / accept %v", cerr, serr)
+		}
+	})
 	t.Run("mutual", func(t *testing.T) {
 		_, cerr, s, serr := tlsPair(t, client(nodeCert), mutualTLS)
 		if cerr != nil || serr != nil {
@@ -98,6 +107,7 @@ func TestTLS(t *testing.T) {
 		{"client certificate from another CA", client(foreignCert), mutualTLS},
 		{"expired client certificate", client(expiredCert), mutualTLS},
 		{"server from an unknown CA", &tls.Config{RootCAs: other.Pool, ServerName: "localhost"}, serverTLS},
+		{"server certificate for another name", &tls.Config{RootCAs: ca.Pool}, &tls.Config{Certificates: []tls.Certificate{elsewhereCert}}},
 		{"TLS 1.2 client", &tls.Config{RootCAs: ca.Pool, ServerName: "localhost", MaxVersion: tls.VersionTLS12}, serverTLS},
 	}
 	for _, tc := range refused {
