@@ -11,13 +11,14 @@
 // and p99 at concurrency 1, time to first chunk, the amortized added cost
 // per streamed chunk, and every figure as a ratio to direct and to proxy.
 //
-//	go run ./internal/bench/gateway [-c 32] [-d 5s]
+//	go run ./internal/bench/gateway [-c 32] [-d 5s] [-tls] [-mode all|plain|stream]
 package main
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -36,6 +37,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/edge/nodes"
@@ -58,13 +61,25 @@ func main() {
 	dur := flag.Duration("d", 5*time.Second, "duration of each throughput run")
 	n1 := flag.Int("n", 1000, "requests per path at concurrency 1")
 	cpuprofile := flag.String("cpuprofile", "", "internal: write a CPU profile for the role")
+	tlsDir := flag.String("tlsdir", "", "internal: the bench PKI of a -tls run")
+	useTLS := flag.Bool("tls", false, "TLS on every hop (client, proxy, Edge, Edge-Node link, upstream) instead of plaintext")
 	mode := flag.String("mode", "all", "throughput runs: all | plain (non-streamed only) | stream (streams only), for profiling one")
 	flag.Parse()
 	if *role != "" {
-		runRole(*role, *arg, *conc, *cpuprofile)
+		runRole(*role, *arg, *conc, *cpuprofile, loadPKI(*tlsDir))
 		return
 	}
-	orchestrate(*conc, *dur, *n1, *mode)
+	dir := ""
+	if *useTLS {
+		d, err := os.MkdirTemp("", "gateway-bench-pki")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(d)
+		makePKI(d)
+		dir = d
+	}
+	orchestrate(*conc, *dur, *n1, *mode, dir)
 }
 
 // --- roles ---------------------------------------------------------------
@@ -89,25 +104,31 @@ func reply(q *upstreamtest.Request) upstreamtest.Script {
 	return upstreamtest.Script{Text: []string{"Hello", " from", " the", " bench."}, Usage: upstreamtest.Usage{InputTokens: 10, OutputTokens: 4}}
 }
 
-func runRole(role, arg string, conc int, profile string) {
+func runRole(role, arg string, conc int, profile string, pki *benchPKI) {
 	stopProfile := startProfile(profile)
 	defer stopProfile()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	switch role {
 	case "upstream":
-		go http.Serve(listen(), upstreamtest.New(upstreamtest.Config{Models: []string{"up"}, Reply: reply, MaxRecorded: 100}))
+		go pki.serveHTTP(listen(), upstreamtest.New(upstreamtest.Config{Models: []string{"up"}, Reply: reply, MaxRecorded: 100}))
 	case "proxy":
 		target, _ := url.Parse(arg)
 		rp := httputil.NewSingleHostReverseProxy(target)
-		rp.Transport = &http.Transport{MaxIdleConns: 4 * conc, MaxIdleConnsPerHost: 2 * conc, IdleConnTimeout: time.Minute}
+		rp.Transport = pki.transport(2 * conc)
 		// FlushInterval stays at its default: ReverseProxy flushes
 		// text/event-stream answers at once by itself, and a flush per
 		// write would slow its whole answers (an extra write each).
-		go http.Serve(listen(), rp)
+		go pki.serveHTTP(listen(), rp)
 	case "edge":
+		var nodeTLS *tls.Config
+		if pki != nil {
+			nodeTLS = pki.server()
+		}
 		srv, err := edge.New(edge.Config{
-			Epoch: 1,
+			Epoch:   1,
+			NodeTLS: nodeTLS,
+			Logger:  roleLogger("edge"),
 			Nodes: []nodes.Record{{ID: "bench", TokenHash: nodes.HashToken(nodeToken), Providers: []nodes.ProviderSpec{
 				{ID: "up", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"up"}, Capacity: 4 * conc},
 			}}},
@@ -118,15 +139,26 @@ func runRole(role, arg string, conc int, profile string) {
 			log.Fatal(err)
 		}
 		api, nodeLn := listen(), listen()
-		go srv.Serve(api)
+		if pki != nil {
+			go srv.ServeTLS(api, pki.server())
+		} else {
+			go srv.Serve(api)
+		}
 		go srv.ServeNodes(nodeLn)
 	case "node":
 		up, edgeAddr, _ := strings.Cut(arg, ",")
-		a, err := openai.New(openai.Config{ID: "up", BaseURL: up, Models: []string{"up"}})
+		ocfg := openai.Config{ID: "up", BaseURL: up, Models: []string{"up"}}
+		ncfg := node.Config{EdgeAddr: edgeAddr, NodeID: "bench", Token: nodeToken, Logger: roleLogger("node")}
+		if pki != nil {
+			ocfg.HTTPClient = &http.Client{Transport: pki.transport(256)}
+			ncfg.TLS = pki.client()
+		}
+		a, err := openai.New(ocfg)
 		if err != nil {
 			log.Fatal(err)
 		}
-		rt, err := node.New(node.Config{EdgeAddr: edgeAddr, NodeID: "bench", Token: nodeToken, Providers: []node.Hosted{{Provider: a}}})
+		ncfg.Providers = []node.Hosted{{Provider: a}}
+		rt, err := node.New(ncfg)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -145,9 +177,9 @@ type proc struct {
 	addrs []string
 }
 
-func spawn(role, arg string, conc, addrs int) *proc {
+func spawn(role, arg string, conc, addrs int, tlsDir string) *proc {
 	exe, _ := os.Executable()
-	args := []string{"-role", role, "-arg", arg, "-c", fmt.Sprint(conc)}
+	args := []string{"-role", role, "-arg", arg, "-c", fmt.Sprint(conc), "-tlsdir", tlsDir}
 	if p := os.Getenv("GATEWAY_PROFILE_" + strings.ToUpper(role)); p != "" {
 		args = append(args, "-cpuprofile", p)
 	}
@@ -186,34 +218,40 @@ type path struct {
 	auth  bool
 }
 
-func orchestrate(conc int, dur time.Duration, n1 int, mode string) {
-	up := spawn("upstream", "", conc, 1)
+func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
+	pki := loadPKI(tlsDir)
+	up := spawn("upstream", "", conc, 1, tlsDir)
 	defer up.stop()
-	upURL := "http://" + up.addrs[0]
-	px := spawn("proxy", upURL, conc, 1)
+	upURL := pki.scheme() + up.addrs[0]
+	px := spawn("proxy", upURL, conc, 1, tlsDir)
 	defer px.stop()
-	ed := spawn("edge", "", conc, 2)
+	ed := spawn("edge", "", conc, 2, tlsDir)
 	defer ed.stop()
-	nd := spawn("node", upURL+","+ed.addrs[1], conc, 1)
+	nd := spawn("node", upURL+","+ed.addrs[1], conc, 1, tlsDir)
 	defer nd.stop()
 
-	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 4 * conc, MaxIdleConnsPerHost: 2 * conc, IdleConnTimeout: time.Minute}}
+	client := &http.Client{Transport: pki.transport(2 * conc)}
 	paths := []path{
 		{"direct", upURL, "up", false},
-		{"proxy", "http://" + px.addrs[0], "up", false},
-		{"iop", "http://" + ed.addrs[0], "bench", true},
+		{"proxy", pki.scheme() + px.addrs[0], "up", false},
+		{"iop", pki.scheme() + ed.addrs[0], "bench", true},
 	}
 	// Wait for the Node to be ready (the first request through iop works).
 	for i := 0; ; i++ {
-		if _, err := do(client, paths[2], false); err == nil {
+		_, err := do(client, paths[2], false)
+		if err == nil {
 			break
 		}
 		if i > 500 {
-			log.Fatal("edge+node never became ready")
+			log.Fatalf("edge+node never became ready: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	fmt.Printf("gateway bench: loopback, plaintext, %d cores; processes: upstream, proxy, edge, node, client (this one) share the machine\n", runtime.NumCPU())
+	security := "plaintext"
+	if pki != nil {
+		security = "TLS on every hop (TLS 1.3 on the Edge-Node link)"
+	}
+	fmt.Printf("gateway bench: loopback, %s, %d cores; processes: upstream, proxy, edge, node, client (this one) share the machine\n", security, runtime.NumCPU())
 	fmt.Printf("throughput at concurrency %d for %v per path; latency at concurrency 1 over %d requests; streams of %d chunks\n\n", conc, dur, n1, chunks)
 
 	type result struct {
@@ -413,4 +451,9 @@ func pct(v []float64, p int) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// roleLogger logs warnings and errors of a role to stderr.
+func roleLogger(name string) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: os.Stderr})
 }
