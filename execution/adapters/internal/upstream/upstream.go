@@ -59,9 +59,11 @@ func Allowed(routes []Route, method, path string) bool {
 	return false
 }
 
-// Client talks to one upstream base URL with the Node's credential.
+// Client talks to one upstream base URL with the Node's credential. Make
+// one with NewClient.
 type Client struct {
 	Base *url.URL
+	base string // Base, formatted once
 	HTTP *http.Client
 	// Auth sets the credential on a request (for example a Bearer token).
 	Auth func(ctx context.Context, r *http.Request) error
@@ -85,11 +87,11 @@ func NewClient(base string, httpClient *http.Client) (*Client, error) {
 	// so a credential is never replayed to another host.
 	c := *httpClient
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Client{Base: u, HTTP: &c}, nil
+	return &Client{Base: u, HTTP: &c, base: u.String()}, nil
 }
 
 // URL joins path to the base.
-func (c *Client) URL(path string) string { return c.Base.String() + path }
+func (c *Client) URL(path string) string { return c.base + path }
 
 // Do sends a request with the Node's credential.
 func (c *Client) Do(ctx context.Context, method, path string, header http.Header, body io.Reader) (*http.Response, error) {
