@@ -31,7 +31,11 @@
 //     round-robin, one chunk (32 KiB) per stream per turn and at most two
 //     chunks per flush, so a heartbeat never waits behind more than two
 //     chunks. A flush is one writev on TCP and one Write of a gathered
-//     buffer elsewhere, under Config.WriteTimeout.
+//     buffer elsewhere, under Config.WriteTimeout. A new stream's OPEN
+//     leaves with its first frame, and Stream.Hold lets a sender put a
+//     whole exchange (head, body, end) into one write: one wake-up for the
+//     peer instead of one per frame. Streams served through Handle run on
+//     handler goroutines the session keeps for reuse.
 //   - Limits: concurrent streams and the accept backlog (beyond them a
 //     stream is reset with ResetRefused), resets per second (rapid reset),
 //     control frames the peer can make this side queue, message size.
