@@ -385,7 +385,8 @@ func (s *Session) AcceptStream(ctx context.Context) (*Stream, error) {
 
 // Handle makes the session serve every stream the peer opens from now on
 // by calling h on a goroutine of its own (a new one, or one that served an
-// earlier stream and is idle), straight from the session's reader,
+// earlier stream and is idle, so h must not leave goroutine state such as
+// pprof labels behind), straight from the session's reader,
 // instead of queueing it for AcceptStream. Streams already queued stay
 // there. The goroutines belong to the session: Close waits for them, so h
 // must return once its stream ends (every stream operation fails after the
