@@ -25,8 +25,6 @@ const maxCapture = 32 << 20
 // answerKeys are the top-level keys booked from a whole answer.
 var answerKeys = []string{"usage", "id"}
 
-var errNotScanned = errors.New("edge: answer not scanned")
-
 // answerBufs holds the buffers whole JSON answers are read into; one kept
 // is at most maxPooledAnswer.
 var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -72,9 +70,10 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			defer putAnswerBuf(buf)
 			_, err := buf.ReadFrom(io.LimitReader(tn, maxCapture+1))
 			body := buf.Bytes()
+			whole := err == nil && len(body) <= maxCapture
 			var f llmapi.Fields
-			serr := errNotScanned
-			if err == nil && len(body) <= maxCapture {
+			var serr error
+			if whole {
 				// One pass validates the answer and finds what is booked.
 				f, serr = llmapi.Scan(body, answerKeys...)
 			}
@@ -92,17 +91,16 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 				fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider's answer was malformed.", nil)
 				return
 			}
-			if len(body) <= maxCapture {
+			w.Header().Del("Content-Length")
+			if whole && len(body) > 0 { // an empty body (a 204) gets none
 				w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-			} else {
-				w.Header().Del("Content-Length")
 			}
 			w.WriteHeader(status)
 			w.Write(body)
 			if len(body) > maxCapture {
 				io.Copy(w, tn) // beyond the capture bound: passed on unchecked
 			}
-			if status == http.StatusOK && serr == nil {
+			if status == http.StatusOK && whole && serr == nil {
 				s.bookFields(req, x, &f)
 			}
 			return
