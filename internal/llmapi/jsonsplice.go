@@ -44,7 +44,7 @@ const MaxScanKeys = 8
 // so is a key that differs from a wanted one only in case.
 func Scan(body []byte, keys ...string) (Fields, error) {
 	if len(keys) > MaxScanKeys {
-		return Fields{}, errors.New("llmapi: Scan takes at most 8 keys")
+		return Fields{}, errors.New("llmapi: Scan takes at most " + strconv.Itoa(MaxScanKeys) + " keys")
 	}
 	if !Valid(body) {
 		return Fields{}, ErrNotJSON

@@ -17,30 +17,21 @@ func Valid(b []byte) bool {
 			return false
 		}
 		switch c := b[i]; {
-		case c == '{':
+		case c == '{' || c == '[':
 			if len(stack) >= maxDepth {
 				return false
 			}
 			i = skipWS(b, i+1)
-			if i < len(b) && b[i] == '}' {
+			if i < len(b) && b[i] == closer(c) {
 				i++
 				break
 			}
-			stack = append(stack, '{')
-			if i = objectKey(b, i); i < 0 {
-				return false
+			stack = append(stack, c)
+			if c == '{' {
+				if i = objectKey(b, i); i < 0 {
+					return false
+				}
 			}
-			continue
-		case c == '[':
-			if len(stack) >= maxDepth {
-				return false
-			}
-			i = skipWS(b, i+1)
-			if i < len(b) && b[i] == ']' {
-				i++
-				break
-			}
-			stack = append(stack, '[')
 			continue
 		case c == '"':
 			if i = endOfString(b, i); i < 0 {
@@ -89,7 +80,7 @@ func Valid(b []byte) bool {
 				}
 				break // the next value
 			}
-			if (top == '{' && c == '}') || (top == '[' && c == ']') {
+			if c == closer(top) {
 				stack = stack[:len(stack)-1]
 				i++
 				continue
@@ -97,6 +88,14 @@ func Valid(b []byte) bool {
 			return false
 		}
 	}
+}
+
+// closer returns the byte that closes the container open opens.
+func closer(open byte) byte {
+	if open == '{' {
+		return '}'
+	}
+	return ']'
 }
 
 // objectKey checks `"key" :` at b[i] and returns the index after the colon
