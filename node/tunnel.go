@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -184,21 +184,13 @@ func (w *tunnelWriter) WriteHead(status int, header http.Header) error {
 		return errHeadTwice
 	}
 	w.head = true
-	if mt, _, _ := mime.ParseMediaType(header.Get("Content-Type")); mt == "application/json" {
+	if mt, _, _ := strings.Cut(header.Get("Content-Type"), ";"); strings.EqualFold(strings.TrimSpace(mt), "application/json") {
 		w.st.Hold() // until finish; waiting for send credit flushes earlier
 	}
 	resp := &iopv1.ProviderTunnelResponse{Status: uint32(status)}
 	// Only allowed headers leave, whatever the adapter passed.
-	for k, vs := range header {
-		ck, ok := tunnelhdr.Response(k)
-		if !ok {
-			continue
-		}
-		for _, v := range vs {
-			if len(resp.Headers) < tunnelhdr.MaxHeaders && tunnelhdr.ValueOK(v) {
-				resp.Headers = append(resp.Headers, &iopv1.Header{Name: ck, Value: v})
-			}
-		}
+	for k, v := range tunnelhdr.Allowed(header, tunnelhdr.Response) {
+		resp.Headers = append(resp.Headers, &iopv1.Header{Name: k, Value: v})
 	}
 	return w.st.WriteMessage(nodewire.Msg(resp))
 }

@@ -156,10 +156,8 @@ func (r *Registry) OpenTunnel(ctx context.Context, nodeID string, gen uint64, re
 	if !req.Deadline.IsZero() {
 		m.DeadlineUnixMs = req.Deadline.UnixMilli()
 	}
-	for k, vs := range tunnelhdr.FilterRequest(req.Header) {
-		for _, v := range vs {
-			m.Headers = append(m.Headers, &iopv1.Header{Name: k, Value: v})
-		}
+	for k, v := range tunnelhdr.Allowed(req.Header, tunnelhdr.Request) {
+		m.Headers = append(m.Headers, &iopv1.Header{Name: k, Value: v})
 	}
 	if b, ok := inlineBody(req.Body); ok {
 		// A small body rides in the request message, whose frame also

@@ -4,6 +4,7 @@
 package tunnelhdr
 
 import (
+	"iter"
 	"net/http"
 	"strings"
 )
@@ -64,39 +65,49 @@ func allowed(name string, allow map[string]bool) (string, bool) {
 
 // FilterRequest returns the request headers allowed through to an
 // upstream: h itself when every header in it is allowed already.
-func FilterRequest(h http.Header) http.Header { return filter(h, requestHeaders) }
-
-// FilterResponse returns the response headers allowed back to a client:
-// h itself when every header in it is allowed already.
-func FilterResponse(h http.Header) http.Header { return filter(h, responseHeaders) }
-
-func filter(h http.Header, allow map[string]bool) http.Header {
-	if clean(h, allow) {
+func FilterRequest(h http.Header) http.Header {
+	if clean(h, Request) {
 		return h
 	}
 	out := make(http.Header, min(len(h), 8))
-	n := 0
-	for k, vs := range h {
-		ck, ok := allowed(k, allow)
-		if !ok {
-			continue
-		}
-		for _, v := range vs {
-			if n >= MaxHeaders || !ValueOK(v) {
-				continue
-			}
-			out[ck] = append(out[ck], v)
-			n++
-		}
+	for k, v := range Allowed(h, Request) {
+		out[k] = append(out[k], v)
 	}
 	return out
 }
 
-// clean reports whether filter would keep h unchanged.
-func clean(h http.Header, allow map[string]bool) bool {
+// Allowed yields, under their canonical names, the values of h that allow
+// (Request or Response) permits and ValueOK accepts, at most MaxHeaders of
+// them.
+func Allowed(h http.Header, allow func(string) (string, bool)) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		n := 0
+		for k, vs := range h {
+			ck, ok := allow(k)
+			if !ok {
+				continue
+			}
+			for _, v := range vs {
+				if n == MaxHeaders {
+					return
+				}
+				if !ValueOK(v) {
+					continue
+				}
+				n++
+				if !yield(ck, v) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// clean reports whether Allowed would yield all of h, unchanged.
+func clean(h http.Header, allow func(string) (string, bool)) bool {
 	n := 0
 	for k, vs := range h {
-		if ck, ok := allowed(k, allow); !ok || ck != k {
+		if ck, ok := allow(k); !ok || ck != k {
 			return false
 		}
 		for _, v := range vs {

@@ -30,14 +30,17 @@ func TestFilterRequestDropsCredentials(t *testing.T) {
 	}
 }
 
-func TestFilterResponse(t *testing.T) {
-	out := FilterResponse(http.Header{
+func TestAllowedResponse(t *testing.T) {
+	out := http.Header{}
+	for k, v := range Allowed(http.Header{
 		"Set-Cookie":                             {"a=b"},
 		"Content-Type":                           {"text/event-stream"},
 		"Content-Length":                         {"10"},
 		"X-Ratelimit-Remaining-Tokens":           {"100"},
 		"Anthropic-Ratelimit-Requests-Remaining": {"5"},
-	})
+	}, Response) {
+		out.Add(k, v)
+	}
 	if out.Get("Set-Cookie") != "" || out.Get("Content-Length") != "" {
 		t.Errorf("forbidden response headers passed: %v", out)
 	}
