@@ -339,12 +339,9 @@ func (s *Session) OpenStream(ctx context.Context) (*Stream, error) {
 	// The OPEN frame is queued under mu so that OPENs leave in id order.
 	// It does not wake the writer: it leaves with the stream's first frame
 	// (or whatever else wakes the writer first), in the same write.
-	s.wmu.Lock()
-	if !s.writerClosing {
-		s.ctrlQ = append(s.ctrlQ, ctrlItem{typ: frameOpen, stream: id})
+	if s.addControl(ctrlItem{typ: frameOpen, stream: id}) {
 		st.openUnsent.Store(true)
 	}
-	s.wmu.Unlock()
 	s.mu.Unlock()
 	s.stats.streamsOpened.Add(1)
 	return st, nil

@@ -149,19 +149,27 @@ func (o *sink) release() {
 	*o = sink{}
 }
 
-// queueControl queues a session frame for the writer. Frames the peer
-// induced are bounded; exceeding the bound closes the session.
+// queueControl queues a session frame for the writer and wakes it. Frames
+// the peer induced are bounded; exceeding the bound closes the session.
 func (s *Session) queueControl(it ctrlItem) {
+	if s.addControl(it) {
+		s.kickWriter()
+	}
+}
+
+// addControl queues a session frame without waking the writer; it
+// reports whether the frame was queued.
+func (s *Session) addControl(it ctrlItem) bool {
 	s.wmu.Lock()
 	if s.writerClosing {
 		s.wmu.Unlock()
-		return
+		return false
 	}
 	if it.peerInduced {
 		if s.peerInduced >= s.cfg.maxQueuedControl {
 			s.wmu.Unlock()
 			s.closeWith(&CloseError{Reason: ReasonControlFlood, Detail: "too many queued control frames"})
-			return
+			return false
 		}
 		s.peerInduced++
 	}
@@ -170,7 +178,7 @@ func (s *Session) queueControl(it ctrlItem) {
 	}
 	s.ctrlQ = append(s.ctrlQ, it)
 	s.wmu.Unlock()
-	s.kickWriter()
+	return true
 }
 
 func (s *Session) kickWriter() {
