@@ -69,6 +69,9 @@ func main() {
 		runRole(*role, *arg, *conc, *cpuprofile, loadPKI(*tlsDir))
 		return
 	}
+	if *mode != "all" && *mode != "plain" && *mode != "stream" {
+		log.Fatalf("-mode %q: want all, plain or stream", *mode)
+	}
 	dir := ""
 	if *useTLS {
 		d, err := os.MkdirTemp("", "gateway-bench-pki")
