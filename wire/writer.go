@@ -395,8 +395,10 @@ func (s *Session) writeBatch() (more bool, err error) {
 		s.stats.framesSent.Add(1)
 		s.stats.bytesSent.Add(uint64(headerSize + f.len()))
 	}
-	err = out.flush(s.conn)
+	// Counted as it is issued: once the peer has read a batch, its write
+	// shows in Stats.
 	s.stats.flushes.Add(1)
+	err = out.flush(s.conn)
 	s.stats.dataBytesFlushed.Add(uint64(taken))
 	for _, f := range frames {
 		putBuf(f.buf)
