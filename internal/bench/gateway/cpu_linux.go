@@ -1,37 +1,61 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// cpuTime returns the CPU time (user + system, every thread) that process
-// pid has used so far, at the kernel's clock-tick resolution.
-func cpuTime(pid int) (time.Duration, bool) {
+// procUsage returns what process pid has used so far: CPU time (user +
+// system, every thread, at the kernel's clock-tick resolution) and the
+// read and write system calls it made (read, readv, write, writev and
+// their kin, counted whether or not they moved bytes: an EAGAIN read
+// counts too).
+func procUsage(pid int) (usage, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, false
+		return usage{}, false
 	}
 	// The command name (field 2) may hold spaces; fields after it start
 	// past the last ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, false
+		return usage{}, false
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 13 {
-		return 0, false
+		return usage{}, false
 	}
-	var ut, st int64
-	if _, err := fmt.Sscan(f[11], &ut); err != nil {
-		return 0, false
-	}
-	if _, err := fmt.Sscan(f[12], &st); err != nil {
-		return 0, false
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return usage{}, false
 	}
 	const tick = 10 * time.Millisecond // USER_HZ is 100 on every Linux ABI Go supports
-	return time.Duration(ut+st) * tick, true
+	u := usage{cpu: time.Duration(ut+st) * tick}
+	// /proc/PID/io may be unreadable (a hardened kernel); the CPU time
+	// stands alone then.
+	if io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid)); err == nil {
+		for line := range bytes.Lines(io) {
+			k, v, ok := bytes.Cut(bytes.TrimSpace(line), []byte(": "))
+			if !ok {
+				continue
+			}
+			n, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil {
+				continue
+			}
+			switch string(k) {
+			case "syscr":
+				u.reads = n
+			case "syscw":
+				u.writes = n
+			}
+		}
+	}
+	return u, true
 }

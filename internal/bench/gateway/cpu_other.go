@@ -2,7 +2,6 @@
 
 package main
 
-import "time"
-
-// cpuTime is not measured here; the bench prints no CPU figures.
-func cpuTime(pid int) (time.Duration, bool) { return 0, false }
+// procUsage is not measured here; the bench prints no CPU or system call
+// figures.
+func procUsage(pid int) (usage, bool) { return usage{}, false }

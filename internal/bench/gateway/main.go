@@ -258,26 +258,27 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 	fmt.Printf("throughput at concurrency %d for %v per path; latency at concurrency 1 over %d requests; streams of %d chunks\n\n", conc, dur, n1, chunks)
 
 	type result struct {
+		name                            string
 		rps, p50, p99, srps, sp50, ttfc float64
-		// CPU time per non-streamed request, by process, summed over the
-		// throughput rounds.
-		cpu  map[string]time.Duration
+		// What each process used during the non-streamed throughput
+		// rounds, summed over the rounds.
+		use  map[string]usage
 		reqs int64
 	}
 	res := map[string]*result{}
 	for _, p := range paths {
 		do(client, p, false) // warm
-		res[p.name] = &result{cpu: map[string]time.Duration{}}
+		res[p.name] = &result{name: p.name, use: map[string]usage{}}
 	}
 	procs := []struct {
 		name string
 		pid  int
 	}{{"client", os.Getpid()}, {"upstream", up.pid()}, {"proxy", px.pid()}, {"edge", ed.pid()}, {"node", nd.pid()}}
-	cpuNow := func() map[string]time.Duration {
-		m := map[string]time.Duration{}
+	usageNow := func() map[string]usage {
+		m := map[string]usage{}
 		for _, p := range procs {
-			if t, ok := cpuTime(p.pid); ok {
-				m[p.name] = t
+			if u, ok := procUsage(p.pid); ok {
+				m[p.name] = u
 			}
 		}
 		return m
@@ -288,10 +289,10 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 		for _, p := range paths {
 			r := res[p.name]
 			if mode != "stream" {
-				before := cpuNow()
+				before := usageNow()
 				rps, n := throughput(client, p, false, conc, dur/3)
-				for name, t := range cpuNow() {
-					r.cpu[name] += t - before[name]
+				for name, u := range usageNow() {
+					r.use[name] = r.use[name].add(u.sub(before[name]))
 				}
 				r.reqs += n
 				r.rps = max(r.rps, rps)
@@ -323,22 +324,33 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 	fmt.Println()
 	fmt.Printf("added p50 at c=1 (non-streamed):   iop %+.0f us over direct, proxy %+.0f us over direct\n", i.p50-d.p50, x.p50-d.p50)
 	fmt.Printf("amortized added cost per chunk:    iop %.2f us, proxy %.2f us  ((stream p50 - direct stream p50) / %d)\n", (i.sp50-d.sp50)/chunks, (x.sp50-d.sp50)/chunks, chunks)
-	if len(d.cpu) > 0 {
+	if len(d.use) > 0 {
+		// The processes each path runs through, in the order of procs.
+		on := func(path, proc string) bool {
+			return proc == "client" || proc == "upstream" || proc == path || (path == "iop" && (proc == "edge" || proc == "node"))
+		}
+		perReq := func(r *result, get func(usage) float64) (parts []string, total float64) {
+			for _, pr := range procs {
+				if u, ok := r.use[pr.name]; ok && r.reqs > 0 && on(r.name, pr.name) {
+					v := get(u) / float64(r.reqs)
+					parts = append(parts, fmt.Sprintf("%s %.1f", pr.name, v))
+					total += v
+				}
+			}
+			return parts, total
+		}
 		fmt.Printf("\nCPU time per non-streamed request at c=%d, by process (us; 10 ms ticks over every round):\n", conc)
 		for _, p := range paths {
 			r := res[p.name]
-			var parts []string
-			var total time.Duration
-			for _, pr := range procs {
-				if t := r.cpu[pr.name]; t > 0 && r.reqs > 0 {
-					per := float64(t.Microseconds()) / float64(r.reqs)
-					if pr.name == "client" || pr.name == "upstream" || pr.name == p.name || (p.name == "iop" && (pr.name == "edge" || pr.name == "node")) {
-						parts = append(parts, fmt.Sprintf("%s %.1f", pr.name, per))
-						total += t
-					}
-				}
-			}
-			fmt.Printf("  %-7s %s; total %.1f (%d requests)\n", p.name, strings.Join(parts, ", "), float64(total.Microseconds())/float64(max(r.reqs, 1)), r.reqs)
+			parts, total := perReq(r, func(u usage) float64 { return float64(u.cpu.Microseconds()) })
+			fmt.Printf("  %-7s %s; total %.1f (%d requests)\n", p.name, strings.Join(parts, ", "), total, r.reqs)
+		}
+		fmt.Printf("\nread and write system calls per non-streamed request at c=%d, by process (/proc/PID/io; EAGAIN reads count):\n", conc)
+		for _, p := range paths {
+			r := res[p.name]
+			rd, rt := perReq(r, func(u usage) float64 { return float64(u.reads) })
+			wr, wt := perReq(r, func(u usage) float64 { return float64(u.writes) })
+			fmt.Printf("  %-7s reads: %s; total %.1f\n          writes: %s; total %.1f\n", p.name, strings.Join(rd, ", "), rt, strings.Join(wr, ", "), wt)
 		}
 	}
 	if f := failures.Load(); f > 0 {
