@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -217,6 +218,15 @@ func (s *Session) writeLoop() {
 	for {
 		select {
 		case <-s.kick:
+			// Let the goroutines that are runnable now queue their frames
+			// before a batch is taken. The goroutine that woke the writer
+			// put it first in line, so without this yield the writer runs
+			// as soon as its waker blocks and takes that one stream's
+			// frames alone: under load one write per stream instead of
+			// one per several (the gateway bench counts 0.84 writes per
+			// request on each end of the Edge-Node link without it, 0.23
+			// with it). With nothing else runnable it returns at once.
+			runtime.Gosched()
 		case <-timer.C:
 			s.heartbeatTick(&hb, timer)
 			continue
