@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -303,12 +304,15 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 			}
 		}
 	}
+	// Latency at concurrency 1, taken request by request in turn on each
+	// path, so that a change in the machine's state (a noisy neighbour, a
+	// CPU's clock) weighs on all three alike.
+	lat := latencies(client, paths, false, n1)
+	slat := latencies(client, paths, true, n1/4)
 	for _, p := range paths {
 		r := res[p.name]
-		lat := latencies(client, p, false, n1)
-		r.p50, r.p99 = pct(lat, 50), pct(lat, 99)
-		slat, ttfc := streamLatencies(client, p, n1/4)
-		r.sp50, r.ttfc = pct(slat, 50), pct(ttfc, 50)
+		r.p50, r.p99 = pct(lat[p.name].total, 50), pct(lat[p.name].total, 99)
+		r.sp50, r.ttfc = pct(slat[p.name].total, 50), pct(slat[p.name].first, 50)
 	}
 	d, x, i := res["direct"], res["proxy"], res["iop"]
 	row := func(name, unit string, get func(*result) float64, higherBetter bool) {
@@ -388,8 +392,10 @@ func do(c *http.Client, p path, stream bool) (time.Duration, error) {
 	if stream {
 		br := bufio.NewReader(resp.Body)
 		n := 0
+		var err error
 		for {
-			line, err := br.ReadSlice('\n')
+			var line []byte
+			line, err = br.ReadSlice('\n')
 			if bytes.HasPrefix(line, []byte("data: ")) {
 				if n == 0 {
 					first = time.Since(start)
@@ -401,7 +407,7 @@ func do(c *http.Client, p path, stream bool) (time.Duration, error) {
 			}
 		}
 		if n < chunks {
-			return 0, fmt.Errorf("%s: %d chunks", p.name, n)
+			return 0, fmt.Errorf("%s: %d chunks, then %v", p.name, n, err)
 		}
 		return first, nil
 	}
@@ -435,34 +441,39 @@ func throughput(c *http.Client, p path, stream bool, conc int, d time.Duration) 
 	return float64(n.Load()) / time.Since(start).Seconds(), n.Load()
 }
 
-func latencies(c *http.Client, p path, stream bool, n int) []float64 {
-	out := make([]float64, 0, n)
+// samples are one path's latencies in microseconds: whole requests, and
+// for streams the time to the first chunk.
+type samples struct{ total, first []float64 }
+
+// latencies sends n requests on each path, one at a time, taking the paths
+// in turn request by request.
+func latencies(c *http.Client, paths []path, stream bool, n int) map[string]*samples {
+	out := map[string]*samples{}
+	for _, p := range paths {
+		out[p.name] = &samples{}
+	}
 	for range n {
-		t0 := time.Now()
-		if _, err := do(c, p, stream); err != nil {
-			failures.Add(1)
-			continue
+		for _, p := range paths {
+			t0 := time.Now()
+			f, err := do(c, p, stream)
+			if err != nil {
+				if failures.Add(1) <= 3 {
+					log.Printf("request failed (not counted): %v", err)
+				}
+				continue
+			}
+			sm := out[p.name]
+			sm.total = append(sm.total, float64(time.Since(t0).Microseconds()))
+			sm.first = append(sm.first, float64(f.Microseconds()))
 		}
-		out = append(out, float64(time.Since(t0).Microseconds()))
 	}
 	return out
 }
 
-func streamLatencies(c *http.Client, p path, n int) (total, first []float64) {
-	for range n {
-		t0 := time.Now()
-		f, err := do(c, p, true)
-		if err != nil {
-			failures.Add(1)
-			continue
-		}
-		total = append(total, float64(time.Since(t0).Microseconds()))
-		first = append(first, float64(f.Microseconds()))
-	}
-	return total, first
-}
-
 func pct(v []float64, p int) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[min(len(s)-1, len(s)*p/100)]
