@@ -187,11 +187,9 @@ func (w *tunnelWriter) WriteHead(status int, header http.Header) error {
 	if mt, _, _ := strings.Cut(header.Get("Content-Type"), ";"); strings.EqualFold(strings.TrimSpace(mt), "application/json") {
 		w.st.Hold() // until finish; waiting for send credit flushes earlier
 	}
-	resp := &iopv1.ProviderTunnelResponse{Status: uint32(status)}
 	// Only allowed headers leave, whatever the adapter passed.
-	for k, v := range tunnelhdr.Allowed(header, tunnelhdr.Response) {
-		resp.Headers = append(resp.Headers, &iopv1.Header{Name: k, Value: v})
-	}
+	resp := &iopv1.ProviderTunnelResponse{Status: uint32(status),
+		Headers: nodewire.Headers(tunnelhdr.Allowed(header, tunnelhdr.Response), len(header))}
 	return w.st.WriteMessage(nodewire.Msg(resp))
 }
 

@@ -156,9 +156,7 @@ func (r *Registry) OpenTunnel(ctx context.Context, nodeID string, gen uint64, re
 	if !req.Deadline.IsZero() {
 		m.DeadlineUnixMs = req.Deadline.UnixMilli()
 	}
-	for k, v := range tunnelhdr.Allowed(req.Header, tunnelhdr.Request) {
-		m.Headers = append(m.Headers, &iopv1.Header{Name: k, Value: v})
-	}
+	m.Headers = nodewire.Headers(tunnelhdr.Allowed(req.Header, tunnelhdr.Request), len(req.Header))
 	if b, ok := inlineBody(req.Body); ok {
 		// A small body rides in the request message, whose frame also
 		// ends this direction: OPEN, request and FIN leave in one write.

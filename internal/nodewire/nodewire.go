@@ -4,6 +4,7 @@
 package nodewire
 
 import (
+	"iter"
 	"strings"
 	"time"
 
@@ -237,6 +238,31 @@ func UsageFrom(u *iopv1.Usage) execution.Usage {
 		CachedInputTokens: c(u.GetCachedInputTokens()),
 		ReasoningTokens:   c(u.GetReasoningTokens()),
 	}
+}
+
+// Headers puts the header pairs of seq in their wire form. hint is the
+// number of pairs expected (the header map's length will do): the Header
+// messages share arrays of that size, so that a head with up to hint
+// pairs costs two allocations, not one per pair and more for the slice's
+// growth.
+func Headers(seq iter.Seq2[string, string], hint int) []*iopv1.Header {
+	hint = max(hint, 1)
+	var backing []iopv1.Header
+	var out []*iopv1.Header
+	for k, v := range seq {
+		if len(backing) == cap(backing) {
+			// A new array; the pointers into the full one stay valid.
+			backing = make([]iopv1.Header, 0, hint)
+		}
+		if out == nil {
+			out = make([]*iopv1.Header, 0, hint)
+		}
+		backing = backing[:len(backing)+1]
+		h := &backing[len(backing)-1]
+		h.Name, h.Value = k, v
+		out = append(out, h)
+	}
+	return out
 }
 
 // Msg wraps a role message body in an Envelope.
