@@ -18,6 +18,11 @@ type recvBuf struct {
 	blkOff int // index of the head block
 	rpos   int // read offset in the head block
 	size   int // unread payload bytes
+
+	// The first arrays of recs and blocks: a stream's usual few frames
+	// then cost no allocation for the queue itself.
+	recsArr   [4]rec
+	blocksArr [2]*[]byte
 }
 
 // rec describes one received frame's payload.
@@ -45,14 +50,14 @@ func (q *recvBuf) tail() *[]byte {
 
 // pushCopy appends a record whose payload is copied from p.
 func (q *recvBuf) pushCopy(typ frameType, flags uint8, p []byte) {
-	q.recs = append(q.recs, rec{typ: typ, flags: flags, n: len(p), hdr: true})
+	q.pushRec(rec{typ: typ, flags: flags, n: len(p), hdr: true})
 	q.size += len(p)
 	for len(p) > 0 {
 		t := q.tail()
 		if t == nil || len(*t) == cap(*t) {
 			t = getBuf(minClass)
 			*t = (*t)[:0]
-			q.blocks = append(q.blocks, t)
+			q.pushBlockPtr(t)
 		}
 		n := min(cap(*t)-len(*t), len(p))
 		*t = append(*t, p[:n]...)
@@ -62,12 +67,26 @@ func (q *recvBuf) pushCopy(typ frameType, flags uint8, p []byte) {
 
 // pushBlock appends a record whose payload is all of *b, taking ownership.
 func (q *recvBuf) pushBlock(typ frameType, flags uint8, b *[]byte) {
-	q.recs = append(q.recs, rec{typ: typ, flags: flags, n: len(*b), hdr: true})
+	q.pushRec(rec{typ: typ, flags: flags, n: len(*b), hdr: true})
 	if len(*b) == 0 {
 		putBuf(b)
 		return
 	}
 	q.size += len(*b)
+	q.pushBlockPtr(b)
+}
+
+func (q *recvBuf) pushRec(r rec) {
+	if q.recs == nil {
+		q.recs = q.recsArr[:0]
+	}
+	q.recs = append(q.recs, r)
+}
+
+func (q *recvBuf) pushBlockPtr(b *[]byte) {
+	if q.blocks == nil {
+		q.blocks = q.blocksArr[:0]
+	}
 	q.blocks = append(q.blocks, b)
 }
 
@@ -126,9 +145,10 @@ func (q *recvBuf) popRec() {
 		q.recs = q.recs[:0]
 		q.recOff = 0
 		// Release a tail block that is fully read: an idle stream holds
-		// nothing.
-		if len(q.blocks) == 1 && q.rpos == len(*q.blocks[0]) {
-			putBuf(q.blocks[0])
+		// nothing. (Blocks before blkOff are already released.)
+		if len(q.blocks)-q.blkOff == 1 && q.rpos == len(*q.blocks[q.blkOff]) {
+			putBuf(q.blocks[q.blkOff])
+			clear(q.blocks)
 			q.blocks = q.blocks[:0]
 			q.blkOff, q.rpos = 0, 0
 		}
