@@ -58,6 +58,10 @@ type Session struct {
 	work        chan handoff
 	idleWorkers atomic.Int32
 
+	// batch is the writer goroutine's own: the stream frames of the batch
+	// it is writing, kept between batches so that each needs no slice.
+	batch []*outFrame
+
 	// wmu guards the writer's queues and every stream's send state.
 	wmu           sync.Mutex
 	ctrlQ         []ctrlItem

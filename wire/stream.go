@@ -57,6 +57,7 @@ type Stream struct {
 	// Guarded by Session.wmu.
 	sendWindow  int64
 	sendQ       []*outFrame
+	sendQArr    [4]*outFrame // sendQ's first array: a stream's usual frames
 	queued      int
 	inReady     bool
 	finQueued   bool
@@ -135,8 +136,7 @@ func (st *Stream) terminate(err error) bool {
 	// peer finished its direction keeps that direction's data readable:
 	// it arrived whole, and its end (FIN) raced only our own FIN's
 	// bookkeeping.
-	var ce *CloseError
-	keep := st.recvFin && errors.As(err, &ce)
+	keep := st.recvFin && isCloseError(err)
 	if err != nil && !keep {
 		st.rb.reset()
 		st.assembling = nil
@@ -159,6 +159,17 @@ func (st *Stream) terminate(err error) bool {
 		}
 	}
 	return true
+}
+
+// isCloseError reports whether err is a session's *CloseError. It is a
+// function of its own so that the target of errors.As, which escapes, is
+// allocated only when there is an error to look at.
+func isCloseError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ce *CloseError
+	return errors.As(err, &ce)
 }
 
 // OnAbort arranges for f to be called once if the stream ends abortively
@@ -490,8 +501,13 @@ func (st *Stream) ReadMessage(ctx context.Context) (*iopv1.Envelope, error) {
 			}
 			more := r.flags&flagMore != 0
 			var whole []byte
+			var pooled *[]byte
 			if !more && st.assembling == nil {
-				whole = make([]byte, r.n)
+				// One frame's payload (at most MaxFramePayload): decoded
+				// from a pooled buffer, since the decoded message copies
+				// what it keeps.
+				pooled = getBuf(r.n)
+				whole = *pooled
 				st.rb.read(whole)
 			} else {
 				start := len(st.assembling)
@@ -511,7 +527,9 @@ func (st *Stream) ReadMessage(ctx context.Context) (*iopv1.Envelope, error) {
 				st.mu.Lock()
 				continue
 			}
-			return st.decode(whole)
+			env, err := st.decode(whole)
+			putBuf(pooled)
+			return env, err
 		}
 		if st.recvFin && !st.discarded {
 			st.mu.Unlock()
@@ -532,6 +550,9 @@ func (st *Stream) ReadMessage(ctx context.Context) (*iopv1.Envelope, error) {
 	}
 }
 
+// decode unmarshals one role message. The envelope keeps nothing of b:
+// protobuf-go copies every string and bytes field (and unknown fields)
+// out of its input, so b may be reused once decode returns.
 func (st *Stream) decode(b []byte) (*iopv1.Envelope, error) {
 	env := new(iopv1.Envelope)
 	if err := proto.Unmarshal(b, env); err != nil {
@@ -626,7 +647,7 @@ func (st *Stream) enqueue(typ frameType, flags uint8, p []byte) error {
 		putBuf(f.buf)
 		return st.sendErr()
 	}
-	st.sendQ = append(st.sendQ, f)
+	st.pushFrame(f)
 	st.queued += f.len()
 	if st.held {
 		s.wmu.Unlock()
@@ -636,6 +657,16 @@ func (st *Stream) enqueue(typ frameType, flags uint8, p []byte) error {
 	s.wmu.Unlock()
 	s.kickWriter()
 	return nil
+}
+
+// pushFrame appends f to the send queue; the caller holds Session.wmu. An
+// empty queue starts over in the stream's own array, so that a stream's
+// usual few frames cost no allocation for the queue.
+func (st *Stream) pushFrame(f *outFrame) {
+	if len(st.sendQ) == 0 {
+		st.sendQ = st.sendQArr[:0]
+	}
+	st.sendQ = append(st.sendQ, f)
 }
 
 // Hold keeps the frames this stream queues from here on off the
@@ -757,7 +788,7 @@ func (st *Stream) CloseWrite() error {
 	if n := len(st.sendQ); n > 0 && st.sendQ[n-1].flags&flagMore == 0 {
 		st.sendQ[n-1].flags |= flagFin
 	} else {
-		st.sendQ = append(st.sendQ, &outFrame{typ: frameData, flags: flagFin, st: st})
+		st.pushFrame(&outFrame{typ: frameData, flags: flagFin, st: st})
 	}
 	s.markReadyLocked(st)
 	s.wmu.Unlock()

@@ -320,7 +320,7 @@ func (s *Session) writeBatch() (more bool, err error) {
 		}
 	}
 	s.peerInduced -= induced
-	var frames []*outFrame
+	frames := s.batch[:0]
 	taken := 0
 	for s.readyHead < len(s.ready) && taken < batchBudget {
 		st := s.ready[s.readyHead]
@@ -417,6 +417,8 @@ func (s *Session) writeBatch() (more bool, err error) {
 			f.st.finWritten()
 		}
 	}
+	clear(frames)
+	s.batch = frames[:0]
 	return more, err
 }
 
