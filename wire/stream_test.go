@@ -12,7 +12,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/iop-dev/iop/wire/iopv1"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 )
 
@@ -599,5 +601,37 @@ func TestOpenLeavesWithFirstFrameOrRead(t *testing.T) {
 	}()
 	if m, err := quiet.ReadMessage(ctx(t)); err != nil || m.GetError().GetMessage() != "you called?" {
 		t.Fatalf("a stream opened to read was never announced: %v %v", m, err)
+	}
+}
+
+// TestDecodedMessageOwnsItsBytes guards what ReadMessage relies on to
+// decode from a pooled buffer: the envelope keeps no reference to the
+// input, so overwriting the buffer after decoding (its next use) leaves
+// every string, bytes and unknown field intact.
+func TestDecodedMessageOwnsItsBytes(t *testing.T) {
+	want := &iopv1.Envelope{Body: &iopv1.Envelope_ProviderTunnelRequest{ProviderTunnelRequest: &iopv1.ProviderTunnelRequest{
+		ProviderId: "p", Method: "POST", Path: "/v1/chat/completions", Body: []byte(`{"model":"m"}`), InlineBody: true,
+		Headers: []*iopv1.Header{{Name: "Content-Type", Value: "application/json"}},
+	}}}
+	b, err := proto.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = protowire.AppendTag(b, 9999, protowire.BytesType) // an unknown field
+	b = protowire.AppendBytes(b, []byte("from a newer peer"))
+	var st Stream
+	got, err := st.decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot := proto.Clone(got)
+	for i := range b {
+		b[i] = 0xAA
+	}
+	if diff := cmp.Diff(snapshot, got, protocmp.Transform()); diff != "" {
+		t.Fatalf("overwriting the input changed the decoded message (-before +after):\n%s", diff)
+	}
+	if len(got.ProtoReflect().GetUnknown()) == 0 {
+		t.Fatal("unknown field not kept; the test no longer covers it")
 	}
 }
