@@ -111,6 +111,7 @@ type waiter struct {
 	seq     uint64
 	ready   chan grant
 	last    []Key // keys counted in queued
+	done    bool  // granted or refused by the scan under way
 }
 
 // grant is a waiter's outcome: a lease, or why there will be none.
@@ -275,24 +276,28 @@ func (p *Pool) scanLocked() {
 	if len(p.waiters) == 0 {
 		return
 	}
-	done := map[*waiter]bool{}
+	done := 0
 	for _, w := range p.orderLocked() {
 		cands := w.req.Candidates()
 		if len(cands) == 0 {
 			p.setQueuedLocked(w, nil)
 			w.ready <- grant{err: ErrNoCandidate}
-			done[w] = true
+			w.done = true
+			done++
 			continue
 		}
-		var free []Candidate
-		keys := make([]Key, 0, len(cands))
+		var room [4]Candidate // the usual few candidates need no allocation
+		free := room[:0]
 		for _, c := range cands {
-			keys = append(keys, c.Key)
 			if p.freeLocked(c, w.req.LongContext) {
 				free = append(free, c)
 			}
 		}
 		if len(free) == 0 {
+			keys := make([]Key, len(cands)) // kept in w.last
+			for i, c := range cands {
+				keys[i] = c.Key
+			}
 			p.setQueuedLocked(w, keys)
 			continue
 		}
@@ -308,14 +313,15 @@ func (p *Pool) scanLocked() {
 		}
 		p.granted.Add(1)
 		w.ready <- grant{l: &Lease{Candidate: c, LongContext: w.req.LongContext, p: p}}
-		done[w] = true
+		w.done = true
+		done++
 	}
-	if len(done) == 0 {
+	if done == 0 {
 		return
 	}
 	kept := p.waiters[:0]
 	for _, w := range p.waiters {
-		if !done[w] {
+		if !w.done {
 			kept = append(kept, w)
 		}
 	}
