@@ -45,6 +45,7 @@ type Stream struct {
 	termErr    error
 	discarded  bool // unread data was dropped by an abortive terminal
 	onAbort    []func()
+	onAbortArr [2]func() // onAbort's first array
 	readDL     time.Time
 	writeDL    time.Time
 	readWake   chan struct{}
@@ -190,6 +191,9 @@ func (st *Stream) OnAbort(f func()) (stop func() bool) {
 		return func() bool { return false }
 	}
 	i := len(st.onAbort)
+	if i == 0 {
+		st.onAbort = st.onAbortArr[:0] // no allocation for the usual one or two
+	}
 	st.onAbort = append(st.onAbort, f)
 	st.mu.Unlock()
 	return func() bool {
