@@ -256,8 +256,18 @@ func skipValue(b []byte, i int) int {
 	return j
 }
 
-// Quote returns s as a JSON string.
+// Quote returns s as a JSON string, escaped as encoding/json escapes it.
 func Quote(s string) []byte {
-	b, _ := json.Marshal(s)
-	return b
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s)
+			return b
+		}
+	}
+	// Printable ASCII with nothing to escape (a model name, as a rule):
+	// quoted as it is.
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

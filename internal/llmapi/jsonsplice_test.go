@@ -106,3 +106,28 @@ func TestScanAllocatesNothing(t *testing.T) {
 		t.Fatalf("escaped key: %q %v", m, ok)
 	}
 }
+
+// TestQuoteMatchesEncodingJSON holds Quote's fast path for plain names to
+// encoding/json's output, for names that take it and names that do not.
+func TestQuoteMatchesEncodingJSON(t *testing.T) {
+	for _, s := range []string{"", "gpt-4o", "qwen2.5:7b-instruct", "org/model@v1", "a b~", `quo"te`, `back\slash`,
+		"<html>", "a&b", "tab\there", "\x00\x1f\x7f", "ünïcode", "\u2028", "bad\xffutf8"} {
+		want, _ := json.Marshal(s)
+		if got := Quote(s); string(got) != string(want) {
+			t.Errorf("Quote(%q) = %s, want %s", s, got, want)
+		}
+	}
+}
+
+// FuzzQuote holds Quote to encoding/json for any string.
+func FuzzQuote(f *testing.F) {
+	for _, s := range []string{"gpt-4o", "<a&b>", "\x00", "ü", "\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, _ := json.Marshal(s)
+		if got := Quote(s); string(got) != string(want) {
+			t.Fatalf("Quote(%q) = %s, want %s", s, got, want)
+		}
+	})
+}
