@@ -512,8 +512,8 @@ func (x *exchange) close() {
 // dispatched, a request is never replayed or moved.
 func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, error) {
 	cands := func() []pool.Candidate {
-		var out []pool.Candidate
-		for _, t := range req.route.Targets {
+		out := make([]pool.Candidate, 0, len(req.route.Targets))
+		for i, t := range req.route.Targets {
 			pi, ok := req.snap.providers[t.ProviderID]
 			if !ok || (req.pin != "" && t.ProviderID != req.pin) {
 				continue
@@ -527,7 +527,8 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 				continue
 			}
 			out = append(out, pool.Candidate{Key: pool.Key{NodeID: pi.nodeID, ProviderID: t.ProviderID}, Generation: gen,
-				Capacity: pi.capacity, LongContextCapacity: pi.longCapacity, Weight: t.Weight, Target: t})
+				Capacity: pi.capacity, LongContextCapacity: pi.longCapacity, Weight: t.Weight,
+				Target: &req.route.Targets[i]}) // the snapshot's, never changed: no copy to box
 		}
 		return out
 	}
@@ -546,7 +547,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 	if err != nil {
 		return nil, 0, err
 	}
-	t := lease.Target.(Target)
+	t := *lease.Target.(*Target)
 	pi := req.snap.providers[t.ProviderID]
 	x := &exchange{lease: lease, target: t}
 	deadline, _ := ctx.Deadline()
