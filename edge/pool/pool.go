@@ -15,12 +15,21 @@
 // written off at once (its work is fenced) and the new generation starts
 // with its full configured capacity.
 //
+// Admission stays cheap when the queue is deep: each class is a FIFO list,
+// and since a class's earlier arrival has always aged at least as much,
+// the serving order is a merge of the classes, never a sort of the queue.
+// An arriving request is evaluated alone (the queued ones were already
+// found without a free slot, and nothing was freed), and a release
+// evaluates only the requests waiting for that slot, in order, while it
+// has room. Anything else that can make room (a provider coming online, a
+// new generation, a reload) is the owner's to signal with Kick, which
+// re-evaluates the whole queue.
+//
 // The pool never dispatches, retries or moves a request once it holds a
 // lease.
 package pool
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -55,7 +64,8 @@ type Candidate struct {
 
 // Request is what a caller asks admission for.
 type Request struct {
-	// Candidates is evaluated now and whenever capacity may have changed.
+	// Candidates is evaluated when the request arrives, while it waits
+	// whenever a slot among its last candidates is freed, and on Kick.
 	Candidates func() []Candidate
 	// Weighted chooses among free candidates by weight; otherwise the
 	// first free candidate in order wins.
@@ -91,7 +101,8 @@ type Pool struct {
 
 	mu      sync.Mutex
 	slots   map[Key]*slot
-	waiters []*waiter // in arrival order
+	classes map[int]*class // the waiting requests, by priority class
+	nwait   int            // how many wait, over every class
 	seq     uint64
 	closed  bool
 
@@ -105,13 +116,23 @@ type slot struct {
 	queued       int
 }
 
+// class is one priority class's waiting requests, in arrival order: a
+// class's order is also its order of effective priority, since an earlier
+// arrival has aged at least as much.
+type class struct {
+	prio       int
+	head, tail *waiter
+}
+
 type waiter struct {
 	req     Request
 	arrived time.Time
 	seq     uint64
 	ready   chan grant
-	last    []Key // keys counted in queued
-	done    bool  // granted or refused by the scan under way
+	last    []Key // keys counted in queued: the candidates it waits for
+
+	cls        *class // nil while not queued
+	prev, next *waiter
 }
 
 // grant is a waiter's outcome: a lease, or why there will be none.
@@ -121,7 +142,7 @@ type grant struct {
 }
 
 // New returns an empty pool.
-func New() *Pool { return &Pool{slots: make(map[Key]*slot)} }
+func New() *Pool { return &Pool{slots: make(map[Key]*slot), classes: make(map[int]*class)} }
 
 // Lease holds one slot. Release it exactly once on every terminal path;
 // further Release calls do nothing.
@@ -159,8 +180,15 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	}
 	p.seq++
 	w.seq = p.seq
-	p.waiters = append(p.waiters, w)
-	p.scanLocked()
+	// Only the newcomer can be served now: every queued request was
+	// already found without a free candidate, and nothing was freed.
+	settled, adopted := p.evaluateLocked(w)
+	if !settled {
+		p.enqueueLocked(w)
+	}
+	if adopted {
+		p.scanLocked()
+	}
 	p.mu.Unlock()
 	if g, ok := w.take(); ok { // granted (or refused) at once: no timer
 		return g.l, g.err
@@ -201,14 +229,53 @@ func (w *waiter) take() (grant, bool) {
 
 // removeLocked takes w out of the queue; it reports whether w was there.
 func (p *Pool) removeLocked(w *waiter) bool {
-	for i, x := range p.waiters {
-		if x == w {
-			p.setQueuedLocked(w, nil)
-			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
-			return true
-		}
+	if w.cls == nil {
+		return false
 	}
-	return false
+	p.setQueuedLocked(w, nil)
+	p.unlinkLocked(w)
+	return true
+}
+
+// enqueueLocked puts w at the end of its priority class.
+func (p *Pool) enqueueLocked(w *waiter) {
+	c := p.classes[w.req.Priority]
+	if c == nil {
+		if p.classes == nil {
+			p.classes = make(map[int]*class)
+		}
+		c = &class{prio: w.req.Priority}
+		p.classes[c.prio] = c
+	}
+	w.cls, w.prev, w.next = c, c.tail, nil
+	if c.tail != nil {
+		c.tail.next = w
+	} else {
+		c.head = w
+	}
+	c.tail = w
+	p.nwait++
+}
+
+// unlinkLocked takes w out of its class. w.next is left as it was, so
+// that a walk in progress (eachInOrderLocked) goes on past w.
+func (p *Pool) unlinkLocked(w *waiter) {
+	c := w.cls
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		c.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		c.tail = w.prev
+	}
+	w.cls, w.prev = nil, nil
+	if c.head == nil {
+		delete(p.classes, c.prio)
+	}
+	p.nwait--
 }
 
 func (p *Pool) setQueuedLocked(w *waiter, keys []Key) {
@@ -223,9 +290,34 @@ func (p *Pool) setQueuedLocked(w *waiter, keys []Key) {
 	}
 }
 
+// queueKeysLocked records that w waits for cands' keys, keeping its
+// record when the keys are the ones it already waits for.
+func (p *Pool) queueKeysLocked(w *waiter, cands []Candidate) {
+	if len(w.last) == len(cands) {
+		same := true
+		for i, c := range cands {
+			if w.last[i] != c.Key {
+				same = false
+				break
+			}
+		}
+		if same {
+			return
+		}
+	}
+	keys := make([]Key, len(cands))
+	for i, c := range cands {
+		keys[i] = c.Key
+	}
+	p.setQueuedLocked(w, keys)
+}
+
 func (p *Pool) slotLocked(k Key) *slot {
 	s := p.slots[k]
 	if s == nil {
+		if p.slots == nil {
+			p.slots = make(map[Key]*slot)
+		}
 		s = &slot{}
 		p.slots[k] = s
 	}
@@ -233,100 +325,147 @@ func (p *Pool) slotLocked(k Key) *slot {
 }
 
 // freeLocked reports whether c has a slot free for a request, adopting a
-// new generation.
-func (p *Pool) freeLocked(c Candidate, long bool) bool {
+// new generation; adopted says it did (the slot's capacity came back).
+func (p *Pool) freeLocked(c Candidate, long bool) (free, adopted bool) {
 	s := p.slotLocked(c.Key)
 	if s.gen != c.Generation {
 		// A new connection generation: the old one's work is fenced.
 		s.gen = c.Generation
 		s.inFlight, s.longInFlight = 0, 0
+		adopted = true
 	}
 	if s.inFlight >= c.Capacity {
-		return false
+		return false, adopted
 	}
-	return !long || c.LongContextCapacity == 0 || s.longInFlight < c.LongContextCapacity
+	return !long || c.LongContextCapacity == 0 || s.longInFlight < c.LongContextCapacity, adopted
 }
 
-// order sorts the waiters for a scan: effective class (the class plus one
-// per AgingStep waited) first, arrival second.
-func (p *Pool) orderLocked() []*waiter {
+// eachInOrderLocked calls fn with each queued request in the order they
+// are served: effective class (the class plus one per AgingStep waited)
+// first, arrival second, until fn returns false. It merges the classes'
+// queues, each already in that order, so it needs no sort. fn may take
+// the request it was given (and only that one) out of the queue.
+func (p *Pool) eachInOrderLocked(fn func(*waiter) bool) {
+	if p.nwait == 0 {
+		return
+	}
 	step := p.AgingStep
 	if step <= 0 {
 		step = DefaultAgingStep
 	}
-	if len(p.waiters) == 1 {
-		return p.waiters
-	}
 	now := time.Now()
-	eff := func(w *waiter) int { return w.req.Priority + int(now.Sub(w.arrived)/step) }
-	out := slices.Clone(p.waiters)
-	slices.SortStableFunc(out, func(a, b *waiter) int {
-		if ea, eb := eff(a), eff(b); ea != eb {
-			return eb - ea
+	var room [8]*waiter
+	heads := room[:0]
+	for _, c := range p.classes {
+		heads = append(heads, c.head)
+	}
+	for {
+		best, bestEff := -1, 0
+		for i, w := range heads {
+			if w == nil {
+				continue
+			}
+			eff := w.req.Priority + int(now.Sub(w.arrived)/step)
+			if best < 0 || eff > bestEff || (eff == bestEff && w.seq < heads[best].seq) {
+				best, bestEff = i, eff
+			}
 		}
-		return cmp.Compare(a.seq, b.seq)
-	})
-	return out
+		if best < 0 {
+			return
+		}
+		w := heads[best]
+		heads[best] = w.next
+		if !fn(w) {
+			return
+		}
+	}
 }
 
-// scanLocked grants free slots to waiters in priority order, and fails at
-// once the waiters left with no candidate at all (their providers went
-// offline: there is nothing to wait for).
+// evaluateLocked grants w a free candidate slot, or refuses it when it has
+// no candidate at all (its providers went offline: there is nothing to wait
+// for); settled says it did either. Otherwise it records the candidates w
+// waits for. adopted says a candidate brought a new connection generation,
+// whose capacity other queued requests may be able to use.
+func (p *Pool) evaluateLocked(w *waiter) (settled, adopted bool) {
+	cands := w.req.Candidates()
+	if len(cands) == 0 {
+		p.settleLocked(w, grant{err: ErrNoCandidate})
+		return true, false
+	}
+	var room [4]Candidate // the usual few candidates need no allocation
+	free := room[:0]
+	for _, c := range cands {
+		ok, ad := p.freeLocked(c, w.req.LongContext)
+		adopted = adopted || ad
+		if ok {
+			free = append(free, c)
+		}
+	}
+	if len(free) == 0 {
+		p.queueKeysLocked(w, cands)
+		return false, adopted
+	}
+	c := free[0]
+	if w.req.Weighted {
+		c = pickWeighted(free)
+	}
+	s := p.slots[c.Key]
+	s.inFlight++
+	if w.req.LongContext {
+		s.longInFlight++
+	}
+	p.granted.Add(1)
+	p.settleLocked(w, grant{l: &Lease{Candidate: c, LongContext: w.req.LongContext, p: p}})
+	return true, adopted
+}
+
+// settleLocked gives w its outcome and takes it out of the queue.
+func (p *Pool) settleLocked(w *waiter, g grant) {
+	p.setQueuedLocked(w, nil)
+	if w.cls != nil {
+		p.unlinkLocked(w)
+	}
+	w.ready <- g
+}
+
+// scanLocked re-evaluates every queued request in order. A pass that saw a
+// new generation's capacity come back runs once more, for the requests it
+// had passed before.
 func (p *Pool) scanLocked() {
-	if len(p.waiters) == 0 {
-		return
-	}
-	done := 0
-	for _, w := range p.orderLocked() {
-		cands := w.req.Candidates()
-		if len(cands) == 0 {
-			p.setQueuedLocked(w, nil)
-			w.ready <- grant{err: ErrNoCandidate}
-			w.done = true
-			done++
-			continue
-		}
-		var room [4]Candidate // the usual few candidates need no allocation
-		free := room[:0]
-		for _, c := range cands {
-			if p.freeLocked(c, w.req.LongContext) {
-				free = append(free, c)
-			}
-		}
-		if len(free) == 0 {
-			keys := make([]Key, len(cands)) // kept in w.last
-			for i, c := range cands {
-				keys[i] = c.Key
-			}
-			p.setQueuedLocked(w, keys)
-			continue
-		}
-		c := free[0]
-		if w.req.Weighted {
-			c = pickWeighted(free)
-		}
-		p.setQueuedLocked(w, nil)
-		s := p.slots[c.Key]
-		s.inFlight++
-		if w.req.LongContext {
-			s.longInFlight++
-		}
-		p.granted.Add(1)
-		w.ready <- grant{l: &Lease{Candidate: c, LongContext: w.req.LongContext, p: p}}
-		w.done = true
-		done++
-	}
-	if done == 0 {
-		return
-	}
-	kept := p.waiters[:0]
-	for _, w := range p.waiters {
-		if !w.done {
-			kept = append(kept, w)
+	// At most two passes: requests that disagree about a generation (one
+	// holding a stale candidate list) must not make it run forever.
+	for range 2 {
+		adopted := false
+		p.eachInOrderLocked(func(w *waiter) bool {
+			_, ad := p.evaluateLocked(w)
+			adopted = adopted || ad
+			return true
+		})
+		if !adopted {
+			return
 		}
 	}
-	clear(p.waiters[len(kept):])
-	p.waiters = kept
+}
+
+// scanReleasedLocked serves the queue after l's slot was freed. Every
+// queued request was found without a free candidate when it was last
+// evaluated, and only l's slot has changed since, so only the requests
+// waiting for it are evaluated, in order, while it has room.
+func (p *Pool) scanReleasedLocked(l *Lease) {
+	adopted := false
+	p.eachInOrderLocked(func(w *waiter) bool {
+		if s := p.slots[l.Key]; s == nil || s.gen != l.Generation || s.inFlight >= l.Capacity {
+			return false // no room left (or none was freed: a fenced lease)
+		}
+		if !slices.Contains(w.last, l.Key) {
+			return true
+		}
+		_, adopted = p.evaluateLocked(w)
+		return !adopted
+	})
+	if adopted {
+		p.scanLocked()
+	}
 }
 
 func pickWeighted(cs []Candidate) Candidate {
@@ -354,11 +493,13 @@ func (p *Pool) release(l *Lease) {
 			s.longInFlight--
 		}
 	}
-	p.scanLocked()
+	p.scanReleasedLocked(l)
 }
 
 // Kick re-evaluates every queued request, after something other than a
-// release may have made room (a provider came online, config changed).
+// release may have made room (a provider came online or changed its
+// generation, config changed). Without it, a request waits for the slots
+// it last found full.
 func (p *Pool) Kick() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -398,7 +539,7 @@ type Stats struct {
 // Stats returns the lease counters.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
-	q := len(p.waiters)
+	q := p.nwait
 	p.mu.Unlock()
 	return Stats{Granted: p.granted.Load(), Released: p.released.Load(), DoubleRelease: p.doubleRelease.Load(), Queued: q}
 }
@@ -408,9 +549,11 @@ func (p *Pool) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
-	for _, w := range p.waiters {
-		p.setQueuedLocked(w, nil)
-		w.ready <- grant{err: ErrClosed}
+	for _, c := range p.classes {
+		for w := c.head; w != nil; {
+			next := w.next
+			p.settleLocked(w, grant{err: ErrClosed})
+			w = next
+		}
 	}
-	p.waiters = nil
 }

@@ -290,6 +290,10 @@ func TestPropertyLeases(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	var chaos sync.WaitGroup
+	// chaosMu covers a change of state together with the Kick that
+	// follows it, the way the Edge's registry events do: between the two
+	// a queued request may rightly see room it was not yet offered.
+	var chaosMu sync.Mutex
 	chaos.Go(func() { // Nodes reconnect, go offline, get reloaded
 		for i := 0; ; i++ {
 			select {
@@ -298,6 +302,7 @@ func TestPropertyLeases(t *testing.T) {
 			case <-time.After(time.Millisecond):
 			}
 			k := keys[i%len(keys)]
+			chaosMu.Lock()
 			mu.Lock()
 			switch i % 8 {
 			case 0:
@@ -309,6 +314,24 @@ func TestPropertyLeases(t *testing.T) {
 			}
 			mu.Unlock()
 			p.Kick()
+			chaosMu.Unlock()
+		}
+	})
+	chaos.Go(func() { // invariant: no request waits while one of its slots is free
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			chaosMu.Lock()
+			p.mu.Lock()
+			if w := p.servableLocked(); w != nil {
+				t.Errorf("request %d (class %d) waits with a free candidate slot", w.seq, w.req.Priority)
+			}
+			p.mu.Unlock()
+			chaosMu.Unlock()
+			time.Sleep(100 * time.Microsecond)
 		}
 	})
 	chaos.Go(func() { // invariant: never more in flight than configured
@@ -401,4 +424,100 @@ func TestPropertyLeases(t *testing.T) {
 		return true
 	})
 	t.Logf("double releases ignored: %d", s.DoubleRelease)
+}
+
+// servableLocked returns a queued request that one of its candidates has a
+// slot free for (a new generation's counts as free), or nil. No scan may
+// leave one behind: it would wait out its timeout beside a free slot.
+func (p *Pool) servableLocked() *waiter {
+	for _, c := range p.classes {
+		for w := c.head; w != nil; w = w.next {
+			for _, cd := range w.req.Candidates() {
+				s := p.slots[cd.Key]
+				if s == nil || s.gen != cd.Generation {
+					return w
+				}
+				if s.inFlight < cd.Capacity && (!w.req.LongContext || cd.LongContextCapacity == 0 || s.longInFlight < cd.LongContextCapacity) {
+					return w
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// TestReleaseServesWhoWaitsForThatSlot: a release offers its slot to the
+// requests waiting for it, in order, passing over a higher class that
+// waits for another provider; a request whose candidates include both is
+// served by whichever frees first.
+func TestReleaseServesWhoWaitsForThatSlot(t *testing.T) {
+	p := New()
+	a, b := cand("n", "a", 1, 1), cand("n", "b", 1, 1)
+	la, _ := p.Acquire(context.Background(), Request{Candidates: fixed(a), Timeout: time.Second})
+	lb, _ := p.Acquire(context.Background(), Request{Candidates: fixed(b), Timeout: time.Second})
+	served := make(chan string, 3)
+	var wg sync.WaitGroup
+	wait := func(name string, prio int, cs ...Candidate) {
+		n := p.Stats().Queued
+		wg.Go(func() {
+			l, err := p.Acquire(context.Background(), Request{Candidates: fixed(cs...), Priority: prio, Timeout: 10 * time.Second})
+			if err != nil {
+				if !errors.Is(err, ErrClosed) { // low-b ends with the pool
+					t.Error(name, err)
+				}
+				return
+			}
+			served <- name + "@" + l.ProviderID
+			// Held until the end, so each release serves exactly one.
+		})
+		for p.Stats().Queued == n {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	wait("high-a", 5, a)
+	wait("low-b", 0, b)
+	wait("mid-ab", 1, a, b)
+	lb.Release()
+	if got := <-served; got != "mid-ab@b" {
+		t.Fatalf("b's slot went to %s, want mid-ab (first in order among those waiting for b)", got)
+	}
+	if q := p.Stats().Queued; q != 2 {
+		t.Fatalf("%d queued after one release, want 2", q)
+	}
+	la.Release()
+	if got := <-served; got != "high-a@a" {
+		t.Fatalf("a's slot went to %s, want high-a", got)
+	}
+	if q := p.Stats().Queued; q != 1 {
+		t.Fatalf("%d queued, want low-b still waiting", q)
+	}
+	p.Close()
+	wg.Wait()
+}
+
+// TestKickEndsWhenCandidatesDisagree: two queued requests that hold
+// different generations for one provider (one list is stale) make every
+// evaluation adopt a generation; a scan still ends.
+func TestKickEndsWhenCandidatesDisagree(t *testing.T) {
+	p := New()
+	g1, g2 := cand("n", "p", 1, 1), cand("n", "p", 2, 1)
+	g1.Capacity, g2.Capacity = 0, 0 // nothing is ever free: both wait
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, c := range []Candidate{g1, g2} {
+		n := p.Stats().Queued
+		wg.Go(func() { p.Acquire(ctx, Request{Candidates: fixed(c), Timeout: time.Minute}) })
+		for p.Stats().Queued == n {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	done := make(chan struct{})
+	go func() { p.Kick(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Kick did not return")
+	}
+	cancel()
+	wg.Wait()
 }
