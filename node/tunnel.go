@@ -40,7 +40,13 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 	// The slot is free before the terminal leaves: the Edge frees its own
 	// slot when it reads the terminal and may send the next tunnel at
 	// once, which must not find this one still counted.
-	release := sync.OnceFunc(func() { s.releaseTunnel(m.GetProviderId()) })
+	released := false // release runs on this goroutine only
+	release := func() {
+		if !released {
+			released = true
+			s.releaseTunnel(m.GetProviderId())
+		}
+	}
 	defer release()
 
 	// One context carries both the cancel and the deadline.
