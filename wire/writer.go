@@ -298,6 +298,9 @@ func (s *Session) heartbeatTick(hb *heartbeat, timer *time.Timer) {
 	timer.Reset(min(prof.Interval, prof.Timeout))
 }
 
+// maxKeptBatch is the most frame slots the writer keeps between batches.
+const maxKeptBatch = 256
+
 // writeBatch takes every queued control frame and one round-robin turn of
 // stream frames (up to batchBudget bytes), writes them through one buffer
 // and flushes once under the write deadline. It reports whether more work
@@ -418,7 +421,11 @@ func (s *Session) writeBatch() (more bool, err error) {
 		}
 	}
 	clear(frames)
-	s.batch = frames[:0]
+	if cap(frames) <= maxKeptBatch {
+		s.batch = frames[:0]
+	} else {
+		s.batch = nil // a burst of tiny frames: an idle session keeps no large slice
+	}
 	return more, err
 }
 
