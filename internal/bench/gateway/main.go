@@ -357,8 +357,14 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 			fmt.Printf("  %-7s reads: %s; total %.1f\n          writes: %s; total %.1f\n", p.name, strings.Join(rd, ", "), rt, strings.Join(wr, ", "), wt)
 		}
 	}
-	if f := failures.Load(); f > 0 {
-		fmt.Printf("failed requests (not counted in any figure): %d\n", f)
+	var fails []string
+	for _, p := range paths {
+		if n := failures[p.name].Load(); n > 0 {
+			fails = append(fails, fmt.Sprintf("%s %d", p.name, n))
+		}
+	}
+	if len(fails) > 0 {
+		fmt.Printf("failed requests (not counted in any figure): %s\n", strings.Join(fails, ", "))
 	}
 }
 
@@ -415,7 +421,18 @@ func do(c *http.Client, p path, stream bool) (time.Duration, error) {
 	return first, err
 }
 
-var failures atomic.Int64
+// failures counts the requests that failed, by path (they are left out
+// of every figure); logged counts those logged, the first few only.
+var failures = map[string]*atomic.Int64{"direct": {}, "proxy": {}, "iop": {}}
+var logged atomic.Int64
+
+// failed counts a failed request of path p and logs the first few.
+func failed(p path, err error) {
+	failures[p.name].Add(1)
+	if logged.Add(1) <= 3 {
+		log.Printf("request failed (not counted): %v", err)
+	}
+}
 
 // throughput runs conc clients for d and returns the answered requests
 // per second and their count.
@@ -427,9 +444,7 @@ func throughput(c *http.Client, p path, stream bool, conc int, d time.Duration) 
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
 				if _, err := do(c, p, stream); err != nil {
-					if failures.Add(1) <= 3 {
-						log.Printf("request failed (not counted): %v", err)
-					}
+					failed(p, err)
 					continue
 				}
 				n.Add(1)
@@ -457,9 +472,7 @@ func latencies(c *http.Client, paths []path, stream bool, n int) map[string]*sam
 			t0 := time.Now()
 			f, err := do(c, p, stream)
 			if err != nil {
-				if failures.Add(1) <= 3 {
-					log.Printf("request failed (not counted): %v", err)
-				}
+				failed(p, err)
 				continue
 			}
 			sm := out[p.name]
