@@ -58,6 +58,10 @@ type Session struct {
 	work        chan handoff
 	idleWorkers atomic.Int32
 
+	// nstreams is len(streams), readable without mu (the writer's
+	// batching heuristic).
+	nstreams atomic.Int32
+
 	// batch is the writer goroutine's own: the stream frames of the batch
 	// it is writing, kept between batches so that each needs no slice.
 	batch []*outFrame
@@ -340,6 +344,7 @@ func (s *Session) OpenStream(ctx context.Context) (*Stream, error) {
 	s.nextLocal += 2
 	st := newStream(s, id, true)
 	s.streams[id] = st
+	s.nstreams.Add(1)
 	// The OPEN frame is queued under mu so that OPENs leave in id order.
 	// It does not wake the writer: it leaves with the stream's first frame
 	// (or whatever else wakes the writer first), in the same write.
@@ -534,6 +539,7 @@ func (s *Session) forget(st *Stream, abort bool) {
 	s.mu.Lock()
 	if _, ok := s.streams[st.id]; ok {
 		delete(s.streams, st.id)
+		s.nstreams.Add(-1)
 		if st.local {
 			<-s.openSem
 		} else {
@@ -694,6 +700,7 @@ func (s *Session) handleOpen(id uint64) error {
 	case s.handler != nil:
 		st := newStream(s, id, false)
 		s.streams[id] = st
+		s.nstreams.Add(1)
 		s.peerActive++
 		s.stats.streamsAccepted.Add(1)
 		s.dispatch(handoff{s.handler, st})
@@ -701,6 +708,7 @@ func (s *Session) handleOpen(id uint64) error {
 		st := newStream(s, id, false)
 		s.acceptQ = append(s.acceptQ, st)
 		s.streams[id] = st
+		s.nstreams.Add(1)
 		s.peerActive++
 		signal(s.acceptWake)
 	}

@@ -225,8 +225,12 @@ func (s *Session) writeLoop() {
 			// frames alone: under load one write per stream instead of
 			// one per several (the gateway bench counts 0.84 writes per
 			// request on each end of the Edge-Node link without it, 0.23
-			// with it). With nothing else runnable it returns at once.
-			runtime.Gosched()
+			// with it). With two streams open or fewer (a link's control
+			// stream and one call) there is nothing to batch with, and
+			// the yield would only delay the write.
+			if s.nstreams.Load() > 2 {
+				runtime.Gosched()
+			}
 		case <-timer.C:
 			s.heartbeatTick(&hb, timer)
 			continue
