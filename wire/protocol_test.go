@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -385,4 +386,48 @@ func TestShutdown(t *testing.T) {
 			t.Fatalf("cut-off stream terminal = %v", st.Terminal())
 		}
 	})
+}
+
+// TestResetLeavesBeforeTheOpenThatTakesItsSlot: at the peer's stream
+// limit, a reset frees the slot for an opener already waiting, and the
+// peer must accept the new stream. Two bugs made it refuse: the slot was
+// released before the RESET was queued, so the waiting opener's OPEN
+// could overtake it on the wire (a race); and
+// on the peer a stream reset before anyone accepted it kept its place in
+// the accept backlog (here nobody accepts, so every round).
+func TestResetLeavesBeforeTheOpenThatTakesItsSlot(t *testing.T) {
+	client, server := pair(t, nil, &Config{MaxStreams: 1})
+	for i := range 300 {
+		first, err := client.OpenStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first.Write([]byte("x")) // the OPEN leaves
+		got := make(chan *Stream, 1)
+		go func() {
+			st, err := client.OpenStream(ctx(t)) // waits for the slot
+			if err != nil {
+				t.Error(err)
+			}
+			got <- st
+		}()
+		runtime.Gosched()
+		first.Reset(ResetCancel)
+		second := <-got
+		if second == nil {
+			return
+		}
+		second.Write([]byte("x")) // its OPEN leaves, if it had not
+		second.Reset(ResetCancel)
+		// Both streams of the round reach the server and end there (reset
+		// by the client), or the second is refused.
+		want := uint64(2 * (i + 1))
+		eventually(t, func() bool {
+			st := server.Stats()
+			return st.StreamsEnded+st.StreamsRefused >= want
+		}, "server stats %+v, want %d streams ended or refused", func() []any { return []any{server.Stats(), want} })
+		if n := server.Stats().StreamsRefused; n != 0 {
+			t.Fatalf("round %d: the server refused %d streams: an OPEN overtook the RESET that freed its slot", i, n)
+		}
+	}
 }

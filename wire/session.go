@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -544,6 +545,13 @@ func (s *Session) forget(st *Stream, abort bool) {
 			<-s.openSem
 		} else {
 			s.peerActive--
+			// One that ends before it is accepted (the peer reset it)
+			// leaves the accept backlog too: AcceptStream would skip it,
+			// and the peer, which may open another in its slot at once,
+			// must not be refused for a backlog of ended streams.
+			if i := slices.Index(s.acceptQ, st); i >= 0 {
+				s.acceptQ = slices.Delete(s.acceptQ, i, i+1)
+			}
 		}
 	}
 	if s.shutdown && len(s.streams) == 0 {

@@ -125,7 +125,14 @@ func (st *Stream) wakeWriter() { signal(st.writeWake) }
 
 // terminate records the stream's one terminal. It reports whether this call
 // was the one that did.
-func (st *Stream) terminate(err error) bool {
+func (st *Stream) terminate(err error) bool { return st.terminateWith(err, nil) }
+
+// terminateWith is terminate that, when this call records the terminal,
+// first queues rst (this side's RESET for the stream). It is queued
+// before the stream gives up its slot: an opener waiting for that slot
+// would otherwise queue its OPEN ahead of the RESET, and the peer, still
+// counting this stream, would refuse the new one.
+func (st *Stream) terminateWith(err error, rst *ctrlItem) bool {
 	st.mu.Lock()
 	if st.term {
 		st.mu.Unlock()
@@ -149,6 +156,9 @@ func (st *Stream) terminate(err error) bool {
 	st.onAbort = nil
 	st.mu.Unlock()
 	st.sess.stats.streamsEnded.Add(1)
+	if rst != nil {
+		st.sess.queueControl(*rst)
+	}
 	st.sess.forget(st, abort)
 	st.wakeReader()
 	st.wakeWriter()
@@ -215,9 +225,8 @@ func (st *Stream) Reset(code ResetCode) error {
 }
 
 func (st *Stream) reset(code ResetCode, detail string) error {
-	if st.terminate(&StreamError{Code: code, Detail: detail}) {
-		st.sess.queueControl(ctrlItem{typ: frameControl, stream: st.id, ctl: ctlReset(code, detail)})
-	}
+	st.terminateWith(&StreamError{Code: code, Detail: detail},
+		&ctrlItem{typ: frameControl, stream: st.id, ctl: ctlReset(code, detail)})
 	return nil
 }
 
