@@ -157,6 +157,7 @@ func (st *Stream) terminateWith(err error, rst *ctrlItem) bool {
 	st.mu.Unlock()
 	st.sess.stats.streamsEnded.Add(1)
 	if rst != nil {
+		st.sess.purge(st) // no frame of the stream may follow its RESET
 		st.sess.queueControl(*rst)
 	}
 	st.sess.forget(st, abort)
