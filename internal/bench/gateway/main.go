@@ -220,6 +220,9 @@ type path struct {
 	url   string
 	model string
 	auth  bool
+	// fails counts the path's failed requests, which are left out of
+	// every figure.
+	fails *atomic.Int64
 }
 
 func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
@@ -236,9 +239,9 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 
 	client := &http.Client{Transport: pki.transport(2 * conc)}
 	paths := []path{
-		{"direct", upURL, "up", false},
-		{"proxy", pki.scheme() + px.addrs[0], "up", false},
-		{"iop", pki.scheme() + ed.addrs[0], "bench", true},
+		{"direct", upURL, "up", false, new(atomic.Int64)},
+		{"proxy", pki.scheme() + px.addrs[0], "up", false, new(atomic.Int64)},
+		{"iop", pki.scheme() + ed.addrs[0], "bench", true, new(atomic.Int64)},
 	}
 	// Wait for the Node to be ready (the first request through iop works).
 	for i := 0; ; i++ {
@@ -259,7 +262,6 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 	fmt.Printf("throughput at concurrency %d for %v per path; latency at concurrency 1 over %d requests; streams of %d chunks\n\n", conc, dur, n1, chunks)
 
 	type result struct {
-		name                            string
 		rps, p50, p99, srps, sp50, ttfc float64
 		// What each process used during the non-streamed throughput
 		// rounds, summed over the rounds.
@@ -269,7 +271,7 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 	res := map[string]*result{}
 	for _, p := range paths {
 		do(client, p, false) // warm
-		res[p.name] = &result{name: p.name, use: map[string]usage{}}
+		res[p.name] = &result{use: map[string]usage{}}
 	}
 	procs := []struct {
 		name string
@@ -333,9 +335,10 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 		on := func(path, proc string) bool {
 			return proc == "client" || proc == "upstream" || proc == path || (path == "iop" && (proc == "edge" || proc == "node"))
 		}
-		perReq := func(r *result, get func(usage) float64) (parts []string, total float64) {
+		perReq := func(p path, get func(usage) float64) (parts []string, total float64) {
+			r := res[p.name]
 			for _, pr := range procs {
-				if u, ok := r.use[pr.name]; ok && r.reqs > 0 && on(r.name, pr.name) {
+				if u, ok := r.use[pr.name]; ok && r.reqs > 0 && on(p.name, pr.name) {
 					v := get(u) / float64(r.reqs)
 					parts = append(parts, fmt.Sprintf("%s %.1f", pr.name, v))
 					total += v
@@ -345,21 +348,19 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 		}
 		fmt.Printf("\nCPU time per non-streamed request at c=%d, by process (us; 10 ms ticks over every round):\n", conc)
 		for _, p := range paths {
-			r := res[p.name]
-			parts, total := perReq(r, func(u usage) float64 { return float64(u.cpu.Microseconds()) })
-			fmt.Printf("  %-7s %s; total %.1f (%d requests)\n", p.name, strings.Join(parts, ", "), total, r.reqs)
+			parts, total := perReq(p, func(u usage) float64 { return float64(u.cpu.Microseconds()) })
+			fmt.Printf("  %-7s %s; total %.1f (%d requests)\n", p.name, strings.Join(parts, ", "), total, res[p.name].reqs)
 		}
 		fmt.Printf("\nread and write system calls per non-streamed request at c=%d, by process (/proc/PID/io; EAGAIN reads count):\n", conc)
 		for _, p := range paths {
-			r := res[p.name]
-			rd, rt := perReq(r, func(u usage) float64 { return float64(u.reads) })
-			wr, wt := perReq(r, func(u usage) float64 { return float64(u.writes) })
+			rd, rt := perReq(p, func(u usage) float64 { return float64(u.reads) })
+			wr, wt := perReq(p, func(u usage) float64 { return float64(u.writes) })
 			fmt.Printf("  %-7s reads: %s; total %.1f\n          writes: %s; total %.1f\n", p.name, strings.Join(rd, ", "), rt, strings.Join(wr, ", "), wt)
 		}
 	}
 	var fails []string
 	for _, p := range paths {
-		if n := failures[p.name].Load(); n > 0 {
+		if n := p.fails.Load(); n > 0 {
 			fails = append(fails, fmt.Sprintf("%s %d", p.name, n))
 		}
 	}
@@ -421,14 +422,12 @@ func do(c *http.Client, p path, stream bool) (time.Duration, error) {
 	return first, err
 }
 
-// failures counts the requests that failed, by path (they are left out
-// of every figure); logged counts those logged, the first few only.
-var failures = map[string]*atomic.Int64{"direct": {}, "proxy": {}, "iop": {}}
+// logged counts the failed requests logged, the first few only.
 var logged atomic.Int64
 
 // failed counts a failed request of path p and logs the first few.
 func failed(p path, err error) {
-	failures[p.name].Add(1)
+	p.fails.Add(1)
 	if logged.Add(1) <= 3 {
 		log.Printf("request failed (not counted): %v", err)
 	}
