@@ -126,9 +126,11 @@ func (f *flaky) Read(p []byte) (int, error) {
 	return 1, nil
 }
 
-func TestReaderResumesAfterErrors(t *testing.T) {
-	in := "event: a\ndata: one\ndata: two\n\ndata: three\r\n\r\n"
-	r := NewReader(&flaky{b: []byte(in)}, 0)
+// readThroughTimeouts reads r's events to io.EOF like readAll, but reads
+// on after each injected timeout, as the Edge's relay does after its
+// keep-alive deadline.
+func readThroughTimeouts(t *testing.T, r *Reader) []Event {
+	t.Helper()
 	var got []Event
 	for {
 		ev, err := r.Next()
@@ -136,13 +138,18 @@ func TestReaderResumesAfterErrors(t *testing.T) {
 			continue
 		}
 		if err == io.EOF {
-			break
+			return got
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, ev)
 	}
+}
+
+func TestReaderResumesAfterErrors(t *testing.T) {
+	in := "event: a\ndata: one\ndata: two\n\ndata: three\r\n\r\n"
+	got := readThroughTimeouts(t, NewReader(&flaky{b: []byte(in)}, 0))
 	want := []Event{{Type: "a", Data: []byte("one\ntwo")}, {Data: []byte("three")}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("(-want +got):\n%s", d)
@@ -156,17 +163,7 @@ func TestReaderCRLFSplitByError(t *testing.T) {
 	in := "data: a\r\ndata: b\r\n\r\ndata: c\rdata: d\r\r"
 	for _, r := range []*Reader{NewReader(&flaky{b: []byte(in)}, 0), NewReader(strings.NewReader(in), 0)} {
 		var got []string
-		for {
-			ev, err := r.Next()
-			if errors.Is(err, errTimeout) {
-				continue
-			}
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, ev := range readThroughTimeouts(t, r) {
 			got = append(got, string(ev.Data))
 		}
 		if want := []string{"a\nb", "c\nd"}; !slices.Equal(got, want) {
