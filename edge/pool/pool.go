@@ -452,9 +452,13 @@ func (p *Pool) scanLocked() {
 // evaluated, and only l's slot has changed since, so only the requests
 // waiting for it are evaluated, in order, while it has room.
 func (p *Pool) scanReleasedLocked(l *Lease) {
+	s := p.slots[l.Key] // slots are never removed: the pointer holds
+	if s == nil {
+		return
+	}
 	adopted := false
 	p.eachInOrderLocked(func(w *waiter) bool {
-		if s := p.slots[l.Key]; s == nil || s.gen != l.Generation || s.inFlight >= l.Capacity {
+		if s.gen != l.Generation || s.inFlight >= l.Capacity {
 			return false // no room left (or none was freed: a fenced lease)
 		}
 		if !slices.Contains(w.last, l.Key) {
