@@ -136,6 +136,17 @@ func waitReady(t *testing.T, e *edge, id string, notGen uint64) uint64 {
 	return gen
 }
 
+// waitNodeReady waits for the Node's own status to say ready on gen. The
+// Edge counts a Node ready when it answers NodeReady; the Node records it
+// only once it has read that answer, so the two can be seen out of step.
+func waitNodeReady(t *testing.T, rt *node.Runtime, gen uint64) {
+	t.Helper()
+	eventually(t, "node status ready", func() bool {
+		st := rt.Status()
+		return st.State == node.StateReady && st.Generation == gen
+	})
+}
+
 func nextEvent(t *testing.T, sub *nodes.Subscription) nodes.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)

@@ -51,9 +51,7 @@ func TestRegisterReadyDispatch(t *testing.T) {
 	if ev := nextEvent(t, sub); ev.Kind != nodes.EventReady || ev.NodeID != "n1" || ev.Generation != gen {
 		t.Fatalf("first event %+v, want ready n1/%d", ev, gen)
 	}
-	if st := rt.Status(); st.State != node.StateReady || st.Generation != gen {
-		t.Fatalf("node status %+v", st)
-	}
+	waitNodeReady(t, rt, gen)
 	n1, _ := e.reg.Node("n1")
 	if !n1.Connected || n1.Providers[0].Status != nodes.StatusAvailable || n1.Providers[0].Health != nodes.HealthHealthy || n1.Providers[0].Capacity != 2 {
 		t.Fatalf("n1 after ready: %+v", n1)
@@ -136,6 +134,7 @@ func TestDuplicateRejectedWhileOldAnswers(t *testing.T) {
 	defer sub.Close()
 	a, _ := runNode(t, e.addr, "n1", host(executiontest.New("p1", "m1")))
 	gen := waitReady(t, e, "n1", 0)
+	waitNodeReady(t, a, gen)
 	nextEvent(t, sub) // ready
 
 	b, stopB := runNode(t, e.addr, "n1", host(executiontest.New("p1", "m1")))
