@@ -263,15 +263,16 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 
 	type result struct {
 		rps, p50, p99, srps, sp50, ttfc float64
-		// What each process used during the non-streamed throughput
-		// rounds, summed over the rounds.
-		use  map[string]usage
-		reqs int64
+		// What each process used during the throughput rounds, summed
+		// over the rounds, and the requests answered in them: [0] for
+		// whole answers, [1] for streams.
+		use  [2]map[string]usage
+		reqs [2]int64
 	}
 	res := map[string]*result{}
 	for _, p := range paths {
 		do(client, p, false) // warm
-		res[p.name] = &result{use: map[string]usage{}}
+		res[p.name] = &result{use: [2]map[string]usage{{}, {}}}
 	}
 	procs := []struct {
 		name string
@@ -291,18 +292,22 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 	for round := 0; round < 3; round++ {
 		for _, p := range paths {
 			r := res[p.name]
-			if mode != "stream" {
+			// measured runs one throughput round and adds what every
+			// process used in it to r.use[k].
+			measured := func(k int, stream bool) float64 {
 				before := usageNow()
-				rps, n := throughput(client, p, false, conc, dur/3)
+				rps, n := throughput(client, p, stream, conc, dur/3)
 				for name, u := range usageNow() {
-					r.use[name] = r.use[name].add(u.sub(before[name]))
+					r.use[k][name] = r.use[k][name].add(u.sub(before[name]))
 				}
-				r.reqs += n
-				r.rps = max(r.rps, rps)
+				r.reqs[k] += n
+				return rps
+			}
+			if mode != "stream" {
+				r.rps = max(r.rps, measured(0, false))
 			}
 			if mode != "plain" {
-				srps, _ := throughput(client, p, true, conc, dur/3)
-				r.srps = max(r.srps, srps)
+				r.srps = max(r.srps, measured(1, true))
 			}
 		}
 	}
@@ -330,31 +335,34 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 	fmt.Println()
 	fmt.Printf("added p50 at c=1 (non-streamed):   iop %+.0f us over direct, proxy %+.0f us over direct\n", i.p50-d.p50, x.p50-d.p50)
 	fmt.Printf("amortized added cost per chunk:    iop %.2f us, proxy %.2f us  ((stream p50 - direct stream p50) / %d)\n", (i.sp50-d.sp50)/chunks, (x.sp50-d.sp50)/chunks, chunks)
-	if len(d.use) > 0 {
-		// The processes each path runs through, in the order of procs.
-		on := func(path, proc string) bool {
-			return proc == "client" || proc == "upstream" || proc == path || (path == "iop" && (proc == "edge" || proc == "node"))
-		}
-		perReq := func(p path, get func(usage) float64) (parts []string, total float64) {
-			r := res[p.name]
-			for _, pr := range procs {
-				if u, ok := r.use[pr.name]; ok && r.reqs > 0 && on(p.name, pr.name) {
-					v := get(u) / float64(r.reqs)
-					parts = append(parts, fmt.Sprintf("%s %.1f", pr.name, v))
-					total += v
-				}
+	// The processes each path runs through, in the order of procs.
+	on := func(path, proc string) bool {
+		return proc == "client" || proc == "upstream" || proc == path || (path == "iop" && (proc == "edge" || proc == "node"))
+	}
+	perReq := func(p path, k int, get func(usage) float64) (parts []string, total float64) {
+		r := res[p.name]
+		for _, pr := range procs {
+			if u, ok := r.use[k][pr.name]; ok && r.reqs[k] > 0 && on(p.name, pr.name) {
+				v := get(u) / float64(r.reqs[k])
+				parts = append(parts, fmt.Sprintf("%s %.1f", pr.name, v))
+				total += v
 			}
-			return parts, total
 		}
-		fmt.Printf("\nCPU time per non-streamed request at c=%d, by process (us; 10 ms ticks over every round):\n", conc)
-		for _, p := range paths {
-			parts, total := perReq(p, func(u usage) float64 { return float64(u.cpu.Microseconds()) })
-			fmt.Printf("  %-7s %s; total %.1f (%d requests)\n", p.name, strings.Join(parts, ", "), total, res[p.name].reqs)
+		return parts, total
+	}
+	for k, what := range []string{"non-streamed request", "200-chunk stream"} {
+		if d.reqs[k] == 0 {
+			continue
 		}
-		fmt.Printf("\nread and write system calls per non-streamed request at c=%d, by process (/proc/PID/io; EAGAIN reads count):\n", conc)
+		fmt.Printf("\nCPU time per %s at c=%d, by process (us; 10 ms ticks over every round):\n", what, conc)
 		for _, p := range paths {
-			rd, rt := perReq(p, func(u usage) float64 { return float64(u.reads) })
-			wr, wt := perReq(p, func(u usage) float64 { return float64(u.writes) })
+			parts, total := perReq(p, k, func(u usage) float64 { return float64(u.cpu.Microseconds()) })
+			fmt.Printf("  %-7s %s; total %.1f (%d requests)\n", p.name, strings.Join(parts, ", "), total, res[p.name].reqs[k])
+		}
+		fmt.Printf("\nread and write system calls per %s at c=%d, by process (/proc/PID/io; EAGAIN reads count):\n", what, conc)
+		for _, p := range paths {
+			rd, rt := perReq(p, k, func(u usage) float64 { return float64(u.reads) })
+			wr, wt := perReq(p, k, func(u usage) float64 { return float64(u.writes) })
 			fmt.Printf("  %-7s reads: %s; total %.1f\n          writes: %s; total %.1f\n", p.name, strings.Join(rd, ", "), rt, strings.Join(wr, ", "), wt)
 		}
 	}
