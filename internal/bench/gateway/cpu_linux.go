@@ -57,5 +57,33 @@ func procUsage(pid int) (usage, bool) {
 			}
 		}
 	}
+	u.switches = switches(pid)
 	return u, true
+}
+
+// switches sums the context switches, voluntary and not, of every thread
+// of process pid (a thread that has exited no longer counts, which the Go
+// runtime's threads rarely do).
+func switches(pid int) int64 {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		for line := range bytes.Lines(b) {
+			k, v, ok := bytes.Cut(line, []byte(":"))
+			if !ok || !bytes.HasSuffix(k, []byte("ctxt_switches")) {
+				continue
+			}
+			if c, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64); err == nil {
+				n += c
+			}
+		}
+	}
+	return n
 }

@@ -314,7 +314,11 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 	// Latency at concurrency 1, taken request by request in turn on each
 	// path, so that a change in the machine's state (a noisy neighbour, a
 	// CPU's clock) weighs on all three alike.
+	// The gateways' own processes serve only their path, so what they
+	// use during the c=1 rounds is theirs per request.
+	before1 := usageNow()
 	lat := latencies(client, paths, false, n1)
+	used1 := usageNow()
 	slat := latencies(client, paths, true, n1/4)
 	for _, p := range paths {
 		r := res[p.name]
@@ -364,6 +368,13 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 			rd, rt := perReq(p, k, func(u usage) float64 { return float64(u.reads) })
 			wr, wt := perReq(p, k, func(u usage) float64 { return float64(u.writes) })
 			fmt.Printf("  %-7s reads: %s; total %.1f\n          writes: %s; total %.1f\n", p.name, strings.Join(rd, ", "), rt, strings.Join(wr, ", "), wt)
+		}
+	}
+	if len(before1) > 0 {
+		fmt.Printf("\nper non-streamed request at c=1, by gateway process (CPU us; context switches of all threads):\n")
+		for _, name := range []string{"proxy", "edge", "node"} {
+			u := used1[name].sub(before1[name])
+			fmt.Printf("  %-6s CPU %.1f, switches %.2f\n", name, float64(u.cpu.Microseconds())/float64(n1), float64(u.switches)/float64(n1))
 		}
 	}
 	var fails []string
