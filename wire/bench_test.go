@@ -219,6 +219,49 @@ func BenchmarkConcurrentRequests(b *testing.B) {
 	}
 }
 
+// BenchmarkSequentialRequests runs request/response exchanges one at a
+// time (a 128-byte message each way on its own stream), the way a lone
+// client's requests cross a quiet link; an op is one exchange.
+func BenchmarkSequentialRequests(b *testing.B) {
+	c, s := tcpConns(b, false)
+	cs, ss := sessionsOver(b, c, s)
+	var srv sync.WaitGroup
+	defer srv.Wait() // runs last: after the sessions close below
+	defer cs.Close()
+	defer ss.Close()
+	srv.Go(func() {
+		for {
+			st, err := ss.AcceptStream(context.Background())
+			if err != nil {
+				return
+			}
+			m, err := st.ReadMessage(context.Background())
+			if err != nil {
+				return
+			}
+			st.Hold()
+			st.WriteMessage(m)
+			st.CloseWrite()
+			io.Copy(io.Discard, st)
+		}
+	})
+	req := errEnv(string(make([]byte, 128)))
+	b.ReportAllocs()
+	for b.Loop() {
+		st, err := cs.OpenStream(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		st.Hold()
+		st.WriteMessage(req)
+		st.CloseWrite()
+		if _, err := st.ReadMessage(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, st)
+	}
+}
+
 // BenchmarkIdleMemory opens 500 idle plaintext session pairs on loopback,
 // then 10,000 idle streams on one of them, and reports the Go memory each
 // costs (HeapInuse + StackInuse after GC), both ends together.

@@ -63,8 +63,14 @@ type Session struct {
 	// batching heuristic).
 	nstreams atomic.Int32
 
-	// batch is the writer goroutine's own: the stream frames of the batch
-	// it is writing, kept between batches so that each needs no slice.
+	// wsem is held by whoever writes batches: the writer goroutine, or a
+	// caller writing its own frames on a quiet session (see wake). It
+	// makes writeBatch exclusive and keeps finish's last write off a
+	// batch in flight.
+	wsem sync.Mutex
+
+	// batch belongs to the holder of wsem: the stream frames of the batch
+	// being written, kept between batches so that each needs no slice.
 	batch []*outFrame
 
 	// wmu guards the writer's queues and every stream's send state.

@@ -669,7 +669,7 @@ func (st *Stream) enqueue(typ frameType, flags uint8, p []byte) error {
 	}
 	s.markReadyLocked(st)
 	s.wmu.Unlock()
-	s.kickWriter()
+	s.wake()
 	return nil
 }
 
@@ -714,12 +714,18 @@ func (st *Stream) Flush() {
 	}
 	s.markReadyLocked(st)
 	s.wmu.Unlock()
-	s.kickWriter()
+	s.wake()
 }
 
 // Write writes p as stream data, waiting for credit as needed. It returns
 // the bytes queued before an error (ErrWriteClosed after CloseWrite, the
 // terminal after a reset or session close, ErrDeadlineExceeded).
+//
+// On a quiet session (one stream open besides a link's control stream)
+// Write, WriteMessage, Flush and CloseWrite may put the frames on the
+// connection themselves instead of handing them to the session's writer;
+// that connection write is bounded by Config.WriteTimeout, as the
+// writer's are, not by the stream's write deadline.
 func (st *Stream) Write(p []byte) (int, error) {
 	st.wlock.Lock()
 	defer st.wlock.Unlock()
@@ -806,7 +812,7 @@ func (st *Stream) CloseWrite() error {
 	}
 	s.markReadyLocked(st)
 	s.wmu.Unlock()
-	s.kickWriter()
+	s.wake()
 	return nil
 }
 

@@ -545,6 +545,69 @@ func TestHoldSendsTogether(t *testing.T) {
 	}
 }
 
+// TestQuietSessionWritesInline: with one stream open (the quiet case) a
+// write is on the connection when Write returns, written by the caller;
+// with more streams open the writer goroutine takes it, and every frame
+// still arrives, in order, whichever goroutine wrote it.
+func TestQuietSessionWritesInline(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	st, err := client.OpenStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		before := client.Stats().Flushes
+		if _, err := st.Write([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if got := client.Stats().Flushes - before; got != 1 {
+			t.Fatalf("write %d: %d flushes done when Write returned, want 1", i, got)
+		}
+	}
+	// Two more streams: the session is busy now, and writes from several
+	// goroutines mix with the first stream's.
+	var busy []*Stream
+	for range 2 {
+		b, err := client.OpenStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		busy = append(busy, b)
+	}
+	var wg sync.WaitGroup
+	for _, b := range append(busy, st) {
+		wg.Go(func() {
+			for i := 20; i < 220; i++ {
+				b.Write([]byte{byte(i)})
+			}
+			b.CloseWrite()
+		})
+	}
+	wg.Wait()
+	for range 3 {
+		peer, err := server.AcceptStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(peer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := 20
+		if peer.ID() == st.ID() {
+			from = 0
+		}
+		if len(got) != 220-from {
+			t.Fatalf("stream %d: %d bytes, want %d", peer.ID(), len(got), 220-from)
+		}
+		for i, c := range got {
+			if c != byte(from+i) {
+				t.Fatalf("stream %d: byte %d is %d, want %d", peer.ID(), i, c, byte(from+i))
+			}
+		}
+	}
+}
+
 // TestHoldFlushesForCredit: a held stream that runs out of send credit
 // flushes instead of waiting on its own queue.
 func TestHoldFlushesForCredit(t *testing.T) {
