@@ -11,7 +11,12 @@
 // and p99 at concurrency 1, time to first chunk, the amortized added cost
 // per streamed chunk, and every figure as a ratio to direct and to proxy.
 //
-//	go run ./internal/bench/gateway [-c 32] [-d 5s] [-tls] [-mode all|plain|stream]
+// With -placement split (Linux, 2 CPUs or more) the processes are pinned
+// the way the roles are deployed: CPU 0 is the gateway machine (client,
+// proxy, Edge), CPU 1 the model machine (upstream, and the Node that runs
+// beside it). The default, shared, pins nothing.
+//
+//	go run ./internal/bench/gateway [-c 32] [-d 5s] [-tls] [-mode all|plain|stream] [-placement shared|split]
 package main
 
 import (
@@ -65,6 +70,7 @@ func main() {
 	tlsDir := flag.String("tlsdir", "", "internal: the bench PKI of a -tls run")
 	useTLS := flag.Bool("tls", false, "TLS on every hop (client, proxy, Edge, Edge-Node link, upstream) instead of plaintext")
 	mode := flag.String("mode", "all", "throughput runs: all | plain (non-streamed only) | stream (streams only), for profiling one")
+	placement := flag.String("placement", "shared", "shared (no process pinned) | split (CPU 0: client, proxy, Edge; CPU 1: upstream, Node)")
 	flag.Parse()
 	if *role != "" {
 		runRole(*role, *arg, *conc, *cpuprofile, loadPKI(*tlsDir))
@@ -72,6 +78,12 @@ func main() {
 	}
 	if *mode != "all" && *mode != "plain" && *mode != "stream" {
 		log.Fatalf("-mode %q: want all, plain or stream", *mode)
+	}
+	if *placement != "shared" && *placement != "split" {
+		log.Fatalf("-placement %q: want shared or split", *placement)
+	}
+	if *placement == "split" && runtime.NumCPU() < 2 {
+		log.Fatalf("-placement split needs 2 CPUs, this machine has %d", runtime.NumCPU())
 	}
 	dir := ""
 	if *useTLS {
@@ -83,7 +95,7 @@ func main() {
 		makePKI(d)
 		dir = d
 	}
-	orchestrate(*conc, *dur, *n1, *mode, dir)
+	orchestrate(*conc, *dur, *n1, *mode, *placement, dir)
 }
 
 // --- roles ---------------------------------------------------------------
@@ -181,7 +193,8 @@ type proc struct {
 	addrs []string
 }
 
-func spawn(role, arg string, conc, addrs int, tlsDir string) *proc {
+// spawn starts a role's process, on CPU cpu only when cpu >= 0.
+func spawn(role, arg string, conc, addrs, cpu int, tlsDir string) *proc {
 	exe, _ := os.Executable()
 	args := []string{"-role", role, "-arg", arg, "-c", fmt.Sprint(conc), "-tlsdir", tlsDir}
 	if p := os.Getenv("GATEWAY_PROFILE_" + strings.ToUpper(role)); p != "" {
@@ -191,7 +204,11 @@ func spawn(role, arg string, conc, addrs int, tlsDir string) *proc {
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = childAttr() // never outlive the bench where the OS allows
 	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if cpu >= 0 {
+		start = func() error { return startOn(cmd, cpu) }
+	}
+	if err := start(); err != nil {
 		log.Fatal(err)
 	}
 	p := &proc{cmd: cmd}
@@ -225,16 +242,27 @@ type path struct {
 	fails *atomic.Int64
 }
 
-func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
+func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir string) {
 	pki := loadPKI(tlsDir)
-	up := spawn("upstream", "", conc, 1, tlsDir)
+	// gateway and model are the CPUs of the two machines a split placement
+	// stands for; -1 pins nothing.
+	gateway, model := -1, -1
+	where := "processes: upstream, proxy, edge, node, client (this one) share the machine, none pinned"
+	if placement == "split" {
+		gateway, model = 0, 1
+		if err := pinSelf(gateway); err != nil {
+			log.Fatal(err)
+		}
+		where = "processes pinned as the roles deploy, GOMAXPROCS 1 each: CPU 0 (the gateway machine) client (this one), proxy, edge; CPU 1 (the model machine) upstream, node"
+	}
+	up := spawn("upstream", "", conc, 1, model, tlsDir)
 	defer up.stop()
 	upURL := pki.scheme() + up.addrs[0]
-	px := spawn("proxy", upURL, conc, 1, tlsDir)
+	px := spawn("proxy", upURL, conc, 1, gateway, tlsDir)
 	defer px.stop()
-	ed := spawn("edge", "", conc, 2, tlsDir)
+	ed := spawn("edge", "", conc, 2, gateway, tlsDir)
 	defer ed.stop()
-	nd := spawn("node", upURL+","+ed.addrs[1], conc, 1, tlsDir)
+	nd := spawn("node", upURL+","+ed.addrs[1], conc, 1, model, tlsDir)
 	defer nd.stop()
 
 	client := &http.Client{Transport: pki.transport(2 * conc)}
@@ -258,7 +286,7 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, tlsDir string) {
 	if pki != nil {
 		security = "TLS on every hop (TLS 1.3 on the Edge-Node link)"
 	}
-	fmt.Printf("gateway bench: loopback, %s, %d cores; processes: upstream, proxy, edge, node, client (this one) share the machine\n", security, runtime.NumCPU())
+	fmt.Printf("gateway bench: loopback, %s, %d cores; %s\n", security, runtime.NumCPU(), where)
 	fmt.Printf("throughput at concurrency %d for %v per path; latency at concurrency 1 over %d requests; streams of %d chunks\n\n", conc, dur, n1, chunks)
 
 	type result struct {
