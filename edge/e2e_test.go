@@ -427,6 +427,41 @@ func TestSilentStreamKeepAlive(t *testing.T) {
 	r.settled()
 }
 
+// TestStreamHeadBeforeSlowFirstEvent: the Edge and the Node hold a
+// stream's head briefly for its first event, so that the two leave
+// together; a provider slow to its first event still has its head reach
+// the client before that event, on the raw and on the translated path.
+func TestStreamHeadBeforeSlowFirstEvent(t *testing.T) {
+	gates := make(chan chan struct{}, 1)
+	// No keep-alive comment comes before the test's deadline, so only the
+	// head's own timers can start the answer.
+	r := newRig(t, rigOpts{keepAlive: time.Minute, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		sc := upstreamtest.Echo(q)
+		sc.Gate = <-gates
+		return sc
+	}})
+	for _, model := range []string{"gpt-local", "via-anthropic"} {
+		gate := make(chan struct{})
+		gates <- gate
+		req, _ := http.NewRequest("POST", r.url+"/v1/chat/completions", strings.NewReader(`{"model":"`+model+`","stream":true,"messages":[{"role":"user","content":"slow"}]}`))
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		resp, err := http.DefaultClient.Do(req.WithContext(ctx(t))) // returns on the head, while the gate holds the first event
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("%s: head %d %q", model, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		close(gate)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || !strings.Contains(string(body), "data: [DONE]") {
+			t.Fatalf("%s: stream %v:\n%s", model, err, body)
+		}
+	}
+	r.settled()
+}
+
 func TestReload(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once

@@ -121,19 +121,18 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		return
 	}
 	w.WriteHeader(status)
-	flush(w)
+	head := streamHead{w: w, pending: true}
 	r := sse.NewReader(tn, 0)
 	keep := req.snap.keepAlive
 	var out []byte
 	terminated := false
 	for {
-		tn.SetReadDeadline(time.Now().Add(keep))
+		tn.SetReadDeadline(time.Now().Add(head.wait(keep)))
 		ev, err := r.Next()
 		if errors.Is(err, wire.ErrDeadlineExceeded) {
-			if _, err := w.Write(keepAliveComment); err != nil {
+			if !head.idle() {
 				return
 			}
-			flush(w)
 			continue
 		}
 		if err == io.EOF {
@@ -181,7 +180,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		if !r.Ready() {
 			// Flush unless another whole event is already here: a burst
 			// leaves in one write, a lone event at once.
-			flush(w)
+			head.flush()
 		}
 	}
 }
@@ -333,6 +332,48 @@ func renderer(req *request) llmapi.Renderer {
 	return &llmapi.ChatRenderer{ID: "chatcmpl-" + req.rid, Model: req.route.Model, Created: created, IncludeUsage: req.includeUsage}
 }
 
+// headHold bounds how long a streamed answer's head waits for its first
+// event. A provider sends its first event right after its head as a rule;
+// the two then leave in one write, one wake-up for the client instead of
+// two. A provider slow to its first event still has the head passed on
+// promptly, and keep-alive comments follow it.
+const headHold = 20 * time.Millisecond
+
+// streamHead flushes a streamed answer, holding its head (written, not
+// flushed) until the first flush or headHold.
+type streamHead struct {
+	w       http.ResponseWriter
+	pending bool
+}
+
+// wait returns how long to wait for the next event: up to headHold while
+// the head waits, the keep-alive interval after.
+func (h *streamHead) wait(keep time.Duration) time.Duration {
+	if h.pending {
+		return min(keep, headHold)
+	}
+	return keep
+}
+
+// flush sends what was written, the head with it.
+func (h *streamHead) flush() {
+	h.pending = false
+	flush(h.w)
+}
+
+// idle is called when a wait ended without an event: the head leaves
+// alone if it has not left, otherwise a keep-alive comment does. It
+// reports whether the client is still there.
+func (h *streamHead) idle() bool {
+	if !h.pending {
+		if _, err := h.w.Write(keepAliveComment); err != nil {
+			return false
+		}
+	}
+	h.flush()
+	return true
+}
+
 // emitter writes a rendered answer: stream events as they come (with
 // keep-alive comments between them), or one buffered body at the
 // terminal. Buffered and streamed answers come from the same renderer.
@@ -342,6 +383,7 @@ type emitter struct {
 	req   *request
 	rend  llmapi.Renderer
 	usage *execution.Usage // the latest cumulative snapshot, booked by finish
+	head  streamHead
 }
 
 // finish books the answer's usage once, however the answer ended.
@@ -357,19 +399,20 @@ func (e *emitter) start() {
 		e.w.Header().Set("Content-Type", "text/event-stream")
 		e.w.Header().Set("Cache-Control", "no-cache")
 		e.w.WriteHeader(http.StatusOK)
-		flush(e.w)
+		e.head = streamHead{w: e.w, pending: true}
 	}
 }
 
-func (e *emitter) keepAlive() bool {
+// wait returns how long to wait for the next event before idle.
+func (e *emitter) wait() time.Duration { return e.head.wait(e.req.snap.keepAlive) }
+
+// idle is called when a wait ended without an event; it reports whether
+// the client is still there.
+func (e *emitter) idle() bool {
 	if !e.req.stream {
 		return true
 	}
-	if _, err := e.w.Write(keepAliveComment); err != nil {
-		return false
-	}
-	flush(e.w)
-	return true
+	return e.head.idle()
 }
 
 // event renders one canonical event; it reports whether to go on.
@@ -385,7 +428,7 @@ func (e *emitter) event(ev llmapi.Event) bool {
 			if _, err := e.w.Write(out); err != nil {
 				return false
 			}
-			flush(e.w)
+			e.head.flush()
 		}
 		return ev.Kind != llmapi.EvStop && ev.Kind != llmapi.EvError
 	}
@@ -412,7 +455,7 @@ func (s *Server) relayRun(ctx context.Context, w http.ResponseWriter, req *reque
 	em.start()
 	var conv llmapi.RunEvents
 	for {
-		nctx, cancel := context.WithTimeout(ctx, req.snap.keepAlive)
+		nctx, cancel := context.WithTimeout(ctx, em.wait())
 		ev, err := x.run.Next(nctx)
 		cancel()
 		if err != nil {
@@ -424,7 +467,7 @@ func (s *Server) relayRun(ctx context.Context, w http.ResponseWriter, req *reque
 				return // the client left; close cancels the run
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
-				if !em.keepAlive() {
+				if !em.idle() {
 					return
 				}
 				continue
@@ -488,11 +531,11 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 	defer em.finish()
 	em.start()
 	for {
-		tn.SetReadDeadline(time.Now().Add(req.snap.keepAlive))
+		tn.SetReadDeadline(time.Now().Add(em.wait()))
 		ev, err := dec.Next()
 		if err != nil {
 			if errors.Is(err, wire.ErrDeadlineExceeded) {
-				if !em.keepAlive() {
+				if !em.idle() {
 					return
 				}
 				continue

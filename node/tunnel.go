@@ -164,15 +164,25 @@ func (b *streamBody) Read(p []byte) (int, error) {
 // tunnelWriter sends the upstream's answer on the stream. A JSON answer's
 // head, body and end are held back and leave together, in one write: a
 // JSON document is of use only whole (the Edge reads it whole before it
-// answers). Anything else (an event stream, NDJSON) leaves as it comes;
-// the Edge starts an event stream's answer, and its keep-alive comments,
-// on the head.
+// answers). Anything else (an event stream, NDJSON) leaves as it comes,
+// except that its head waits for the first body bytes, at most headHold:
+// a provider sends its first event right after its head as a rule, and
+// the two then cost the Edge one wake-up instead of two.
 type tunnelWriter struct {
 	st   *wire.Stream
 	mu   sync.Mutex
 	head bool
 	done bool
+	// holding is set while a streamed answer's head waits for its body;
+	// its timer flushes the head alone if the body is slow.
+	holding *time.Timer
 }
+
+// headHold bounds how long a streamed answer's head waits for its first
+// body bytes. The Edge starts the client's answer, and its keep-alive
+// comments, on the head, so a provider slow to its first event still has
+// its head passed on at once.
+const headHold = 20 * time.Millisecond
 
 var errHeadTwice = errors.New("node: tunnel head written twice")
 
@@ -190,8 +200,9 @@ func (w *tunnelWriter) WriteHead(status int, header http.Header) error {
 		return errHeadTwice
 	}
 	w.head = true
-	if mt, _, _ := strings.Cut(header.Get("Content-Type"), ";"); strings.EqualFold(strings.TrimSpace(mt), "application/json") {
-		w.st.Hold() // until finish; waiting for send credit flushes earlier
+	w.st.Hold() // waiting for send credit flushes earlier
+	if mt, _, _ := strings.Cut(header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
+		w.holding = time.AfterFunc(headHold, w.st.Flush) // a JSON answer is held until finish
 	}
 	// Only allowed headers leave, whatever the adapter passed.
 	resp := &iopv1.ProviderTunnelResponse{Status: uint32(status),
@@ -201,10 +212,20 @@ func (w *tunnelWriter) WriteHead(status int, header http.Header) error {
 
 // Write implements execution.TunnelWriter.
 func (w *tunnelWriter) Write(p []byte) (int, error) {
-	if !w.headSent() {
+	w.mu.Lock()
+	head, holding := w.head, w.holding
+	w.holding = nil
+	w.mu.Unlock()
+	if !head {
 		return 0, io.ErrClosedPipe
 	}
-	return w.st.Write(p)
+	n, err := w.st.Write(p)
+	if holding != nil {
+		// The head leaves with the first body bytes.
+		holding.Stop()
+		w.st.Flush()
+	}
+	return n, err
 }
 
 func (w *tunnelWriter) end(code iopv1.TunnelError, msg string) {
@@ -219,6 +240,10 @@ func (w *tunnelWriter) finish(e *iopv1.ProviderTunnelEnd) {
 		return
 	}
 	w.done = true
+	if w.holding != nil {
+		w.holding.Stop() // CloseWrite ends the hold
+		w.holding = nil
+	}
 	w.st.WriteMessage(nodewire.Msg(e))
 	w.st.CloseWrite()
 }

@@ -40,7 +40,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	usageObj := map[string]any{"input_tokens": u.InputTokens, "output_tokens": u.OutputTokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": u.CachedTokens}
 	if !req.Stream {
-		if !sleep(r.Context(), sc.TTFT) {
+		if !firstChunk(r.Context(), &sc) {
 			return
 		}
 		if content == nil {
@@ -56,7 +56,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	if e.event("message_start", map[string]any{"type": "message_start", "message": start}) != nil {
 		return
 	}
-	if !sleep(r.Context(), sc.TTFT) {
+	if !firstChunk(r.Context(), &sc) {
 		return
 	}
 	chunks := 0

@@ -42,7 +42,7 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !req.Stream {
-		if !sleep(r.Context(), sc.TTFT) {
+		if !firstChunk(r.Context(), &sc) {
 			return
 		}
 		req.finished.Store(true)
@@ -68,7 +68,7 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 	if f != nil {
 		f.Flush()
 	}
-	if !sleep(r.Context(), sc.TTFT) {
+	if !firstChunk(r.Context(), &sc) {
 		return
 	}
 	for i, t := range sc.Text {

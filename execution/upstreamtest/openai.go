@@ -36,7 +36,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		"completion_tokens_details": map[string]any{"reasoning_tokens": u.ReasoningTokens},
 	}
 	if !req.Stream {
-		if !sleep(r.Context(), sc.TTFT) {
+		if !firstChunk(r.Context(), &sc) {
 			return
 		}
 		msg := map[string]any{"role": "assistant", "content": strings.Join(sc.Text, ""), "refusal": nil}
@@ -70,7 +70,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			"choices":            []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}},
 		}
 	}
-	if !sleep(r.Context(), sc.TTFT) {
+	if !firstChunk(r.Context(), &sc) {
 		return
 	}
 	if e.event("", chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil)) != nil {
@@ -183,7 +183,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		s.storeResponse(id, response("completed", output, usageObj))
 	}
 	if !req.Stream {
-		if !sleep(r.Context(), sc.TTFT) {
+		if !firstChunk(r.Context(), &sc) {
 			return
 		}
 		req.finished.Store(true)
@@ -202,7 +202,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		!ev("response.in_progress", map[string]any{"response": response("in_progress", nil, nil)}) {
 		return
 	}
-	if !sleep(r.Context(), sc.TTFT) {
+	if !firstChunk(r.Context(), &sc) {
 		return
 	}
 	chunks := 0
@@ -280,7 +280,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.watch(r, req)()
 	sc := s.cfg.Reply(req)
-	if !prelude(w, r, "embeddings", &sc) || !sleep(r.Context(), sc.TTFT) {
+	if !prelude(w, r, "embeddings", &sc) || !firstChunk(r.Context(), &sc) {
 		return
 	}
 	var body struct {

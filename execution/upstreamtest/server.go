@@ -48,6 +48,9 @@ type Script struct {
 	// TTFT delays the first chunk (after the headers, for streams) or the
 	// whole answer (otherwise).
 	TTFT time.Duration
+	// Gate, when not nil, holds what TTFT delays until it is closed: a
+	// test decides when the first chunk leaves.
+	Gate <-chan struct{}
 	// ChunkDelay separates streamed chunks.
 	ChunkDelay time.Duration
 	// ErrorAfter, when positive, ends a stream after that many content
@@ -372,6 +375,23 @@ func inputText(raw json.RawMessage) string {
 }
 
 // sleep waits for d or the request's end.
+// firstChunk waits out the script's TTFT and Gate; it reports whether the
+// client is still there.
+func firstChunk(ctx context.Context, sc *Script) bool {
+	if !sleep(ctx, sc.TTFT) {
+		return false
+	}
+	if sc.Gate == nil {
+		return true
+	}
+	select {
+	case <-sc.Gate:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 func sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
