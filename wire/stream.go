@@ -669,7 +669,7 @@ func (st *Stream) enqueue(typ frameType, flags uint8, p []byte) error {
 	}
 	s.markReadyLocked(st)
 	s.wmu.Unlock()
-	s.wake()
+	s.kickWriter()
 	return nil
 }
 
@@ -721,11 +721,12 @@ func (st *Stream) Flush() {
 // the bytes queued before an error (ErrWriteClosed after CloseWrite, the
 // terminal after a reset or session close, ErrDeadlineExceeded).
 //
-// On a quiet session (one stream open besides a link's control stream)
-// Write, WriteMessage, Flush and CloseWrite may put the frames on the
-// connection themselves instead of handing them to the session's writer;
-// that connection write is bounded by Config.WriteTimeout, as the
-// writer's are, not by the stream's write deadline.
+// Frames written one by one go to the session's writer, which batches
+// them. On a quiet session (one stream open besides a link's control
+// stream) Flush and CloseWrite, which end a group of frames, may put the
+// group on the connection themselves; that connection write is bounded
+// by Config.WriteTimeout, as the writer's are, not by the stream's write
+// deadline.
 func (st *Stream) Write(p []byte) (int, error) {
 	st.wlock.Lock()
 	defer st.wlock.Unlock()

@@ -546,9 +546,10 @@ func TestHoldSendsTogether(t *testing.T) {
 }
 
 // TestQuietSessionWritesInline: with one stream open (the quiet case) a
-// write is on the connection when Write returns, written by the caller;
-// with more streams open the writer goroutine takes it, and every frame
-// still arrives, in order, whichever goroutine wrote it.
+// held group of frames is on the connection when Flush returns, written
+// by the caller; with more streams open the writer goroutine takes
+// writes, and every frame still arrives, in order, whichever goroutine
+// wrote it.
 func TestQuietSessionWritesInline(t *testing.T) {
 	client, server := pair(t, nil, nil)
 	st, err := client.OpenStream(ctx(t))
@@ -557,11 +558,13 @@ func TestQuietSessionWritesInline(t *testing.T) {
 	}
 	for i := range 20 {
 		before := client.Stats().Flushes
+		st.Hold()
 		if _, err := st.Write([]byte{byte(i)}); err != nil {
 			t.Fatal(err)
 		}
+		st.Flush()
 		if got := client.Stats().Flushes - before; got != 1 {
-			t.Fatalf("write %d: %d flushes done when Write returned, want 1", i, got)
+			t.Fatalf("group %d: %d flushes done when Flush returned, want 1", i, got)
 		}
 	}
 	// Two more streams: the session is busy now, and writes from several

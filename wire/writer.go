@@ -192,13 +192,17 @@ const quietStreams = 2
 // what is left to the writer goroutine.
 const inlineBatches = 4
 
-// wake gets the frames a caller has just queued written. On a quiet
-// session, when no one else is writing, the caller writes them itself:
-// handing them to the writer goroutine costs a goroutine switch, and with
-// an idle processor a thread wake-up, on each end of every exchange
-// (BenchmarkSequentialRequests: about a sixth of an exchange's time). On
-// a busy session the writer goroutine takes them, batched with other
-// streams' frames. The reader goroutine never calls wake: it must never
+// wake gets a group of frames a caller has just released (Flush,
+// CloseWrite) written. On a quiet session, when no one else is writing,
+// the caller writes them itself: handing them to the writer goroutine
+// costs a goroutine switch, and with an idle processor a thread wake-up,
+// on each end of every exchange (BenchmarkSequentialRequests: about a
+// sixth of an exchange's time). On a busy session the writer goroutine
+// takes them, batched with other streams' frames. Frames written one by
+// one (a stream's body) always go to the writer: written inline, each
+// would be a write of its own (on TLS a record of its own) and a wake-up
+// for the peer, where the writer, running beside the caller, takes
+// several at a time. The reader goroutine never calls wake: it must never
 // block on a write.
 func (s *Session) wake() {
 	if s.nstreams.Load() > quietStreams || !s.wsem.TryLock() {
