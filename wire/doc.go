@@ -34,8 +34,13 @@
 //     buffer elsewhere, under Config.WriteTimeout. A new stream's OPEN
 //     leaves with its first frame, and Stream.Hold lets a sender put a
 //     whole exchange (head, body, end) into one write: one wake-up for the
-//     peer instead of one per frame. Streams served through Handle run on
-//     handler goroutines the session keeps for reuse.
+//     peer instead of one per frame. On a quiet session (one stream open
+//     besides a link's control stream) the goroutine that releases such a
+//     group (Flush, CloseWrite) writes it itself when no one else is
+//     writing, saving the hand-off to the writer; a busy session's frames
+//     all go through the writer, which batches them. Streams served
+//     through Handle run on handler goroutines the session keeps for
+//     reuse.
 //   - Limits: concurrent streams and the accept backlog (beyond them a
 //     stream is reset with ResetRefused), resets per second (rapid reset),
 //     control frames the peer can make this side queue, message size.
