@@ -277,8 +277,16 @@ func (s *Session) writeLoop() {
 			// request on each end of the Edge-Node link without it, 0.23
 			// with it). With two streams open or fewer (a link's control
 			// stream and one call) there is nothing to batch with, and
-			// the yield would only delay the write.
-			if s.nstreams.Load() > quietStreams {
+			// the yield would only delay the write. With one P the yield
+			// puts the write behind every goroutine runnable in the
+			// process, and the peer idles until they have all run: the
+			// gateway bench with each process on a CPU of its own
+			// (-placement split) answers about a fifth fewer requests
+			// with it than without. (Where both ends share the one P,
+			// as in BenchmarkConcurrentRequests with -cpu 1, nothing
+			// idles and the yield's bigger batches win; a link's two
+			// ends are two processes.)
+			if s.nstreams.Load() > quietStreams && runtime.GOMAXPROCS(0) > 1 {
 				runtime.Gosched()
 			}
 		case <-timer.C:
