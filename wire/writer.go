@@ -265,6 +265,10 @@ func (s *Session) writeLoop() {
 	hb := heartbeat{next: time.Now().Add(s.cfg.heartbeat.Interval)}
 	timer := time.NewTimer(s.cfg.heartbeat.Interval)
 	defer timer.Stop()
+	// procs is GOMAXPROCS, read again on every heartbeat tick (the runtime
+	// may change it as the process's CPU limit changes) rather than under
+	// the scheduler's lock on every wake.
+	procs := runtime.GOMAXPROCS(0)
 	for {
 		select {
 		case <-s.kick:
@@ -286,11 +290,12 @@ func (s *Session) writeLoop() {
 			// as in BenchmarkConcurrentRequests with -cpu 1, nothing
 			// idles and the yield's bigger batches win; a link's two
 			// ends are two processes.)
-			if s.nstreams.Load() > quietStreams && runtime.GOMAXPROCS(0) > 1 {
+			if s.nstreams.Load() > quietStreams && procs > 1 {
 				runtime.Gosched()
 			}
 		case <-timer.C:
 			s.heartbeatTick(&hb, timer)
+			procs = runtime.GOMAXPROCS(0)
 			continue
 		case <-s.closing:
 			s.finish()
