@@ -211,25 +211,26 @@ func (s *Session) wake() {
 	}
 	defer s.wsem.Unlock()
 	for range inlineBatches {
-		more, err := s.writeBatch()
-		if err != nil {
-			s.writeFailed(err)
-			return
-		}
-		if !more {
+		if !s.flushBatch() {
 			return
 		}
 	}
 	s.kickWriter()
 }
 
-// writeFailed closes the session after a failed flush.
-func (s *Session) writeFailed(err error) {
-	if errors.Is(err, os.ErrDeadlineExceeded) {
+// flushBatch writes one batch; the caller holds wsem. It reports whether
+// more is queued. A failed write closes the session (and reports false).
+func (s *Session) flushBatch() bool {
+	more, err := s.writeBatch()
+	switch {
+	case err == nil:
+		return more
+	case errors.Is(err, os.ErrDeadlineExceeded):
 		s.closeWith(&CloseError{Reason: ReasonWriteTimeout, Cause: err})
-	} else {
+	default:
 		s.closeWith(&CloseError{Reason: ReasonTransportError, Cause: err})
 	}
+	return false
 }
 
 func (s *Session) kickWriter() {
@@ -265,9 +266,9 @@ func (s *Session) writeLoop() {
 	hb := heartbeat{next: time.Now().Add(s.cfg.heartbeat.Interval)}
 	timer := time.NewTimer(s.cfg.heartbeat.Interval)
 	defer timer.Stop()
-	// procs is GOMAXPROCS, read again on every heartbeat tick (the runtime
-	// may change it as the process's CPU limit changes) rather than under
-	// the scheduler's lock on every wake.
+	// procs is GOMAXPROCS, read again on the heartbeat ticks between
+	// batches (the runtime may change it as the process's CPU limit
+	// changes) rather than under the scheduler's lock on every wake.
 	procs := runtime.GOMAXPROCS(0)
 	for {
 		select {
@@ -310,15 +311,7 @@ func (s *Session) writeLoop() {
 // drain writes batches until none is queued or the session closes; the
 // caller holds wsem.
 func (s *Session) drain(hb *heartbeat, timer *time.Timer) {
-	for {
-		more, err := s.writeBatch()
-		if err != nil {
-			s.writeFailed(err)
-			return
-		}
-		if !more {
-			return
-		}
+	for s.flushBatch() {
 		select {
 		case <-s.closing:
 			return
