@@ -36,14 +36,17 @@ func linkedStream(t *testing.T) (*wire.Stream, *wire.Session, func() *wire.Strea
 		t.Fatal(err)
 	}
 	nodeSess, err := wire.Client(c, nil)
+	edgeSess := <-accepted
+	if edgeSess != nil {
+		t.Cleanup(func() { edgeSess.Close() })
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	edgeSess := <-accepted
+	t.Cleanup(func() { nodeSess.Close() })
 	if edgeSess == nil {
 		t.Fatal("no server session")
 	}
-	t.Cleanup(func() { nodeSess.Close(); edgeSess.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	st, err := nodeSess.OpenStream(ctx)
@@ -60,6 +63,18 @@ func linkedStream(t *testing.T) (*wire.Stream, *wire.Session, func() *wire.Strea
 }
 
 func sseHeader() http.Header { return http.Header{"Content-Type": {"text/event-stream"}} }
+
+// readHead reads the tunnel's response head at the Edge's end and checks
+// its status.
+func readHead(t *testing.T, peer *wire.Stream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := peer.ReadMessage(ctx)
+	if err != nil || m.GetProviderTunnelResponse().GetStatus() != 200 {
+		t.Fatalf("head: %v %v", m, err)
+	}
+}
 
 // TestStreamedHeadLeavesWithFirstBytes: an event stream's head waits for
 // its first body bytes and leaves with them, in one write.
@@ -78,13 +93,8 @@ func TestStreamedHeadLeavesWithFirstBytes(t *testing.T) {
 	if got := sess.Stats().Flushes - before; got != 1 {
 		t.Fatalf("head and first bytes took %d writes, want 1", got)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	peer := accept()
-	m, err := peer.ReadMessage(ctx)
-	if err != nil || m.GetProviderTunnelResponse().GetStatus() != 200 {
-		t.Fatalf("head: %v %v", m, err)
-	}
+	readHead(t, peer)
 	b := make([]byte, 10)
 	if _, err := io.ReadFull(peer, b); err != nil || string(b) != "data: {}\n\n" {
 		t.Fatalf("body %q %v", b, err)
@@ -99,13 +109,8 @@ func TestStreamedHeadLeavesAloneWhenBodyIsSlow(t *testing.T) {
 	if err := w.WriteHead(200, sseHeader()); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	peer := accept()
-	m, err := peer.ReadMessage(ctx)
-	if err != nil || m.GetProviderTunnelResponse().GetStatus() != 200 {
-		t.Fatalf("head without body: %v %v", m, err)
-	}
+	readHead(t, peer)
 	// Later bytes leave as they come.
 	if _, err := w.Write([]byte("late")); err != nil {
 		t.Fatal(err)

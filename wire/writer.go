@@ -184,8 +184,8 @@ func (s *Session) addControl(it ctrlItem) bool {
 
 // quietStreams is the most open streams (a link's control stream and one
 // call) at which a session counts as quiet: there is nothing to batch
-// with, so a caller writes its frames itself (wake) and the writer does
-// not yield for batching.
+// with, so a caller writes a group of frames it releases itself (wake)
+// and the writer does not yield for batching.
 const quietStreams = 2
 
 // inlineBatches bounds the batches a caller writes inline before it leaves

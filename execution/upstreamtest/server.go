@@ -374,7 +374,6 @@ func inputText(raw json.RawMessage) string {
 	return ""
 }
 
-// sleep waits for d or the request's end.
 // firstChunk waits out the script's TTFT and Gate; it reports whether the
 // client is still there.
 func firstChunk(ctx context.Context, sc *Script) bool {
@@ -392,6 +391,7 @@ func firstChunk(ctx context.Context, sc *Script) bool {
 	}
 }
 
+// sleep waits for d or the request's end.
 func sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
