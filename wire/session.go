@@ -355,8 +355,9 @@ func (s *Session) OpenStream(ctx context.Context) (*Stream, error) {
 	// The OPEN frame is queued under mu so that OPENs leave in id order.
 	// It does not wake the writer: it leaves with the stream's first frame
 	// (or whatever else wakes the writer first), in the same write.
-	if s.addControl(ctrlItem{typ: frameOpen, stream: id}) {
-		st.openUnsent.Store(true)
+	st.openUnsent.Store(true)
+	if !s.addControl(ctrlItem{typ: frameOpen, stream: id, st: st}) {
+		st.openUnsent.Store(false)
 	}
 	s.mu.Unlock()
 	s.stats.streamsOpened.Add(1)

@@ -18,7 +18,7 @@ type ctrlItem struct {
 	typ    frameType
 	stream uint64
 	ctl    *iopv1.Control
-	st     *Stream // WINDOW: the stream whose consumed credit to return
+	st     *Stream // WINDOW: the stream whose consumed credit to return; OPEN: the stream opened
 	// peerInduced marks frames the peer made this side queue (heartbeat
 	// responses, refusals); they count against MaxQueuedControl.
 	peerInduced bool
@@ -380,8 +380,13 @@ func (s *Session) writeBatch() (more bool, err error) {
 		if ctrl[i].peerInduced {
 			induced++
 		}
-		if ctrl[i].typ == frameWindow {
+		switch ctrl[i].typ {
+		case frameWindow:
 			ctrl[i].st.wuQueued = false
+		case frameOpen:
+			// On its way: a reader about to wait need not wake the
+			// writer for it (Stream.announce).
+			ctrl[i].st.openUnsent.Store(false)
 		}
 	}
 	s.peerInduced -= induced
