@@ -439,8 +439,9 @@ func (st *Stream) queueWindowUpdate() {
 	s.kickWriter()
 }
 
-// Read reads stream data. It returns io.EOF after the peer ended its
-// direction, ErrMessageNext when the next item is a role message (call
+// Read reads stream data: all that has arrived up to the next role message,
+// as much as fits in p, waiting only when nothing has. It returns io.EOF
+// after the peer ended its direction, ErrMessageNext when the next item is a role message (call
 // ReadMessage, then keep reading), and the terminal error after a reset or
 // session close. A reset discards unread data; a session close that came
 // after the peer ended its direction leaves that data readable, then
@@ -452,19 +453,29 @@ func (st *Stream) Read(p []byte) (int, error) {
 	st.mu.Lock()
 	for {
 		if !st.rb.empty() {
-			r := st.rb.head()
-			if r.typ != frameData {
+			if st.rb.head().typ != frameData {
 				st.mu.Unlock()
 				return 0, ErrMessageNext
 			}
-			credit := 0
-			if r.hdr {
-				r.hdr = false
-				credit += headerSize
-			}
-			n := st.rb.read(p)
-			credit += n
-			if r.n == 0 {
+			// Every DATA frame already here, up to len(p): a reader that
+			// looks at what it holds (a relay deciding whether to flush)
+			// sees all that arrived, not one frame of it.
+			credit, n := 0, 0
+			for n < len(p) && !st.rb.empty() {
+				r := st.rb.head()
+				if r.typ != frameData {
+					break
+				}
+				if r.hdr {
+					r.hdr = false
+					credit += headerSize
+				}
+				k := st.rb.read(p[n:])
+				n += k
+				credit += k
+				if r.n != 0 {
+					break // p is full
+				}
 				st.rb.popRec()
 			}
 			wu := st.returnCredit(credit)

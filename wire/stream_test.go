@@ -566,6 +566,10 @@ func TestQuietSessionWritesInline(t *testing.T) {
 		if got := client.Stats().Flushes - before; got != 1 {
 			t.Fatalf("group %d: %d flushes done when Flush returned, want 1", i, got)
 		}
+		if st.openUnsent.Load() {
+			// A reader waiting now would wake the writer for nothing.
+			t.Fatalf("group %d: OPEN written, yet still counted as unsent", i)
+		}
 	}
 	// Two more streams: the session is busy now, and writes from several
 	// goroutines mix with the first stream's.
@@ -699,5 +703,63 @@ func TestDecodedMessageOwnsItsBytes(t *testing.T) {
 	}
 	if len(got.ProtoReflect().GetUnknown()) == 0 {
 		t.Fatal("unknown field not kept; the test no longer covers it")
+	}
+}
+
+// TestReadTakesEveryBufferedFrame: one Read returns all the DATA frames
+// that arrived, up to its buffer, and stops at a message.
+func TestReadTakesEveryBufferedFrame(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	st, err := client.OpenStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"data: a\n\n", "data: b\n\n", "data: c\n\n"} {
+		// Each its own frame: a write queued behind a frame not yet
+		// written would join it.
+		st.Hold()
+		if _, err := st.Write([]byte(p)); err != nil {
+			t.Fatal(err)
+		}
+		st.Flush()
+	}
+	msg := &iopv1.Envelope{Body: &iopv1.Envelope_ProviderTunnelRequest{ProviderTunnelRequest: &iopv1.ProviderTunnelRequest{Path: "/x"}}}
+	if err := st.WriteMessage(msg); err != nil {
+		t.Fatal(err)
+	}
+	st.Write([]byte("tail"))
+	st.CloseWrite()
+	peer, err := server.AcceptStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	finished := func() bool {
+		peer.mu.Lock()
+		defer peer.mu.Unlock()
+		return peer.recvFin
+	}
+	eventually(t, finished, "the stream's frames never all arrived", func() []any { return nil })
+	buf := make([]byte, 64)
+	n, err := peer.Read(buf)
+	if err != nil || string(buf[:n]) != "data: a\n\ndata: b\n\ndata: c\n\n" {
+		t.Fatalf("first read: %q, %v; want the three frames", buf[:n], err)
+	}
+	if _, err := peer.Read(buf[:1]); !errors.Is(err, ErrMessageNext) {
+		t.Fatalf("read before the message: %v, want ErrMessageNext", err)
+	}
+	if _, err := peer.ReadMessage(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	// A buffer shorter than what is here takes a part; the rest stays.
+	n, _ = peer.Read(buf[:2])
+	m, _ := peer.Read(buf[2:])
+	if got := string(buf[:n+m]); n != 2 || got != "tail" {
+		t.Fatalf("after the message: %q in reads of %d and %d bytes, want \"tail\" as 2 + 2", got, n, m)
+	}
+	if _, err := peer.Read(buf); err != io.EOF {
+		t.Fatalf("at the end: %v, want io.EOF", err)
+	}
+	if got := peer.Stats().Buffered; got != 0 {
+		t.Fatalf("%d bytes of credit not returned", got)
 	}
 }
