@@ -1,20 +1,24 @@
 // Command gateway measures, side by side in one run on loopback, a client
-// talking to a fake model server (upstreamtest) three ways:
+// talking to a fake model server (upstreamtest) four ways:
 //
-//	direct  client -> upstream
-//	proxy   client -> httputil.ReverseProxy -> upstream
-//	iop     client -> Edge -> Node -> upstream
+//	direct    client -> upstream
+//	proxy     client -> httputil.ReverseProxy -> upstream
+//	proxy x2  client -> ReverseProxy (front) -> ReverseProxy (back) -> upstream
+//	iop       client -> Edge -> Node -> upstream
 //
-// Each role runs in its own process (upstream, proxy, Edge, Node; the
-// client is this process), plaintext. For non-streamed requests and for
-// streams of 200 chunks it prints throughput at a fixed concurrency, p50
-// and p99 at concurrency 1, time to first chunk, the amortized added cost
-// per streamed chunk, and every figure as a ratio to direct and to proxy.
+// Each role runs in its own process (upstream, proxy, front, back, Edge,
+// Node; the client is this process), plaintext. For non-streamed requests
+// and for streams of 200 chunks it prints throughput at a fixed
+// concurrency, p50 and p99 at concurrency 1, time to first chunk, the
+// amortized added cost per streamed chunk, and every figure of iop as a
+// ratio to direct, to proxy and to proxy x2. Proxy x2 is the reference for
+// what a second hop costs when both hops are stdlib HTTP: it has as many
+// processes and connections on the request's way as iop has.
 //
 // With -placement split (Linux, 2 CPUs or more) the processes are pinned
 // the way the roles are deployed: CPU 0 is the gateway machine (client,
-// proxy, Edge), CPU 1 the model machine (upstream, and the Node that runs
-// beside it). The default, shared, pins nothing.
+// proxy, front, Edge), CPU 1 the model machine (upstream, and back and
+// Node, which run beside it). The default, shared, pins nothing.
 //
 //	go run ./internal/bench/gateway [-c 32] [-d 5s] [-tls] [-mode all|plain|stream] [-placement shared|split]
 package main
@@ -193,11 +197,13 @@ type proc struct {
 	addrs []string
 }
 
-// spawn starts a role's process, on CPU cpu only when cpu >= 0.
-func spawn(role, arg string, conc, addrs, cpu int, tlsDir string) *proc {
+// spawn starts a role's process, on CPU cpu only when cpu >= 0; name
+// (the role's, or front and back for the chained proxies) picks its
+// profile's environment variable.
+func spawn(name, role, arg string, conc, addrs, cpu int, tlsDir string) *proc {
 	exe, _ := os.Executable()
 	args := []string{"-role", role, "-arg", arg, "-c", fmt.Sprint(conc), "-tlsdir", tlsDir}
-	if p := os.Getenv("GATEWAY_PROFILE_" + strings.ToUpper(role)); p != "" {
+	if p := os.Getenv("GATEWAY_PROFILE_" + strings.ToUpper(name)); p != "" {
 		args = append(args, "-cpuprofile", p)
 	}
 	cmd := exec.Command(exe, args...)
@@ -247,33 +253,38 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 	// gateway and model are the CPUs of the two machines a split placement
 	// stands for; -1 pins nothing.
 	gateway, model := -1, -1
-	where := "processes: upstream, proxy, edge, node, client (this one) share the machine, none pinned"
+	where := "processes: upstream, proxy, front, back, edge, node, client (this one) share the machine, none pinned"
 	if placement == "split" {
 		gateway, model = 0, 1
 		if err := pinSelf(gateway); err != nil {
 			log.Fatal(err)
 		}
-		where = "processes pinned as the roles deploy, GOMAXPROCS 1 each: CPU 0 (the gateway machine) client (this one), proxy, edge; CPU 1 (the model machine) upstream, node"
+		where = "processes pinned as the roles deploy, GOMAXPROCS 1 each: CPU 0 (the gateway machine) client (this one), proxy, front, edge; CPU 1 (the model machine) upstream, back, node"
 	}
-	up := spawn("upstream", "", conc, 1, model, tlsDir)
+	up := spawn("upstream", "upstream", "", conc, 1, model, tlsDir)
 	defer up.stop()
 	upURL := pki.scheme() + up.addrs[0]
-	px := spawn("proxy", upURL, conc, 1, gateway, tlsDir)
+	px := spawn("proxy", "proxy", upURL, conc, 1, gateway, tlsDir)
 	defer px.stop()
-	ed := spawn("edge", "", conc, 2, gateway, tlsDir)
+	back := spawn("back", "proxy", upURL, conc, 1, model, tlsDir)
+	defer back.stop()
+	front := spawn("front", "proxy", pki.scheme()+back.addrs[0], conc, 1, gateway, tlsDir)
+	defer front.stop()
+	ed := spawn("edge", "edge", "", conc, 2, gateway, tlsDir)
 	defer ed.stop()
-	nd := spawn("node", upURL+","+ed.addrs[1], conc, 1, model, tlsDir)
+	nd := spawn("node", "node", upURL+","+ed.addrs[1], conc, 1, model, tlsDir)
 	defer nd.stop()
 
 	client := &http.Client{Transport: pki.transport(2 * conc)}
 	paths := []path{
 		{"direct", upURL, "up", false, new(atomic.Int64)},
 		{"proxy", pki.scheme() + px.addrs[0], "up", false, new(atomic.Int64)},
+		{"proxy x2", pki.scheme() + front.addrs[0], "up", false, new(atomic.Int64)},
 		{"iop", pki.scheme() + ed.addrs[0], "bench", true, new(atomic.Int64)},
 	}
 	// Wait for the Node to be ready (the first request through iop works).
 	for i := 0; ; i++ {
-		_, err := do(client, paths[2], false)
+		_, err := do(client, paths[3], false)
 		if err == nil {
 			break
 		}
@@ -305,7 +316,7 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 	procs := []struct {
 		name string
 		pid  int
-	}{{"client", os.Getpid()}, {"upstream", up.pid()}, {"proxy", px.pid()}, {"edge", ed.pid()}, {"node", nd.pid()}}
+	}{{"client", os.Getpid()}, {"upstream", up.pid()}, {"proxy", px.pid()}, {"front", front.pid()}, {"back", back.pid()}, {"edge", ed.pid()}, {"node", nd.pid()}}
 	usageNow := func() map[string]usage {
 		m := map[string]usage{}
 		for _, p := range procs {
@@ -316,7 +327,7 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 		return m
 	}
 	// Interleave the paths, several rounds, and keep the best of each: the
-	// machine's noise hits all three alike.
+	// machine's noise hits all of them alike.
 	for round := 0; round < 3; round++ {
 		for _, p := range paths {
 			r := res[p.name]
@@ -341,7 +352,7 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 	}
 	// Latency at concurrency 1, taken request by request in turn on each
 	// path, so that a change in the machine's state (a noisy neighbour, a
-	// CPU's clock) weighs on all three alike.
+	// CPU's clock) weighs on all of them alike.
 	// The gateways' own processes serve only their path, so what they
 	// use during the c=1 rounds is theirs per request.
 	before1 := usageNow()
@@ -353,23 +364,31 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 		r.p50, r.p99 = pct(lat[p.name].total, 50), pct(lat[p.name].total, 99)
 		r.sp50, r.ttfc = pct(slat[p.name].total, 50), pct(slat[p.name].first, 50)
 	}
-	d, x, i := res["direct"], res["proxy"], res["iop"]
-	row := func(name, unit string, get func(*result) float64, higherBetter bool) {
-		fmt.Printf("%-34s %10.1f %10.1f %10.1f %s   iop/direct %.2f   iop/proxy %.2f\n", name, get(d), get(x), get(i), unit, get(i)/get(d), get(i)/get(x))
+	d, x, x2, i := res["direct"], res["proxy"], res["proxy x2"], res["iop"]
+	row := func(name, unit string, get func(*result) float64) {
+		fmt.Printf("%-33s %9.1f %9.1f %9.1f %9.1f %-9s iop/direct %.2f  iop/proxy %.2f  iop/(proxy x2) %.2f\n",
+			name, get(d), get(x), get(x2), get(i), unit, get(i)/get(d), get(i)/get(x), get(i)/get(x2))
 	}
-	fmt.Printf("%-34s %10s %10s %10s\n", "", "direct", "proxy", "iop")
-	row("non-streamed throughput", "req/s", func(r *result) float64 { return r.rps }, true)
-	row("streamed throughput (200 chunks)", "streams/s", func(r *result) float64 { return r.srps }, true)
-	row("non-streamed p50, c=1", "us", func(r *result) float64 { return r.p50 }, false)
-	row("non-streamed p99, c=1", "us", func(r *result) float64 { return r.p99 }, false)
-	row("time to first chunk p50, c=1", "us", func(r *result) float64 { return r.ttfc }, false)
-	row("200-chunk stream p50, c=1", "us", func(r *result) float64 { return r.sp50 }, false)
+	fmt.Printf("%-33s %9s %9s %9s %9s\n", "", "direct", "proxy", "proxy x2", "iop")
+	row("non-streamed throughput", "req/s", func(r *result) float64 { return r.rps })
+	row("streamed throughput (200 chunks)", "streams/s", func(r *result) float64 { return r.srps })
+	row("non-streamed p50, c=1", "us", func(r *result) float64 { return r.p50 })
+	row("non-streamed p99, c=1", "us", func(r *result) float64 { return r.p99 })
+	row("time to first chunk p50, c=1", "us", func(r *result) float64 { return r.ttfc })
+	row("200-chunk stream p50, c=1", "us", func(r *result) float64 { return r.sp50 })
 	fmt.Println()
-	fmt.Printf("added p50 at c=1 (non-streamed):   iop %+.0f us over direct, proxy %+.0f us over direct\n", i.p50-d.p50, x.p50-d.p50)
-	fmt.Printf("amortized added cost per chunk:    iop %.2f us, proxy %.2f us  ((stream p50 - direct stream p50) / %d)\n", (i.sp50-d.sp50)/chunks, (x.sp50-d.sp50)/chunks, chunks)
+	fmt.Printf("added p50 at c=1 (non-streamed):   iop %+.0f us over direct, proxy %+.0f us, proxy x2 %+.0f us\n", i.p50-d.p50, x.p50-d.p50, x2.p50-d.p50)
+	fmt.Printf("amortized added cost per chunk:    iop %.2f us, proxy %.2f us, proxy x2 %.2f us  ((stream p50 - direct stream p50) / %d)\n",
+		(i.sp50-d.sp50)/chunks, (x.sp50-d.sp50)/chunks, (x2.sp50-d.sp50)/chunks, chunks)
 	// The processes each path runs through, in the order of procs.
 	on := func(path, proc string) bool {
-		return proc == "client" || proc == "upstream" || proc == path || (path == "iop" && (proc == "edge" || proc == "node"))
+		switch path {
+		case "iop":
+			return proc == "client" || proc == "upstream" || proc == "edge" || proc == "node"
+		case "proxy x2":
+			return proc == "client" || proc == "upstream" || proc == "front" || proc == "back"
+		}
+		return proc == "client" || proc == "upstream" || proc == path
 	}
 	perReq := func(p path, k int, get func(usage) float64) (parts []string, total float64) {
 		r := res[p.name]
@@ -389,18 +408,18 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 		fmt.Printf("\nCPU time per %s at c=%d, by process (us; 10 ms ticks over every round):\n", what, conc)
 		for _, p := range paths {
 			parts, total := perReq(p, k, func(u usage) float64 { return float64(u.cpu.Microseconds()) })
-			fmt.Printf("  %-7s %s; total %.1f (%d requests)\n", p.name, strings.Join(parts, ", "), total, res[p.name].reqs[k])
+			fmt.Printf("  %-8s %s; total %.1f (%d requests)\n", p.name, strings.Join(parts, ", "), total, res[p.name].reqs[k])
 		}
 		fmt.Printf("\nread and write system calls per %s at c=%d, by process (/proc/PID/io; EAGAIN reads count):\n", what, conc)
 		for _, p := range paths {
 			rd, rt := perReq(p, k, func(u usage) float64 { return float64(u.reads) })
 			wr, wt := perReq(p, k, func(u usage) float64 { return float64(u.writes) })
-			fmt.Printf("  %-7s reads: %s; total %.1f\n          writes: %s; total %.1f\n", p.name, strings.Join(rd, ", "), rt, strings.Join(wr, ", "), wt)
+			fmt.Printf("  %-8s reads: %s; total %.1f\n           writes: %s; total %.1f\n", p.name, strings.Join(rd, ", "), rt, strings.Join(wr, ", "), wt)
 		}
 	}
 	if len(before1) > 0 {
 		fmt.Printf("\nper non-streamed request at c=1, by gateway process (CPU us; context switches of all threads):\n")
-		for _, name := range []string{"proxy", "edge", "node"} {
+		for _, name := range []string{"proxy", "front", "back", "edge", "node"} {
 			u := used1[name].sub(before1[name])
 			fmt.Printf("  %-6s CPU %.1f, switches %.2f\n", name, float64(u.cpu.Microseconds())/float64(n1), float64(u.switches)/float64(n1))
 		}
