@@ -441,11 +441,11 @@ func (st *Stream) queueWindowUpdate() {
 
 // Read reads stream data: all that has arrived up to the next role message,
 // as much as fits in p, waiting only when nothing has. It returns io.EOF
-// after the peer ended its direction, ErrMessageNext when the next item is a role message (call
-// ReadMessage, then keep reading), and the terminal error after a reset or
-// session close. A reset discards unread data; a session close that came
-// after the peer ended its direction leaves that data readable, then
-// io.EOF.
+// after the peer ended its direction, ErrMessageNext when the next item is
+// a role message (call ReadMessage, then keep reading), and the terminal
+// error after a reset or session close. A reset discards unread data; a
+// session close that came after the peer ended its direction leaves that
+// data readable, then io.EOF.
 func (st *Stream) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
