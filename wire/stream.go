@@ -608,6 +608,12 @@ func (st *Stream) reserve(want int) (int, error) {
 		case st.finQueued:
 			s.wmu.Unlock()
 			return 0, ErrWriteClosed
+		case st.isTerminated():
+			// Ended by a reset or the session's close, whose purge of the
+			// send side (sendAborted) may not have run yet: a write that
+			// comes after Done must not be taken.
+			s.wmu.Unlock()
+			return 0, st.sendErr()
 		}
 		if avail := st.sendWindow - headerSize; avail > 0 || (want == 0 && avail == 0) {
 			n := int(min(int64(want), int64(maxChunk), avail))
@@ -811,7 +817,7 @@ func (st *Stream) CloseWrite() error {
 		s.wmu.Unlock()
 		return nil
 	}
-	if st.sendAborted {
+	if st.sendAborted || st.isTerminated() { // see reserve
 		s.wmu.Unlock()
 		return st.sendErr()
 	}

@@ -763,3 +763,29 @@ func TestReadTakesEveryBufferedFrame(t *testing.T) {
 		t.Fatalf("%d bytes of credit not returned", got)
 	}
 }
+
+// TestWriteAfterResetFails: once Done reports a reset, Write and CloseWrite
+// return the terminal, even while the reset's clean-up of the send side
+// may still be running on the session's reader.
+func TestWriteAfterResetFails(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	for i := range 200 {
+		st, err := client.OpenStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Write([]byte("x"))
+		ss, err := server.AcceptStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Reset(ResetCancel)
+		<-ss.Done()
+		if _, err := ss.Write([]byte("y")); !errors.Is(err, ErrStreamReset) {
+			t.Fatalf("round %d: Write after reset = %v, want ErrStreamReset", i, err)
+		}
+		if err := ss.CloseWrite(); !errors.Is(err, ErrStreamReset) {
+			t.Fatalf("round %d: CloseWrite after reset = %v, want ErrStreamReset", i, err)
+		}
+	}
+}
