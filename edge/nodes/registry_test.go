@@ -244,6 +244,7 @@ func TestReconnectAfterEdgeRestart(t *testing.T) {
 	p := executiontest.New("p1", "m1")
 	rt, _ := runNode(t, addr, "n1", host(p))
 	oldGen := waitReady(t, e1, "n1", 0)
+	waitNodeReady(t, rt, oldGen) // else the first connection may end before the Node counts it
 	e1.stop()
 
 	e2 := startEdge(t, addr, 2, nodes.Config{Store: st})
