@@ -80,6 +80,46 @@ func sessionsOver(b *testing.B, c, s net.Conn) (*Session, *Session) {
 	return cs, <-ch
 }
 
+// echoSessions returns the client end of a session pair whose server end
+// answers each stream's message with the same message, then ends the
+// stream: on a goroutine per stream when perStream, else one stream at a
+// time; with hold, message and FIN leave in one frame (Stream.Hold). Both
+// ends close, and the server's goroutines are waited for, when b ends.
+func echoSessions(b *testing.B, useTLS, perStream, hold bool) *Session {
+	c, s := tcpConns(b, useTLS)
+	cs, ss := sessionsOver(b, c, s)
+	var srv sync.WaitGroup
+	b.Cleanup(srv.Wait) // runs last: after the sessions close below
+	b.Cleanup(func() { cs.Close() })
+	b.Cleanup(func() { ss.Close() })
+	answer := func(st *Stream) {
+		m, err := st.ReadMessage(context.Background())
+		if err != nil {
+			return
+		}
+		if hold {
+			st.Hold()
+		}
+		st.WriteMessage(m)
+		st.CloseWrite()
+		io.Copy(io.Discard, st)
+	}
+	srv.Go(func() {
+		for {
+			st, err := ss.AcceptStream(context.Background())
+			if err != nil {
+				return
+			}
+			if perStream {
+				srv.Go(func() { answer(st) })
+			} else {
+				answer(st)
+			}
+		}
+	})
+	return cs
+}
+
 // BenchmarkThroughput moves b.N chunks of 32 KiB one way: over a raw
 // connection (the baseline) and over one stream of a session on the same
 // kind of connection.
@@ -155,29 +195,7 @@ func BenchmarkConcurrentRequests(b *testing.B) {
 			name = "tls"
 		}
 		b.Run(name, func(b *testing.B) {
-			c, s := tcpConns(b, useTLS)
-			cs, ss := sessionsOver(b, c, s)
-			var srv sync.WaitGroup
-			defer srv.Wait() // runs last: after the sessions close below
-			defer cs.Close()
-			defer ss.Close()
-			srv.Go(func() {
-				for {
-					st, err := ss.AcceptStream(context.Background())
-					if err != nil {
-						return
-					}
-					srv.Go(func() {
-						m, err := st.ReadMessage(context.Background())
-						if err != nil {
-							return
-						}
-						st.WriteMessage(m)
-						st.CloseWrite()
-						io.Copy(io.Discard, st)
-					})
-				}
-			})
+			cs := echoSessions(b, useTLS, true, false)
 			const conc = 1000
 			req := errEnv(string(make([]byte, 128)))
 			lat := make([]time.Duration, 0, conc*b.N)
@@ -223,28 +241,7 @@ func BenchmarkConcurrentRequests(b *testing.B) {
 // time (a 128-byte message each way on its own stream), the way a lone
 // client's requests cross a quiet link; an op is one exchange.
 func BenchmarkSequentialRequests(b *testing.B) {
-	c, s := tcpConns(b, false)
-	cs, ss := sessionsOver(b, c, s)
-	var srv sync.WaitGroup
-	defer srv.Wait() // runs last: after the sessions close below
-	defer cs.Close()
-	defer ss.Close()
-	srv.Go(func() {
-		for {
-			st, err := ss.AcceptStream(context.Background())
-			if err != nil {
-				return
-			}
-			m, err := st.ReadMessage(context.Background())
-			if err != nil {
-				return
-			}
-			st.Hold()
-			st.WriteMessage(m)
-			st.CloseWrite()
-			io.Copy(io.Discard, st)
-		}
-	})
+	cs := echoSessions(b, false, false, true)
 	req := errEnv(string(make([]byte, 128)))
 	b.ReportAllocs()
 	for b.Loop() {
