@@ -200,9 +200,11 @@ func (w *tunnelWriter) WriteHead(status int, header http.Header) error {
 		return errHeadTwice
 	}
 	w.head = true
-	w.st.Hold() // waiting for send credit flushes earlier
+	// Held until finish for JSON, else until the first body bytes or
+	// headHold; waiting for send credit flushes earlier.
+	w.st.Hold()
 	if mt, _, _ := strings.Cut(header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
-		w.holding = time.AfterFunc(headHold, w.st.Flush) // a JSON answer is held until finish
+		w.holding = time.AfterFunc(headHold, w.st.Flush)
 	}
 	// Only allowed headers leave, whatever the adapter passed.
 	resp := &iopv1.ProviderTunnelResponse{Status: uint32(status),
