@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/internal/h1"
 	"github.com/iop-dev/iop/internal/tunnelhdr"
 )
 
@@ -70,24 +71,39 @@ type Client struct {
 }
 
 // NewClient parses base (scheme http or https, no query) and returns a
-// Client. A nil httpClient means a dedicated one with sane transport
-// limits and no overall timeout: a run ends on its context only.
+// Client. A nil httpClient means a dedicated one with no overall timeout
+// (a run ends on its context only) over defaultTransport.
 func NewClient(base string, httpClient *http.Client) (*Client, error) {
 	u, err := url.Parse(strings.TrimRight(base, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return nil, fmt.Errorf("upstream: base URL %q must be http(s)://host[:port][/path] without credentials or query", base)
 	}
 	if httpClient == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = 256
-		tr.ResponseHeaderTimeout = 0 // prefill may be long; the run's context decides
-		httpClient = &http.Client{Transport: tr}
+		httpClient = &http.Client{Transport: defaultTransport(u)}
 	}
 	// Never follow redirects: a 3xx from an upstream goes back as it is,
 	// so a credential is never replayed to another host.
 	c := *httpClient
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &Client{Base: u, HTTP: &c, base: u.String()}, nil
+}
+
+// defaultTransport is the transport of a Client made without one. A plain
+// http upstream no proxy applies to (a model server on the Node's machine
+// or network) gets h1's transport, which runs an exchange on the caller's
+// goroutine; https and proxied upstreams get net/http's. Neither has an
+// overall or response-header timeout: prefill may be long, and the run's
+// context decides.
+func defaultTransport(base *url.URL) http.RoundTripper {
+	if base.Scheme == "http" {
+		if p, err := http.ProxyFromEnvironment(&http.Request{URL: base}); err == nil && p == nil {
+			return &h1.Transport{MaxIdleConnsPerHost: 256}
+		}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 256
+	tr.ResponseHeaderTimeout = 0
+	return tr
 }
 
 // URL joins path to the base.

@@ -1,6 +1,11 @@
 package upstream
 
-import "testing"
+import (
+	"net/http"
+	"testing"
+
+	"github.com/iop-dev/iop/internal/h1"
+)
 
 func TestAllowed(t *testing.T) {
 	routes := []Route{{"POST", "/v1/chat/completions"}, {"GET", "/v1/responses/{id}"}, {"GET", "/api/tags"}}
@@ -28,5 +33,32 @@ func TestAllowed(t *testing.T) {
 		if got := Allowed(routes, c.method, c.path); got != c.want {
 			t.Errorf("Allowed(%s %s) = %v, want %v", c.method, c.path, got, c.want)
 		}
+	}
+}
+
+// A plain http upstream gets h1's transport; https keeps net/http's, and
+// a caller's own client is kept as it is.
+func TestNewClientTransport(t *testing.T) {
+	c, err := NewClient("http://127.0.0.1:11434", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.HTTP.Transport.(*h1.Transport); !ok {
+		t.Errorf("http upstream: transport %T, want *h1.Transport", c.HTTP.Transport)
+	}
+	c, err = NewClient("https://api.example.com", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.HTTP.Transport.(*http.Transport); !ok {
+		t.Errorf("https upstream: transport %T, want *http.Transport", c.HTTP.Transport)
+	}
+	own := &http.Client{Transport: &http.Transport{}}
+	c, err = NewClient("http://127.0.0.1:11434", own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTP.Transport != own.Transport {
+		t.Errorf("caller's transport replaced by %T", c.HTTP.Transport)
 	}
 }
