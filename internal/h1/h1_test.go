@@ -358,12 +358,13 @@ func TestReuseOnlyAfterACleanEnd(t *testing.T) {
 func TestClosedIdleConnection(t *testing.T) {
 	t.Run("closed while idle", func(t *testing.T) {
 		var accepted atomic.Int64
+		closed := make(chan struct{}, 3)
 		url := scripted(t, func(_ int, c net.Conn) {
 			accepted.Add(1)
-			defer c.Close()
 			readRequest(bufio.NewReader(c))
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			// and close: the client still holds it as idle
+			c.Close() // the client still holds it as idle
+			closed <- struct{}{}
 		})
 		c := newClient(t, &Transport{})
 		for i := range 3 {
@@ -372,8 +373,10 @@ func TestClosedIdleConnection(t *testing.T) {
 				t.Fatalf("request %d: %v", i, err)
 			}
 			readAll(t, resp)
-			waitFor(t, func() bool { return accepted.Load() == int64(i+1) })
-			time.Sleep(time.Millisecond) // let the close reach the client's socket
+			<-closed // on loopback the FIN is in the client's socket when Close returns
+		}
+		if n := accepted.Load(); n != 3 {
+			t.Fatalf("%d connections for three exchanges, want 3", n)
 		}
 	})
 	t.Run("dies after the request", func(t *testing.T) {
