@@ -199,12 +199,33 @@ func writeRequest(w io.Writer, req *http.Request, body io.ReadCloser) error {
 func hasToken(vs []string, token string) bool {
 	for _, v := range vs {
 		for f := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(f), token) {
+			if asciiEqualFold(textproto.TrimString(f), token) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// asciiEqualFold compares s and t folding ASCII case only: no Unicode
+// letter (a Kelvin sign for a k) may pass for a framing token.
+func asciiEqualFold(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		a, b := s[i], t[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
 }
 
 func malformed(format string, args ...any) error {
@@ -242,23 +263,14 @@ func (t *Transport) readResponse(c *conn, req *http.Request) (*http.Response, er
 	c.limit = math.MaxInt64
 
 	b := &respBody{n: -1, reuse: resp.ProtoMinor == 1 && !hasToken(resp.Header["Connection"], "close")}
+	// The framing headers must be sound whether or not the answer has a
+	// body: an answer with a malformed one is not trusted with anything.
 	te, hasTE := resp.Header["Transfer-Encoding"]
 	cl, hasCL := resp.Header["Content-Length"]
+	length := int64(-1)
 	switch {
-	case req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified:
-		// No body, whatever the head says; a HEAD's length is the GET's.
-		b.n = 0
-		if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified && hasCL {
-			n, err := parseContentLength(cl)
-			if err != nil {
-				return nil, err
-			}
-			resp.ContentLength = n
-		} else {
-			resp.ContentLength = 0
-		}
 	case hasTE:
-		if resp.ProtoMinor == 0 || len(te) != 1 || !strings.EqualFold(strings.TrimSpace(te[0]), "chunked") {
+		if resp.ProtoMinor == 0 || len(te) != 1 || !asciiEqualFold(te[0], "chunked") {
 			return nil, malformed("transfer coding %q", te)
 		}
 		if hasCL {
@@ -266,13 +278,22 @@ func (t *Transport) readResponse(c *conn, req *http.Request) (*http.Response, er
 		}
 		delete(resp.Header, "Transfer-Encoding")
 		resp.TransferEncoding = []string{"chunked"}
-		b.r = httputil.NewChunkedReader(c.br)
 	case hasCL:
 		n, err := parseContentLength(cl)
 		if err != nil {
 			return nil, err
 		}
-		resp.ContentLength, b.n = n, n
+		length = n
+	}
+	switch {
+	case resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified:
+		b.n, resp.ContentLength = 0, 0 // no body, whatever the head says
+	case req.Method == http.MethodHead:
+		b.n, resp.ContentLength = 0, length // the length of the GET's body
+	case hasTE:
+		b.r = httputil.NewChunkedReader(c.br)
+	case hasCL:
+		resp.ContentLength, b.n = length, length
 	default: // delimited by the connection's close
 		b.reuse = false
 	}
@@ -316,9 +337,9 @@ func parseStatusLine(resp *http.Response, line string) error {
 
 // parseContentLength takes one length, or the same length repeated.
 func parseContentLength(vs []string) (int64, error) {
-	first := strings.TrimSpace(vs[0])
+	first := textproto.TrimString(vs[0])
 	for _, v := range vs[1:] {
-		if strings.TrimSpace(v) != first {
+		if textproto.TrimString(v) != first {
 			return 0, malformed("distinct Content-Length values")
 		}
 	}
