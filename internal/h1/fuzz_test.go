@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
+	"net/url"
 	"testing"
 	"time"
 )
@@ -75,6 +78,71 @@ func FuzzResponse(f *testing.F) {
 		}
 		if std.StatusCode != resp.StatusCode || !bytes.Equal(got, want) {
 			t.Fatalf("status %d body %q here; net/http: status %d body %q", resp.StatusCode, got, std.StatusCode, want)
+		}
+	})
+}
+
+// captureConn records what the transport writes and answers 204.
+type captureConn struct {
+	byteConn
+	wrote bytes.Buffer
+}
+
+func (c *captureConn) Write(p []byte) (int, error) { return c.wrote.Write(p) }
+
+// FuzzRequest writes requests with arbitrary methods, paths, hosts and
+// header fields. Each is either refused with ErrInvalidRequest or written
+// so that net/http's server parser reads back exactly what was asked: the
+// same method, target, host, header value and body, and nothing injected.
+func FuzzRequest(f *testing.F) {
+	f.Add("POST", "/v1/chat/completions", "", "X-Key", "value", []byte(`{"a":1}`))
+	f.Add("GET", "/a b", "h.test:80", "X", "a\r\nEvil: 1", []byte(nil))
+	f.Add("GET", "/", "h.test\r\nX: 1", "host", "other", []byte(nil))
+	f.Add("PUT", "/x", "", "content-length", "9", []byte("abc"))
+	f.Fuzz(func(t *testing.T, method, path, host, name, value string, body []byte) {
+		conn := &captureConn{byteConn: byteConn{r: bytes.NewReader([]byte("HTTP/1.1 204 No Content\r\n\r\n"))}}
+		tr := &Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return conn, nil }}
+		defer tr.CloseIdleConnections()
+		u := &url.URL{Scheme: "http", Host: "upstream.test", Path: path}
+		req := (&http.Request{Method: method, URL: u, Host: host, Header: http.Header{name: {value}}}).WithContext(context.Background())
+		if len(body) > 0 {
+			req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRequest) {
+				t.Fatalf("RoundTrip: %v", err)
+			}
+			return
+		}
+		resp.Body.Close()
+		got, err := http.ReadRequest(bufio.NewReader(&conn.wrote))
+		if err != nil {
+			t.Fatalf("written request unreadable: %v\n%q", err, conn.wrote.Bytes())
+		}
+		wantMethod, wantHost := method, host
+		if wantMethod == "" {
+			wantMethod = http.MethodGet
+		}
+		if wantHost == "" {
+			wantHost = u.Host
+		}
+		if got.Method != wantMethod || got.RequestURI != u.RequestURI() || got.Host != wantHost {
+			t.Fatalf("read back %q %q host %q; want %q %q host %q", got.Method, got.RequestURI, got.Host, wantMethod, u.RequestURI(), wantHost)
+		}
+		switch ck := textproto.CanonicalMIMEHeaderKey(name); ck {
+		case "Host", "Content-Length", "Transfer-Encoding", "Trailer", "Connection", "User-Agent":
+		default:
+			if vs := got.Header[ck]; len(vs) != 1 || vs[0] != textproto.TrimString(value) {
+				t.Fatalf("header %s read back as %q, want %q", ck, vs, value)
+			}
+		}
+		b, err := io.ReadAll(got.Body)
+		if err != nil || !bytes.Equal(b, body) {
+			t.Fatalf("body read back %q (%v), want %q", b, err, body)
+		}
+		if conn.wrote.Len() != 0 {
+			t.Fatalf("%d bytes after the request: %q", conn.wrote.Len(), conn.wrote.Bytes())
 		}
 	})
 }

@@ -137,7 +137,7 @@ func writeRequest(w io.Writer, req *http.Request, body io.ReadCloser) error {
 		bw.WriteString("User-Agent: Go-http-client/1.1\r\n")
 	}
 	for k, vs := range req.Header {
-		switch k {
+		switch textproto.CanonicalMIMEHeaderKey(k) { // a key may be in any case
 		case "Host", "Content-Length", "Transfer-Encoding", "Trailer", "Connection":
 			continue // framing and the connection are this transport's
 		}
