@@ -547,6 +547,9 @@ func TestInvalidRequestsRefused(t *testing.T) {
 		"header value nul": mk("GET", "http://example.com/", http.Header{"X": {"a\x00"}}),
 		"credentials":      mk("GET", "http://u:p@example.com/", nil),
 	}
+	opaque := mk("GET", "http://example.com/", nil)
+	opaque.URL.Opaque = "x"
+	cases["target not a path"] = opaque
 	length := mk("POST", "http://example.com/", nil)
 	length.ContentLength = 5
 	cases["length without body"] = length

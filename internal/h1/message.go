@@ -37,8 +37,8 @@ func validRequest(req *http.Request) error {
 	if !validValue(host) || strings.ContainsAny(host, " \t") {
 		return fmt.Errorf("%w: host %q", ErrInvalidRequest, host)
 	}
-	if uri := u.RequestURI(); !validValue(uri) || strings.ContainsAny(uri, " \t") {
-		return fmt.Errorf("%w: request target", ErrInvalidRequest)
+	if uri := u.RequestURI(); !strings.HasPrefix(uri, "/") || !validValue(uri) || strings.ContainsAny(uri, " \t") {
+		return fmt.Errorf("%w: request target %q is not an absolute path", ErrInvalidRequest, trunc(uri))
 	}
 	for k, vs := range req.Header {
 		if !isToken(k) {
