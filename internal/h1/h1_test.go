@@ -383,29 +383,8 @@ func TestClosedIdleConnection(t *testing.T) {
 		}
 	})
 	t.Run("dies after the request", func(t *testing.T) {
-		url := scripted(t, func(n int, c net.Conn) {
-			defer c.Close()
-			br := bufio.NewReader(c)
-			readRequest(br)
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			if n == 0 {
-				readRequest(br) // take the second request, then drop it
-				return
-			}
-			for {
-				if _, err := readRequest(br); err != nil {
-					return
-				}
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			}
-		})
-		c := newClient(t, &Transport{})
-		resp, err := c.Get(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		readAll(t, resp)
-		resp, err = c.Post(url, "text/plain", strings.NewReader("replayable"))
+		url, c := dyingConnection(t)
+		resp, err := c.Post(url, "text/plain", strings.NewReader("replayable"))
 		if err != nil {
 			t.Fatalf("replayable request on a dying connection: %v", err)
 		}
@@ -414,19 +393,7 @@ func TestClosedIdleConnection(t *testing.T) {
 		}
 	})
 	t.Run("dies with a body that cannot be replayed", func(t *testing.T) {
-		url := scripted(t, func(n int, c net.Conn) {
-			defer c.Close()
-			br := bufio.NewReader(c)
-			readRequest(br)
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			readRequest(br)
-		})
-		c := newClient(t, &Transport{})
-		resp, err := c.Get(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		readAll(t, resp)
+		url, c := dyingConnection(t)
 		body := &countingBody{r: strings.NewReader("stream")}
 		req, _ := http.NewRequest(http.MethodPost, url, body)
 		if _, err := c.Do(req); err == nil {
@@ -436,6 +403,38 @@ func TestClosedIdleConnection(t *testing.T) {
 			t.Fatalf("body closed %d times, want 1", n)
 		}
 	})
+}
+
+// dyingConnection starts an upstream whose first connection answers one
+// exchange, then takes the next request and drops it; later connections
+// answer every request. It returns the upstream's URL and a client whose
+// one idle connection is that first one.
+func dyingConnection(t *testing.T) (string, *http.Client) {
+	t.Helper()
+	const ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	url := scripted(t, func(n int, c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		readRequest(br)
+		io.WriteString(c, ok)
+		if n == 0 {
+			readRequest(br) // take the second request, then drop it
+			return
+		}
+		for {
+			if _, err := readRequest(br); err != nil {
+				return
+			}
+			io.WriteString(c, ok)
+		}
+	})
+	c := newClient(t, &Transport{})
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	return url, c
 }
 
 type countingBody struct {

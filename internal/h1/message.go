@@ -369,9 +369,6 @@ func trunc(s string) string {
 	return s
 }
 
-// errBodyClosed is a Read after Close.
-var errBodyClosed = http.ErrBodyReadAfterClose
-
 // respBody is a response body read straight off the connection. When it is
 // read to its end, the connection goes back to the idle pool; a Close
 // before the end, a malformed body or a cancelled context closes it.
@@ -386,7 +383,7 @@ type respBody struct {
 	reuse bool        // the connection may carry another exchange
 
 	mu  sync.Mutex
-	err error // set once the body ended: io.EOF, a failure or errBodyClosed
+	err error // set once the body ended: io.EOF, a failure or http.ErrBodyReadAfterClose
 }
 
 func (b *respBody) Read(p []byte) (int, error) {
@@ -503,6 +500,6 @@ func (b *respBody) Close() error {
 	}
 	b.stop()
 	b.c.nc.Close()
-	b.err = errBodyClosed
+	b.err = http.ErrBodyReadAfterClose
 	return nil
 }

@@ -13,10 +13,10 @@ import (
 	"github.com/iop-dev/iop/internal/h1"
 )
 
-type discardTunnel struct{ n int }
+type discardTunnel struct{}
 
-func (d *discardTunnel) WriteHead(int, http.Header) error { return nil }
-func (d *discardTunnel) Write(p []byte) (int, error)      { d.n += len(p); return len(p), nil }
+func (discardTunnel) WriteHead(int, http.Header) error { return nil }
+func (discardTunnel) Write(p []byte) (int, error)      { return len(p), nil }
 
 // BenchmarkTunnel relays one exchange with a real loopback upstream,
 // through each transport NewClient may pick: net/http's and h1's. Compare
@@ -71,7 +71,7 @@ func BenchmarkTunnel(b *testing.B) {
 				}
 				b.ReportAllocs()
 				b.RunParallel(func(pb *testing.PB) {
-					w := &discardTunnel{}
+					w := discardTunnel{}
 					for pb.Next() {
 						req := &execution.TunnelRequest{Method: http.MethodPost, Path: path,
 							Header: http.Header{"Content-Type": {"application/json"}}, Body: bytes.NewReader(body)}
