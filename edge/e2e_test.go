@@ -37,7 +37,7 @@ const (
 // rig is an Edge, one Node and a fake upstream, all real, on loopback.
 type rig struct {
 	cfg      edge.Config
-	t        *testing.T
+	t        testing.TB
 	srv      *edge.Server
 	url      string
 	upstream *upstreamtest.Server
@@ -53,7 +53,7 @@ type rigOpts struct {
 	mutate       func(*edge.Config)
 }
 
-func newRig(t *testing.T, o rigOpts) *rig {
+func newRig(t testing.TB, o rigOpts) *rig {
 	t.Helper()
 	if o.capacity == 0 {
 		o.capacity = 8

@@ -307,6 +307,8 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 		// whole answers, [1] for streams.
 		use  [2]map[string]usage
 		reqs [2]int64
+		// rounds are the throughput of each round, in order.
+		rounds [2][]float64
 	}
 	res := map[string]*result{}
 	for _, p := range paths {
@@ -340,6 +342,7 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 					r.use[k][name] = r.use[k][name].add(u.sub(before[name]))
 				}
 				r.reqs[k] += n
+				r.rounds[k] = append(r.rounds[k], rps)
 				return rps
 			}
 			if mode != "stream" {
@@ -380,6 +383,20 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 	fmt.Printf("added p50 at c=1 (non-streamed):   iop %+.0f us over direct, proxy %+.0f us, proxy x2 %+.0f us\n", i.p50-d.p50, x.p50-d.p50, x2.p50-d.p50)
 	fmt.Printf("amortized added cost per chunk:    iop %.2f us, proxy %.2f us, proxy x2 %.2f us  ((stream p50 - direct stream p50) / %d)\n",
 		(i.sp50-d.sp50)/chunks, (x.sp50-d.sp50)/chunks, (x2.sp50-d.sp50)/chunks, chunks)
+	// The same ratio round by round: each round's paths ran back to back,
+	// so the spread of these is the run's own measure of the machine's
+	// noise.
+	for k, what := range []string{"non-streamed", "streamed"} {
+		var parts []string
+		for j := range i.rounds[k] {
+			if j < len(x.rounds[k]) && x.rounds[k][j] > 0 {
+				parts = append(parts, fmt.Sprintf("%.2f", i.rounds[k][j]/x.rounds[k][j]))
+			}
+		}
+		if len(parts) > 0 {
+			fmt.Printf("iop/proxy %s throughput by round: %s\n", what, strings.Join(parts, " "))
+		}
+	}
 	// The processes each path runs through, in the order of procs.
 	on := func(path, proc string) bool {
 		switch path {
