@@ -20,8 +20,9 @@ func (discardTunnel) Write(p []byte) (int, error)      { return len(p), nil }
 
 // BenchmarkTunnel relays one exchange with a real loopback upstream,
 // through each transport NewClient may pick: net/http's and h1's. Compare
-// the two side by side in one run (-bench Tunnel): ns/op is the whole
-// exchange, both ends in this process.
+// them side by side in one run (-bench Tunnel): ns/op is the whole
+// exchange, both ends in this process. "default" is NewClient's own
+// client, which calls h1 without going through http.Client.
 func BenchmarkTunnel(b *testing.B) {
 	answer := []byte(`{"id":"chatcmpl-1","object":"chat.completion","model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"` + strings.Repeat("token ", 60) + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":40,"completion_tokens":60,"total_tokens":100}}`)
 	chunk := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"token "}}]}` + "\n\n")
@@ -54,6 +55,9 @@ func BenchmarkTunnel(b *testing.B) {
 			return tr
 		}},
 		{"h1", func() http.RoundTripper { return &h1.Transport{MaxIdleConnsPerHost: 256} }},
+		// default is what a Node's adapter gets with no HTTPClient: h1,
+		// called without http.Client.
+		{"default", nil},
 	}
 	for _, stream := range []bool{false, true} {
 		for _, tc := range transports {
@@ -63,12 +67,15 @@ func BenchmarkTunnel(b *testing.B) {
 				name, path = tc.name+"/stream200", "/v1/stream"
 			}
 			b.Run(name, func(b *testing.B) {
-				rt := tc.rt()
-				defer rt.(interface{ CloseIdleConnections() }).CloseIdleConnections()
-				c, err := NewClient(srv.URL, &http.Client{Transport: rt})
+				var hc *http.Client
+				if tc.rt != nil {
+					hc = &http.Client{Transport: tc.rt()}
+				}
+				c, err := NewClient(srv.URL, hc)
 				if err != nil {
 					b.Fatal(err)
 				}
+				defer c.HTTP.CloseIdleConnections()
 				b.ReportAllocs()
 				b.RunParallel(func(pb *testing.PB) {
 					w := discardTunnel{}

@@ -66,6 +66,10 @@ type Client struct {
 	Base *url.URL
 	base string // Base, formatted once
 	HTTP *http.Client
+	// rt, when set, is HTTP's transport, called directly: the client is
+	// this package's own (no jar, no timeout, no redirect followed), so
+	// http.Client.Do would only copy the header and wrap the error.
+	rt http.RoundTripper
 	// Auth sets the credential on a request (for example a Bearer token).
 	Auth func(ctx context.Context, r *http.Request) error
 }
@@ -78,14 +82,16 @@ func NewClient(base string, httpClient *http.Client) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return nil, fmt.Errorf("upstream: base URL %q must be http(s)://host[:port][/path] without credentials or query", base)
 	}
+	var rt http.RoundTripper
 	if httpClient == nil {
-		httpClient = &http.Client{Transport: defaultTransport(u)}
+		rt = defaultTransport(u)
+		httpClient = &http.Client{Transport: rt}
 	}
 	// Never follow redirects: a 3xx from an upstream goes back as it is,
 	// so a credential is never replayed to another host.
 	c := *httpClient
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Client{Base: u, HTTP: &c, base: u.String()}, nil
+	return &Client{Base: u, HTTP: &c, base: u.String(), rt: rt}, nil
 }
 
 // defaultTransport is the transport of a Client made without one. A plain
@@ -126,7 +132,12 @@ func (c *Client) Do(ctx context.Context, method, path string, header http.Header
 			return nil, &execution.Failure{Class: execution.FailureUnavailable, Message: "upstream credential unavailable"}
 		}
 	}
-	resp, err := c.HTTP.Do(req)
+	var resp *http.Response
+	if c.rt != nil && c.HTTP.Transport == c.rt {
+		resp, err = c.rt.RoundTrip(req)
+	} else {
+		resp, err = c.HTTP.Do(req)
+	}
 	if err != nil {
 		return nil, transportFailure(ctx, err)
 	}

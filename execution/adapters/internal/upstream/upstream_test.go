@@ -1,7 +1,11 @@
 package upstream
 
 import (
+	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/iop-dev/iop/internal/h1"
@@ -60,5 +64,42 @@ func TestNewClientTransport(t *testing.T) {
 	}
 	if c.HTTP.Transport != own.Transport {
 		t.Errorf("caller's transport replaced by %T", c.HTTP.Transport)
+	}
+}
+
+// TestRedirectNotFollowed: a 3xx from the upstream comes back as it is,
+// and the credential never reaches the host it points to, with
+// NewClient's own client (which calls its transport directly) and with a
+// caller's.
+func TestRedirectNotFollowed(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
+	defer other.Close()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/steal", http.StatusTemporaryRedirect)
+	}))
+	defer up.Close()
+	for _, own := range []*http.Client{nil, {}} {
+		c, err := NewClient(up.URL, own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Auth = func(_ context.Context, r *http.Request) error {
+			r.Header.Set("Authorization", "Bearer secret")
+			return nil
+		}
+		resp, err := c.Do(context.Background(), http.MethodGet, "/v1/models", nil, nil)
+		if err != nil {
+			t.Fatalf("own client %v: %v", own != nil, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		c.HTTP.CloseIdleConnections()
+		if resp.StatusCode != http.StatusTemporaryRedirect {
+			t.Errorf("own client %v: status %d, want the 307 itself", own != nil, resp.StatusCode)
+		}
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the redirect target got %d requests", n)
 	}
 }
