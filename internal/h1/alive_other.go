@@ -4,6 +4,9 @@ package h1
 
 import "net"
 
-// alive cannot peek here; a request on a connection the upstream closed
-// is sent once more when its body can be replayed.
-func alive(net.Conn) bool { return true }
+// peeker has no peek where there is no MSG_PEEK; a connection the
+// upstream closed while idle is caught by the retry instead.
+type peeker struct{}
+
+func (*peeker) init(net.Conn) {}
+func (*peeker) alive() bool   { return true }

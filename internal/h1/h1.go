@@ -90,6 +90,20 @@ type conn struct {
 	nread  int64 // bytes read over the connection's life
 	idleAt time.Time
 	reused bool
+	// Made once per connection, not per exchange: the cancel an
+	// exchange's context runs, the liveness peek, and the scratch of a
+	// request's write.
+	cancel func()
+	peek   peeker
+	ws     writeScratch
+}
+
+func newConn(nc net.Conn, key string) *conn {
+	c := &conn{nc: nc, key: key, limit: math.MaxInt64}
+	c.cancel = func() { c.nc.SetDeadline(aLongTimeAgo) }
+	c.peek.init(nc)
+	c.ws.wo.Writer = nc
+	return c
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -158,7 +172,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // exchange writes req on c and reads the response head. fresh reports that
 // no byte of an answer had arrived when it failed.
 func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, body io.ReadCloser) (_ *http.Response, fresh bool, _ error) {
-	stop := context.AfterFunc(ctx, func() { c.nc.SetDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(ctx, c.cancel)
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(c)
 	c.tp.R = c.br
@@ -171,9 +185,8 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, bo
 		}
 		return nil, c.nread == start, err
 	}
-	werr := writeRequest(c.nc, req, body)
-	var be *bodyError
-	if errors.As(werr, &be) {
+	werr := writeRequest(&c.ws, req, body)
+	if _, ok := werr.(*bodyError); ok {
 		// The caller's body failed: the upstream waits for the rest,
 		// which will not come.
 		return fail(werr)
@@ -207,7 +220,7 @@ func (t *Transport) get(ctx context.Context, key string, mustDial bool) (*conn, 
 		if c == nil {
 			break
 		}
-		if time.Since(c.idleAt) < t.idleTimeout() && alive(c.nc) {
+		if time.Since(c.idleAt) < t.idleTimeout() && c.peek.alive() {
 			c.reused = true
 			return c, nil
 		}
@@ -225,7 +238,7 @@ func (t *Transport) get(ctx context.Context, key string, mustDial bool) (*conn, 
 		}
 		return nil, fmt.Errorf("h1: dial %s: %w", key, err)
 	}
-	return &conn{nc: nc, key: key, limit: math.MaxInt64}, nil
+	return newConn(nc, key), nil
 }
 
 func (t *Transport) takeIdle(key string) *conn {
@@ -334,9 +347,8 @@ func (t *Transport) maxHeader() int64 {
 
 // addr is u's host:port, port 80 when u names none.
 func addr(u *url.URL) string {
-	port := u.Port()
-	if port == "" {
-		port = "80"
+	if u.Port() != "" {
+		return u.Host // already host:port, an IPv6 host in brackets
 	}
-	return net.JoinHostPort(u.Hostname(), port)
+	return net.JoinHostPort(u.Hostname(), "80")
 }

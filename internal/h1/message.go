@@ -107,14 +107,24 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 // a body through its own buffer instead of a fresh 32 KiB one.
 type writerOnly struct{ io.Writer }
 
-// writeRequest writes req's head and body (from body, which it closes) in
-// as few writes as the buffer allows: a small request is one write.
-func writeRequest(w io.Writer, req *http.Request, body io.ReadCloser) error {
+// writeScratch is what writing a request needs besides the buffer; a
+// connection keeps one, so that a write allocates none of it.
+type writeScratch struct {
+	wo   writerOnly // the connection
+	body bodyReader
+	lim  io.LimitedReader
+	one  [1]byte
+}
+
+// writeRequest writes req's head and body (from body, which it closes) to
+// ws's connection in as few writes as the buffer allows: a small request
+// is one write. A failure of the body itself is a *bodyError, unwrapped.
+func writeRequest(ws *writeScratch, req *http.Request, body io.ReadCloser) error {
 	if body != nil {
 		defer body.Close()
 	}
 	bw := writers.Get().(*bufio.Writer)
-	bw.Reset(writerOnly{w})
+	bw.Reset(&ws.wo)
 	defer func() {
 		bw.Reset(nil)
 		writers.Put(bw)
@@ -161,8 +171,12 @@ func writeRequest(w io.Writer, req *http.Request, body io.ReadCloser) error {
 		bw.WriteString("Content-Length: ")
 		bw.WriteString(strconv.FormatInt(req.ContentLength, 10))
 		bw.WriteString("\r\n\r\n")
-		br := &bodyReader{r: body}
-		n, err := io.Copy(bw, io.LimitReader(br, req.ContentLength))
+		br := &ws.body
+		*br = bodyReader{r: body}
+		ws.lim = io.LimitedReader{R: br, N: req.ContentLength}
+		n, err := io.Copy(bw, &ws.lim)
+		ws.lim.R = nil
+		br.r = nil
 		if br.err != nil {
 			return &bodyError{br.err}
 		}
@@ -172,17 +186,18 @@ func writeRequest(w io.Writer, req *http.Request, body io.ReadCloser) error {
 		if n < req.ContentLength {
 			return &bodyError{fmt.Errorf("%d bytes where ContentLength is %d", n, req.ContentLength)}
 		}
-		var one [1]byte
-		if k, _ := body.Read(one[:]); k > 0 {
+		if k, _ := body.Read(ws.one[:]); k > 0 {
 			return &bodyError{fmt.Errorf("longer than ContentLength %d", req.ContentLength)}
 		}
 	default: // length unknown: chunked
 		bw.WriteString("Transfer-Encoding: chunked\r\n\r\n")
 		cw := httputil.NewChunkedWriter(bw)
-		br := &bodyReader{r: body}
+		br := &ws.body
+		*br = bodyReader{r: body}
 		bp := copyBuf.Get().(*[]byte)
 		_, err := io.CopyBuffer(cw, br, *bp)
 		copyBuf.Put(bp)
+		br.r = nil
 		if br.err != nil {
 			return &bodyError{br.err}
 		}
