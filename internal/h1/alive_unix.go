@@ -13,9 +13,10 @@ import (
 // connection's raw handle and the peek, made once, so that a check
 // allocates nothing.
 type peeker struct {
-	rc   syscall.RawConn // nil: the connection has no descriptor to peek
-	ok   bool
-	peek func(fd uintptr) bool
+	rc     syscall.RawConn // nil: the connection has no descriptor to peek
+	broken bool            // its descriptor could not be had: never reused
+	ok     bool
+	peek   func(fd uintptr) bool
 }
 
 func (p *peeker) init(nc net.Conn) {
@@ -25,6 +26,7 @@ func (p *peeker) init(nc net.Conn) {
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
+		p.broken = true
 		return
 	}
 	p.rc = rc
@@ -43,7 +45,7 @@ func (p *peeker) init(nc net.Conn) {
 // is caught here, not by a failed request.
 func (p *peeker) alive() bool {
 	if p.rc == nil {
-		return true
+		return !p.broken
 	}
 	p.ok = false
 	err := p.rc.Read(p.peek)
