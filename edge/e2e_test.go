@@ -462,6 +462,64 @@ func TestStreamHeadBeforeSlowFirstEvent(t *testing.T) {
 	r.settled()
 }
 
+// flushRecorder is a ResponseWriter that notes what had been written at
+// each Flush.
+type flushRecorder struct {
+	mu      sync.Mutex
+	header  http.Header
+	status  int
+	body    strings.Builder
+	flushes []string
+}
+
+func (f *flushRecorder) Header() http.Header { return f.header }
+func (f *flushRecorder) WriteHeader(code int) {
+	if f.status == 0 {
+		f.status = code
+	}
+}
+
+func (f *flushRecorder) Write(p []byte) (int, error) {
+	f.WriteHeader(http.StatusOK)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.body.Write(p)
+}
+
+func (f *flushRecorder) Flush() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flushes = append(f.flushes, f.body.String())
+}
+
+// TestFirstEventLeavesAlone: on the raw stream path the Edge coalesces a
+// burst of events into one write, but never the first: it leaves at once,
+// however many events are already behind it.
+func TestFirstEventLeavesAlone(t *testing.T) {
+	const tokens = 200
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		text := make([]string, tokens)
+		for i := range text {
+			text[i] = "tok "
+		}
+		return upstreamtest.Script{Text: text}
+	}})
+	for range 5 {
+		req, _ := http.NewRequestWithContext(ctx(t), "POST", "/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":"burst"}]}`))
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		w := &flushRecorder{header: http.Header{}}
+		r.srv.Handler().ServeHTTP(w, req)
+		if w.status != http.StatusOK || len(w.flushes) == 0 || !strings.Contains(w.body.String(), "data: [DONE]") {
+			t.Fatalf("status %d, %d flushes, body:\n%s", w.status, len(w.flushes), w.body.String())
+		}
+		if n := strings.Count(w.flushes[0], "data: "); n != 1 {
+			t.Fatalf("first flush carried %d events, want 1:\n%s", n, w.flushes[0])
+		}
+	}
+	r.settled()
+}
+
 func TestReload(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once

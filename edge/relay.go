@@ -177,9 +177,11 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		if _, err := w.Write(out); err != nil {
 			return
 		}
-		if !r.Ready() {
+		if head.pending || !r.Ready() {
 			// Flush unless another whole event is already here: a burst
-			// leaves in one write, a lone event at once.
+			// leaves in one write, a lone event at once. The first event
+			// never waits for a burst behind it: the time to the first
+			// token is the figure a streaming client feels most.
 			head.flush()
 		}
 	}
