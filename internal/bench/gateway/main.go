@@ -330,14 +330,14 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 	}
 	// Interleave the paths, several rounds, and keep the best of each: the
 	// machine's noise hits all of them alike.
-	for round := 0; round < 3; round++ {
+	for round := 0; round < rounds; round++ {
 		for _, p := range paths {
 			r := res[p.name]
 			// measured runs one throughput round and adds what every
 			// process used in it to r.use[k].
 			measured := func(k int, stream bool) float64 {
 				before := usageNow()
-				rps, n := throughput(client, p, stream, conc, dur/3)
+				rps, n := throughput(client, p, stream, conc, dur/rounds)
 				for name, u := range usageNow() {
 					r.use[k][name] = r.use[k][name].add(u.sub(before[name]))
 				}
@@ -388,13 +388,15 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 	// noise.
 	for k, what := range []string{"non-streamed", "streamed"} {
 		var parts []string
+		var ratios []float64
 		for j := range i.rounds[k] {
 			if j < len(x.rounds[k]) && x.rounds[k][j] > 0 {
-				parts = append(parts, fmt.Sprintf("%.2f", i.rounds[k][j]/x.rounds[k][j]))
+				ratios = append(ratios, i.rounds[k][j]/x.rounds[k][j])
+				parts = append(parts, fmt.Sprintf("%.2f", ratios[len(ratios)-1]))
 			}
 		}
 		if len(parts) > 0 {
-			fmt.Printf("iop/proxy %s throughput by round: %s\n", what, strings.Join(parts, " "))
+			fmt.Printf("iop/proxy %s throughput by round: %s (median %.2f)\n", what, strings.Join(parts, " "), median(ratios))
 		}
 	}
 	// The processes each path runs through, in the order of procs.
@@ -563,6 +565,20 @@ func latencies(c *http.Client, paths []path, stream bool, n int) map[string]*sam
 		}
 	}
 	return out
+}
+
+// rounds is how many times the paths take turns in the throughput runs,
+// each for the run's duration over rounds.
+const rounds = 5
+
+// median returns the median of v (v is reordered).
+func median(v []float64) float64 {
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
 }
 
 func pct(v []float64, p int) float64 {
