@@ -513,8 +513,15 @@ func TestFirstEventLeavesAlone(t *testing.T) {
 		if w.status != http.StatusOK || len(w.flushes) == 0 || !strings.Contains(w.body.String(), "data: [DONE]") {
 			t.Fatalf("status %d, %d flushes, body:\n%s", w.status, len(w.flushes), w.body.String())
 		}
-		if n := strings.Count(w.flushes[0], "data: "); n != 1 {
-			t.Fatalf("first flush carried %d events, want 1:\n%s", n, w.flushes[0])
+		// A slow first event lets the head leave alone first (headHold):
+		// the flush that counts is the first with an event in it.
+		for _, f := range w.flushes {
+			if n := strings.Count(f, "data: "); n > 0 {
+				if n != 1 {
+					t.Fatalf("first flush with events carried %d, want 1:\n%s", n, f)
+				}
+				break
+			}
 		}
 	}
 	r.settled()
