@@ -106,6 +106,14 @@ func newConn(nc net.Conn, key string) *conn {
 	return c
 }
 
+// releaseReader returns the exchange's buffered reader to its pool.
+func (c *conn) releaseReader() {
+	br := c.br
+	c.br, c.tp.R = nil, nil
+	br.Reset(nil)
+	readers.Put(br)
+}
+
 func (c *conn) Read(p []byte) (int, error) {
 	if c.limit <= 0 {
 		return 0, ErrHeaderTooLarge
@@ -180,6 +188,7 @@ func (t *Transport) exchange(ctx context.Context, c *conn, req *http.Request, bo
 	fail := func(err error) (*http.Response, bool, error) {
 		stop()
 		c.nc.Close()
+		c.releaseReader()
 		if ctx.Err() != nil {
 			return nil, false, fmt.Errorf("h1: %s %s: %w", req.Method, req.URL.Host, ctx.Err())
 		}

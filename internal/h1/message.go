@@ -489,14 +489,14 @@ func (b *respBody) finish(err error) error {
 	}
 	stopped := b.stop()
 	c := b.c
+	// The reader goes back to its pool either way: finish runs on the
+	// reading goroutine, and after it nothing reads the connection.
 	if err == io.EOF && b.reuse && stopped && c.br.Buffered() == 0 {
-		br := c.br
-		c.br, c.tp.R = nil, nil
-		br.Reset(nil)
-		readers.Put(br)
+		c.releaseReader()
 		b.t.put(c)
 	} else {
 		c.nc.Close()
+		c.releaseReader()
 		if err != io.EOF && b.ctx.Err() != nil {
 			err = fmt.Errorf("h1: response body: %w", b.ctx.Err())
 		}
