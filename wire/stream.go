@@ -576,11 +576,11 @@ func (st *Stream) ReadMessage(ctx context.Context) (*iopv1.Envelope, error) {
 }
 
 // decode unmarshals one role message. The envelope keeps nothing of b:
-// protobuf-go copies every string and bytes field (and unknown fields)
-// out of its input, so b may be reused once decode returns.
+// both decoders copy every string and bytes field (and unknown fields) out
+// of their input, so b may be reused once decode returns.
 func (st *Stream) decode(b []byte) (*iopv1.Envelope, error) {
-	env := new(iopv1.Envelope)
-	if err := proto.Unmarshal(b, env); err != nil {
+	env, err := decodeEnvelope(b)
+	if err != nil {
 		ce := &CloseError{Reason: ReasonProtocolError, Detail: "malformed role message"}
 		st.sess.closeWith(ce)
 		return nil, st.sess.Err()
@@ -766,7 +766,10 @@ func (st *Stream) Write(p []byte) (int, error) {
 // than one frame. It fails with ErrMessageTooLarge (sending nothing) when
 // the encoded message exceeds Config.MaxMessageSize.
 func (st *Stream) WriteMessage(m *iopv1.Envelope) error {
-	size := proto.Size(m)
+	size, fast := tunnelSize(m)
+	if !fast {
+		size = proto.Size(m)
+	}
 	if size > st.sess.cfg.maxMessageSize {
 		return ErrMessageTooLarge
 	}
@@ -776,8 +779,10 @@ func (st *Stream) WriteMessage(m *iopv1.Envelope) error {
 		pooled = getBuf(size)
 		b = (*pooled)[:0]
 	}
-	b, err := proto.MarshalOptions{}.MarshalAppend(b, m)
-	if err != nil {
+	var err error
+	if fast {
+		b = appendTunnel(b, m)
+	} else if b, err = (proto.MarshalOptions{}).MarshalAppend(b, m); err != nil {
 		putBuf(pooled)
 		return err
 	}
