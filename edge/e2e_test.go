@@ -405,6 +405,42 @@ func TestClientDisconnectMidStream(t *testing.T) {
 	}
 }
 
+// TestNodeLinkLossCancelsUpstream: when the Edge-Node connection ends
+// mid-answer, the Node cancels the upstream call it was relaying; nothing
+// but the connection's end tells it to.
+func TestNodeLinkLossCancelsUpstream(t *testing.T) {
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{Text: []string{"first", " second"}, ChunkDelay: time.Hour}
+	}})
+	s := r.client.Chat.Completions.NewStreaming(ctx(t), chatParams("gpt-local", "long"))
+	defer s.Close()
+	if !s.Next() {
+		t.Fatalf("no first chunk: %v", s.Err())
+	}
+	gen, ok := r.srv.Registry().Current("box")
+	if !ok {
+		t.Fatal("node not connected")
+	}
+	if err := r.srv.Registry().Disconnect("box", gen, "test: link lost"); err != nil {
+		t.Fatal(err)
+	}
+	calls := r.calls()
+	if len(calls) != 1 {
+		t.Fatalf("%d upstream calls", len(calls))
+	}
+	select {
+	case <-calls[0].Canceled:
+	case <-ctx(t).Done():
+		t.Fatal("the upstream request was not cancelled")
+	}
+	for s.Next() {
+	}
+	if s.Err() == nil {
+		t.Fatal("the stream ended cleanly after its node's link was lost")
+	}
+	r.settled()
+}
+
 func TestSilentStreamKeepAlive(t *testing.T) {
 	r := newRig(t, rigOpts{keepAlive: 20 * time.Millisecond, reply: func(q *upstreamtest.Request) upstreamtest.Script {
 		sc := upstreamtest.Echo(q)

@@ -49,15 +49,21 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 	}
 	defer release()
 
-	// One context carries both the cancel and the deadline.
+	// One context carries both the cancel and the deadline. A reset by the
+	// Edge, or the connection's end, cancels it through the stream (the
+	// stream ends abortively when its session closes), so it needs no
+	// parent: deriving it from the session's context registered every
+	// call with that one context, under its lock, only to be told what
+	// OnAbort already tells.
 	var ctx context.Context
 	var cancel context.CancelFunc
 	if ms := m.GetDeadlineUnixMs(); ms > 0 {
-		ctx, cancel = context.WithDeadline(s.ctx, time.UnixMilli(ms))
+		ctx, cancel = context.WithDeadline(context.Background(), time.UnixMilli(ms))
 	} else {
-		ctx, cancel = context.WithCancel(s.ctx)
+		ctx, cancel = context.WithCancel(context.Background())
 	}
 	defer cancel()
+	defer st.OnAbort(cancel)()
 	ctx, clearSecret, err := s.openGrant(ctx, h, nodewire.GrantFrom(m.GetGrant()), m.GetSlot(), m.GetTarget())
 	if err != nil {
 		release()
@@ -65,9 +71,6 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 		return
 	}
 	defer clearSecret()
-	// A reset by the Edge, or the connection's end, cancels the upstream
-	// call.
-	defer st.OnAbort(cancel)()
 
 	// Only allowed headers reach the adapter, whatever the Edge sent.
 	header := tunnelhdr.Collect(m.GetHeaders(), tunnelhdr.Request)
