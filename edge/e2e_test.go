@@ -139,6 +139,21 @@ func (r *rig) calls() []*upstreamtest.Request {
 	return out
 }
 
+// oneCallCanceled checks that the upstream saw exactly one call and waits
+// for its cancellation.
+func (r *rig) oneCallCanceled(t *testing.T) {
+	t.Helper()
+	calls := r.calls()
+	if len(calls) != 1 {
+		t.Fatalf("%d upstream calls", len(calls))
+	}
+	select {
+	case <-calls[0].Canceled:
+	case <-ctx(t).Done():
+		t.Fatal("the upstream request was not cancelled")
+	}
+}
+
 // settled waits until every lease was released and nothing is in flight.
 func (r *rig) settled() {
 	r.t.Helper()
@@ -391,15 +406,7 @@ func TestClientDisconnectMidStream(t *testing.T) {
 			}
 			cancel() // the client goes away mid-stream
 			s.Close()
-			calls := r.calls()
-			if len(calls) != 1 {
-				t.Fatalf("%d upstream calls", len(calls))
-			}
-			select {
-			case <-calls[0].Canceled:
-			case <-ctx(t).Done():
-				t.Fatal("the upstream request was not cancelled")
-			}
+			r.oneCallCanceled(t)
 			r.settled()
 		})
 	}
@@ -424,15 +431,7 @@ func TestNodeLinkLossCancelsUpstream(t *testing.T) {
 	if err := r.srv.Registry().Disconnect("box", gen, "test: link lost"); err != nil {
 		t.Fatal(err)
 	}
-	calls := r.calls()
-	if len(calls) != 1 {
-		t.Fatalf("%d upstream calls", len(calls))
-	}
-	select {
-	case <-calls[0].Canceled:
-	case <-ctx(t).Done():
-		t.Fatal("the upstream request was not cancelled")
-	}
+	r.oneCallCanceled(t)
 	for s.Next() {
 	}
 	if s.Err() == nil {
