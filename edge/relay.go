@@ -123,12 +123,13 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 	w.WriteHeader(status)
 	head := streamHead{w: w, pending: true}
 	r := sse.NewReader(tn, 0)
+	defer r.Release()
 	keep := req.snap.keepAlive
 	var out []byte
 	terminated := false
 	for {
 		tn.SetReadDeadline(time.Now().Add(head.wait(keep)))
-		ev, err := r.Next()
+		ev, err := r.NextShared() // nothing below keeps ev past this turn
 		if errors.Is(err, wire.ErrDeadlineExceeded) {
 			if !head.idle() {
 				return

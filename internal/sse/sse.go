@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"sync"
 )
 
 // Event is one dispatched event.
@@ -38,6 +39,7 @@ type Reader struct {
 	lastID  string
 	data    []byte
 	typ     []byte
+	lastTyp string // the last event type returned; see typeString
 	hasData bool
 	line    []byte
 	skipLF  bool // the last line ended in CR; see readLine
@@ -49,7 +51,26 @@ func NewReader(r io.Reader, maxEvent int) *Reader {
 	if maxEvent <= 0 {
 		maxEvent = DefaultMaxEvent
 	}
-	return &Reader{br: bufio.NewReaderSize(r, 16<<10), max: maxEvent}
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(r)
+	return &Reader{br: br, max: maxEvent}
+}
+
+// readers holds the buffers of released Readers.
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufSize) }}
+
+const readBufSize = 16 << 10
+
+// Release gives the reader's read buffer back for another Reader; the
+// Reader must not be used after it (a second Release does nothing). A
+// Reader never released costs only that its buffer is not reused.
+func (r *Reader) Release() {
+	if r.br == nil {
+		return
+	}
+	r.br.Reset(nil)
+	readers.Put(r.br)
+	r.br = nil
 }
 
 // Ready reports whether another whole event is already buffered, so that
@@ -63,7 +84,14 @@ func (r *Reader) Ready() bool {
 // Next returns the next event. Comments and events without data are
 // skipped, as the standard says. It returns io.EOF at the end of the stream
 // (an incomplete final event is discarded, as the standard says).
-func (r *Reader) Next() (Event, error) {
+func (r *Reader) Next() (Event, error) { return r.next(true) }
+
+// NextShared is Next for a caller done with each event before it asks for
+// the next: the event's Data is the reader's own buffer, valid only until
+// the next call, which saves a copy and an allocation per event.
+func (r *Reader) NextShared() (Event, error) { return r.next(false) }
+
+func (r *Reader) next(copyData bool) (Event, error) {
 	for {
 		line, err := r.readLine()
 		if err != nil {
@@ -74,7 +102,10 @@ func (r *Reader) Next() (Event, error) {
 				r.typ = r.typ[:0]
 				continue
 			}
-			ev := Event{Type: string(r.typ), Data: bytes.Clone(r.data), ID: r.lastID}
+			ev := Event{Type: r.typeString(), Data: r.data, ID: r.lastID}
+			if copyData {
+				ev.Data = bytes.Clone(r.data)
+			}
 			r.data, r.typ, r.hasData = r.data[:0], r.typ[:0], false
 			return ev, nil
 		}
@@ -107,6 +138,16 @@ func (r *Reader) Next() (Event, error) {
 		}
 		// "retry" and unknown fields are ignored.
 	}
+}
+
+// typeString returns the pending event's type. A stream's events mostly
+// repeat a few types (Anthropic's and the Responses API's deltas), so the
+// last one is kept and reused rather than allocated again.
+func (r *Reader) typeString() string {
+	if string(r.typ) != r.lastTyp {
+		r.lastTyp = string(r.typ)
+	}
+	return r.lastTyp
 }
 
 // readLine returns one line without its terminator (CRLF, LF or CR). On

@@ -11,11 +11,32 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// readAll reads every event with Next, and again with NextShared (each
+// event's data copied before the next call), and fails the test when the
+// two differ.
 func readAll(t testing.TB, in string, max int) ([]Event, error) {
+	t.Helper()
+	out, err := readEvents(in, max, false)
+	shared, serr := readEvents(in, max, true)
+	if d := cmp.Diff(out, shared); d != "" || !errors.Is(serr, err) {
+		t.Fatalf("NextShared differs from Next (-Next +NextShared):\n%s\nerrors %v, %v", d, err, serr)
+	}
+	return out, err
+}
+
+func readEvents(in string, max int, shared bool) ([]Event, error) {
 	r := NewReader(strings.NewReader(in), max)
+	defer r.Release()
 	var out []Event
 	for {
-		ev, err := r.Next()
+		var ev Event
+		var err error
+		if shared {
+			ev, err = r.NextShared()
+			ev.Data = bytes.Clone(ev.Data)
+		} else {
+			ev, err = r.Next()
+		}
 		if err != nil {
 			if err == io.EOF {
 				return out, nil
@@ -23,6 +44,41 @@ func readAll(t testing.TB, in string, max int) ([]Event, error) {
 			return out, err
 		}
 		out = append(out, ev)
+	}
+}
+
+// TestNextDataIsTheCallers: Next's data survives later events; NextShared's
+// is overwritten by them, which is its documented bargain.
+func TestNextDataIsTheCallers(t *testing.T) {
+	in := "data: first\n\ndata: other\n\n"
+	r := NewReader(strings.NewReader(in), 0)
+	a, _ := r.Next()
+	r.Next()
+	if string(a.Data) != "first" {
+		t.Fatalf("Next's data became %q", a.Data)
+	}
+	r = NewReader(strings.NewReader(in), 0)
+	b, _ := r.NextShared()
+	r.NextShared()
+	if string(b.Data) == "first" {
+		t.Fatal("NextShared copied its data: the test no longer tells the two apart")
+	}
+}
+
+// TestReleasedBufferStartsClean: a reader built on a released buffer sees
+// only its own stream, never bytes the previous one had buffered.
+func TestReleasedBufferStartsClean(t *testing.T) {
+	for range 20 {
+		r := NewReader(strings.NewReader("data: one\n\ndata: left over in the buffer\n\n"), 0)
+		if ev, err := r.Next(); err != nil || string(ev.Data) != "one" {
+			t.Fatalf("first reader: %q %v", ev.Data, err)
+		}
+		r.Release()
+		r.Release() // a second Release does nothing
+		got, err := readAll(t, "data: two\n\n", 0)
+		if err != nil || len(got) != 1 || string(got[0].Data) != "two" {
+			t.Fatalf("reader on a released buffer read %+v, %v", got, err)
+		}
 	}
 }
 
@@ -85,6 +141,7 @@ func FuzzReader(f *testing.F) {
 	f.Add([]byte("data: x\r\ndata: y\r\n\r\n:c\n"))
 	f.Add([]byte("data\n\nid: 1\x00\ndata: z\n\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
+		readAll(t, string(in), 1024) // Next and NextShared agree
 		r := NewReader(bytes.NewReader(in), 1024)
 		for {
 			ev, err := r.Next()

@@ -210,6 +210,7 @@ func readMessage(ctx context.Context, body io.Reader, w execution.EventWriter) (
 
 func readStream(ctx context.Context, body io.Reader, w execution.EventWriter) (execution.Result, error) {
 	r := sse.NewReader(body, 0)
+	defer r.Release()
 	type block struct {
 		typ, id, name string
 		args          strings.Builder

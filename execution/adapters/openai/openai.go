@@ -267,6 +267,7 @@ func bodyFailure(ctx context.Context) error {
 
 func readChatStream(ctx context.Context, body io.Reader, w execution.EventWriter) (execution.Result, error) {
 	r := sse.NewReader(body, 0)
+	defer r.Release()
 	type pending struct {
 		id, name string
 		args     strings.Builder
