@@ -262,6 +262,18 @@ func TestMetricsAndHealth(t *testing.T) {
 	r.post(t, apiKey, chatJSON("gpt-local", "one"))
 	r.post(t, apiKey, `{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":"two"}]}`)
 	r.post(t, "sk-wrong", chatJSON("gpt-local", "x"))
+	areq, _ := http.NewRequest("POST", r.url+"/v1/messages", strings.NewReader(`{"model":"via-anthropic","max_tokens":5,"messages":[{"role":"user","content":"three"}]}`))
+	areq.Header.Set("x-api-key", apiKey)
+	areq.Header.Set("anthropic-version", "2023-06-01")
+	aresp, err := http.DefaultClient.Do(areq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, aresp.Body)
+	aresp.Body.Close()
+	if aresp.StatusCode != 200 {
+		t.Fatalf("messages: %d", aresp.StatusCode)
+	}
 	r.settled()
 	resp, err := http.Get(r.url + "/metrics")
 	if err != nil {
@@ -273,11 +285,12 @@ func TestMetricsAndHealth(t *testing.T) {
 	for _, want := range []string{
 		`iop_edge_requests_total{api="chat",outcome="ok",route="gpt-local"} 2`,
 		`iop_edge_requests_total{api="chat",outcome="unauthenticated",route="unknown"} 1`,
-		`iop_edge_tokens_total{direction="input",key="alice"} 14`,
+		`iop_edge_requests_total{api="messages",outcome="ok",route="via-anthropic"} 1`,
+		`iop_edge_tokens_total{direction="input",key="alice"} 21`,
 		`iop_edge_node_connected{node="box"} 1`,
 		`iop_edge_in_flight{node="box",provider="local"} 0`,
 		`iop_edge_queue_depth 0`,
-		`iop_edge_key_requests_total{key="alice"} 2`,
+		`iop_edge_key_requests_total{key="alice"} 3`,
 		`iop_edge_time_to_first_token_seconds_count{api="chat",route="gpt-local"}`,
 		`iop_edge_tunnel_bytes_total{direction="downstream"}`,
 	} {

@@ -164,6 +164,8 @@ func (a api) String() string {
 		return "responses"
 	case apiEmbeddings:
 		return "embeddings"
+	case apiMessages:
+		return "messages"
 	}
 	return strconv.Itoa(int(a))
 }
