@@ -336,10 +336,11 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	snap := s.snap.Load()
 	routeLabel := "unknown"
 	defer func() {
-		s.metrics.requests.WithLabelValues(routeLabel, a.String(), w.outcomeOf()).Inc()
-		s.metrics.duration.WithLabelValues(routeLabel, a.String()).Observe(time.Since(start).Seconds())
+		rs := routeSeries{routeLabel, a}
+		s.metrics.requestsBy.get(requestSeries{rs, w.outcomeOf()}).Inc()
+		s.metrics.durationBy.get(rs).Observe(time.Since(start).Seconds())
 		if !w.first.IsZero() && w.status == http.StatusOK {
-			s.metrics.ttft.WithLabelValues(routeLabel, a.String()).Observe(w.first.Sub(start).Seconds())
+			s.metrics.ttftBy.get(rs).Observe(w.first.Sub(start).Seconds())
 		}
 	}()
 	key := s.authFor(w, r, snap, a)
@@ -442,7 +443,7 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	}
 	defer x.close()
 	s.usage.request(key.Name)
-	s.metrics.queueWait.WithLabelValues(rt.Model).Observe(x.lease.Waited.Seconds())
+	s.metrics.queueWaitBy.get(rt.Model).Observe(x.lease.Waited.Seconds())
 	switch {
 	case x.run != nil:
 		s.relayRun(ctx, w, req, x)

@@ -45,10 +45,10 @@ func putAnswerBuf(b *bytes.Buffer) {
 // ask for.
 func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *request, x *exchange) {
 	tn := x.tunnel
-	s.metrics.tunnelBytes.WithLabelValues("upstream").Add(float64(len(req.body)))
+	s.metrics.upstreamBytes().Add(float64(len(req.body)))
 	if rec, ok := w.(*recorder); ok {
 		before := rec.written
-		defer func() { s.metrics.tunnelBytes.WithLabelValues("downstream").Add(float64(rec.written - before)) }()
+		defer func() { s.metrics.downstreamBytes().Add(float64(rec.written - before)) }()
 	}
 	stop := context.AfterFunc(ctx, func() { tn.Close() }) // a client that leaves cancels the upstream
 	defer stop()
@@ -612,6 +612,7 @@ func (s *Server) recordUsage(req *request, u *execution.Usage) {
 	}
 	s.usage.tokens(req.key.Name, u)
 	s.limits.spend(req.key, u.InputTokens+u.OutputTokens)
-	s.metrics.tokens.WithLabelValues(req.key.Name, "input").Add(float64(u.InputTokens))
-	s.metrics.tokens.WithLabelValues(req.key.Name, "output").Add(float64(u.OutputTokens))
+	tk := s.metrics.tokensBy.get(req.key.Name)
+	tk[0].Add(float64(u.InputTokens))
+	tk[1].Add(float64(u.OutputTokens))
 }
