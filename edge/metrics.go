@@ -45,11 +45,12 @@ type requestSeries struct {
 }
 
 // children caches a metric vector's children by their label values. A
-// vector's own lookup validates and hashes every label value and takes
-// its lock on every call: five lookups a request were about 3 us of the
-// Edge's CPU (BenchmarkGateway). A child is made on its first use, as
-// before, so a series appears only once it has something to say. The
-// keys are the same bounded label values as the vectors'.
+// vector's own lookup checks the UTF-8 of every label value and hashes it
+// byte by byte on every call; a request's seven lookups were 0.5% of
+// BenchmarkGateway's CPU, and through this cache they cost half that. A
+// child is still made on its first use, so a series appears only once it
+// has something to say. The keys are the vectors' own bounded label
+// values.
 type children[K comparable, M any] struct {
 	mu   sync.RWMutex
 	m    map[K]M
