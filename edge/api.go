@@ -425,14 +425,14 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 		}
 	}
 
-	done, refusal := s.limits.admit(key, time.Now())
+	kl, refusal := s.limits.admit(key, time.Now())
 	if refusal != nil {
 		secs := int(refusal.retry.Seconds() + 0.999)
 		w.Header().Set("Retry-After", fmt.Sprint(max(secs, 1)))
 		fail(w, a, http.StatusTooManyRequests, refusal.kind, fmt.Sprintf("Rate limit reached for key %q (%s).", key.Name, refusal.kind), "rate_limit_exceeded")
 		return
 	}
-	defer done()
+	defer kl.release()
 
 	ctx, cancel := context.WithTimeout(r.Context(), snap.requestTimeout)
 	defer cancel()

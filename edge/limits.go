@@ -45,10 +45,11 @@ func (l *limiter) get(name string) *keyLimits {
 	return k
 }
 
-// admit checks and takes the key's limits for one request. On success it
-// returns a done func that gives the concurrency slot back.
-func (l *limiter) admit(k *APIKey, now time.Time) (done func(), refusal *limitRefusal) {
-	kl := l.get(k.Name)
+// admit checks and takes the key's limits for one request. On success the
+// caller gives the concurrency slot back with the returned limits'
+// release, exactly once.
+func (l *limiter) admit(k *APIKey, now time.Time) (kl *keyLimits, refusal *limitRefusal) {
+	kl = l.get(k.Name)
 	kl.mu.Lock()
 	defer kl.mu.Unlock()
 	if !kl.init {
@@ -77,14 +78,14 @@ func (l *limiter) admit(k *APIKey, now time.Time) (done func(), refusal *limitRe
 		kl.reqLevel--
 	}
 	kl.active++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			kl.mu.Lock()
-			kl.active--
-			kl.mu.Unlock()
-		})
-	}, nil
+	return kl, nil
+}
+
+// release gives back the concurrency slot an admit took.
+func (kl *keyLimits) release() {
+	kl.mu.Lock()
+	kl.active--
+	kl.mu.Unlock()
 }
 
 func perMinuteWait(deficit float64, perMinute int) time.Duration {

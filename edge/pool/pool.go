@@ -128,8 +128,12 @@ type waiter struct {
 	req     Request
 	arrived time.Time
 	seq     uint64
-	ready   chan grant
-	last    []Key // keys counted in queued: the candidates it waits for
+	// ready receives the outcome of a queued waiter; now holds the
+	// outcome of one settled before it was queued (the usual case: a
+	// free slot at once), which then needs no channel.
+	ready chan grant
+	now   grant
+	last  []Key // keys counted in queued: the candidates it waits for
 
 	cls        *class // nil while not queued
 	prev, next *waiter
@@ -172,7 +176,7 @@ func (l *Lease) Release() {
 // ctx's error.
 func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	start := time.Now()
-	w := &waiter{req: req, arrived: start, ready: make(chan grant, 1)}
+	w := &waiter{req: req, arrived: start}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -184,13 +188,17 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	// already found without a free candidate, and nothing was freed.
 	settled, adopted := p.evaluateLocked(w)
 	if !settled {
+		w.ready = make(chan grant, 1) // before anything else can settle it
 		p.enqueueLocked(w)
 	}
 	if adopted {
 		p.scanLocked()
 	}
 	p.mu.Unlock()
-	if g, ok := w.take(); ok { // granted (or refused) at once: no timer
+	if settled { // granted (or refused) at once: no channel, no timer
+		return w.now.l, w.now.err
+	}
+	if g, ok := w.take(); ok { // settled by the scan just above
 		return g.l, g.err
 	}
 
@@ -424,6 +432,10 @@ func (p *Pool) settleLocked(w *waiter, g grant) {
 	p.setQueuedLocked(w, nil)
 	if w.cls != nil {
 		p.unlinkLocked(w)
+	}
+	if w.ready == nil { // not queued yet: Acquire reads it from now
+		w.now = g
+		return
 	}
 	w.ready <- g
 }
