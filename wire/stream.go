@@ -766,8 +766,11 @@ func (st *Stream) Write(p []byte) (int, error) {
 // than one frame. It fails with ErrMessageTooLarge (sending nothing) when
 // the encoded message exceeds Config.MaxMessageSize.
 func (st *Stream) WriteMessage(m *iopv1.Envelope) error {
-	size, fast := tunnelSize(m)
-	if !fast {
+	enc, fast := planTunnel(m)
+	var size int
+	if fast {
+		size = enc.size()
+	} else {
 		size = proto.Size(m)
 	}
 	if size > st.sess.cfg.maxMessageSize {
@@ -781,7 +784,7 @@ func (st *Stream) WriteMessage(m *iopv1.Envelope) error {
 	}
 	var err error
 	if fast {
-		b = appendTunnel(b, m)
+		b = appendTunnel(b, m, enc)
 	} else if b, err = (proto.MarshalOptions{}).MarshalAppend(b, m); err != nil {
 		putBuf(pooled)
 		return err

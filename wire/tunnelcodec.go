@@ -344,70 +344,61 @@ func decodeTunnelEnd(b []byte, m *iopv1.ProviderTunnelEnd) bool {
 
 // --- encode ---------------------------------------------------------------
 
-// tunnelSize returns the encoded size of m when the fast encoder can
-// encode it, and false otherwise.
-func tunnelSize(m *iopv1.Envelope) (int, bool) {
+// tunnelEnc is what planTunnel found for appendTunnel: the envelope field
+// and the size of the message in it, so that the message is sized (and
+// its strings checked) once.
+type tunnelEnc struct {
+	num   protowire.Number
+	inner int
+}
+
+// size is the encoded size of the whole envelope.
+func (e tunnelEnc) size() int { return protowire.SizeTag(e.num) + protowire.SizeBytes(e.inner) }
+
+// planTunnel reports whether the fast encoder can encode m and, when it
+// can, what appendTunnel needs.
+func planTunnel(m *iopv1.Envelope) (tunnelEnc, bool) {
 	if len(m.ProtoReflect().GetUnknown()) > 0 {
-		return 0, false
+		return tunnelEnc{}, false
 	}
-	var n int
-	var num protowire.Number
 	switch b := m.Body.(type) {
 	case *iopv1.Envelope_ProviderTunnelRequest:
 		r := b.ProviderTunnelRequest
 		if r == nil || r.Grant != nil || len(r.ProtoReflect().GetUnknown()) > 0 {
-			return 0, false
+			return tunnelEnc{}, false
 		}
-		var ok bool
-		if n, ok = requestSize(r); !ok {
-			return 0, false
-		}
-		num = envTunnelRequest
+		n, ok := requestSize(r)
+		return tunnelEnc{envTunnelRequest, n}, ok
 	case *iopv1.Envelope_ProviderTunnelResponse:
 		r := b.ProviderTunnelResponse
 		if r == nil || len(r.ProtoReflect().GetUnknown()) > 0 {
-			return 0, false
+			return tunnelEnc{}, false
 		}
-		var ok bool
-		if n, ok = responseSize(r); !ok {
-			return 0, false
-		}
-		num = envTunnelResponse
+		n, ok := responseSize(r)
+		return tunnelEnc{envTunnelResponse, n}, ok
 	case *iopv1.Envelope_ProviderTunnelEnd:
 		r := b.ProviderTunnelEnd
 		if r == nil || len(r.ProtoReflect().GetUnknown()) > 0 || !utf8.ValidString(r.Message) {
-			return 0, false
+			return tunnelEnc{}, false
 		}
-		n = endSize(r)
-		num = envTunnelEnd
-	default:
-		return 0, false
+		return tunnelEnc{envTunnelEnd, endSize(r)}, true
 	}
-	return protowire.SizeTag(num) + protowire.SizeBytes(n), true
+	return tunnelEnc{}, false
 }
 
-// appendTunnel appends m, which tunnelSize accepted.
-func appendTunnel(b []byte, m *iopv1.Envelope) []byte {
+// appendTunnel appends m, as planTunnel planned it.
+func appendTunnel(b []byte, m *iopv1.Envelope, e tunnelEnc) []byte {
+	b = protowire.AppendTag(b, e.num, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(e.inner))
 	switch x := m.Body.(type) {
 	case *iopv1.Envelope_ProviderTunnelRequest:
-		r := x.ProviderTunnelRequest
-		n, _ := requestSize(r)
-		b = protowire.AppendTag(b, envTunnelRequest, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(n))
-		return appendRequest(b, r)
+		return appendRequest(b, x.ProviderTunnelRequest)
 	case *iopv1.Envelope_ProviderTunnelResponse:
-		r := x.ProviderTunnelResponse
-		n, _ := responseSize(r)
-		b = protowire.AppendTag(b, envTunnelResponse, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(n))
-		return appendResponse(b, r)
+		return appendResponse(b, x.ProviderTunnelResponse)
 	case *iopv1.Envelope_ProviderTunnelEnd:
-		r := x.ProviderTunnelEnd
-		b = protowire.AppendTag(b, envTunnelEnd, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(endSize(r)))
-		return appendEnd(b, r)
+		return appendEnd(b, x.ProviderTunnelEnd)
 	}
-	panic("wire: appendTunnel called on a message tunnelSize declined")
+	panic("wire: appendTunnel called on a message planTunnel declined")
 }
 
 // sizeString is the size of a proto3 string field (0 when empty).

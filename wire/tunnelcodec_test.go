@@ -65,12 +65,12 @@ func TestTunnelCodecMatchesProto(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			size, ok := tunnelSize(m)
+			enc, ok := planTunnel(m)
 			if !ok {
-				t.Fatal("tunnelSize declined a tunnel message")
+				t.Fatal("planTunnel declined a tunnel message")
 			}
-			got := appendTunnel(nil, m)
-			if size != len(got) || !bytes.Equal(got, want) {
+			got := appendTunnel(nil, m, enc)
+			if size := enc.size(); size != len(got) || !bytes.Equal(got, want) {
 				t.Fatalf("encoding: size %d, %d bytes, equal to protobuf-go's %d bytes: %v", size, len(got), len(want), bytes.Equal(got, want))
 			}
 			dec, ok := decodeTunnelFast(want)
@@ -145,8 +145,8 @@ func TestTunnelCodecDeclines(t *testing.T) {
 	}
 	for name, m := range encodes {
 		t.Run("encode/"+name, func(t *testing.T) {
-			if _, ok := tunnelSize(m); ok {
-				t.Fatal("tunnelSize accepted it")
+			if _, ok := planTunnel(m); ok {
+				t.Fatal("planTunnel accepted it")
 			}
 		})
 	}
@@ -224,15 +224,16 @@ func FuzzTunnelCodec(f *testing.F) {
 		if rerr != nil {
 			return
 		}
-		if _, ok := tunnelSize(&ref); !ok {
+		enc, ok := planTunnel(&ref)
+		if !ok {
 			return
 		}
 		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(&ref)
 		if err != nil {
 			t.Fatalf("protobuf-go cannot encode what the fast encoder takes: %v", err)
 		}
-		if enc := appendTunnel(nil, &ref); !bytes.Equal(enc, want) {
-			t.Fatalf("fast encoding %x, protobuf-go %x", enc, want)
+		if got := appendTunnel(nil, &ref, enc); !bytes.Equal(got, want) {
+			t.Fatalf("fast encoding %x, protobuf-go %x", got, want)
 		}
 	})
 }
@@ -270,8 +271,8 @@ func BenchmarkTunnelCodec(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			for _, m := range msgs {
-				tunnelSize(m)
-				buf = appendTunnel(buf[:0], m)
+				enc, _ := planTunnel(m)
+				buf = appendTunnel(buf[:0], m, enc)
 			}
 		}
 	})
