@@ -52,9 +52,9 @@ type requestSeries struct {
 // has something to say. The keys are the vectors' own bounded label
 // values.
 type children[K comparable, M any] struct {
-	mu   sync.RWMutex
-	m    map[K]M
-	make func(K) M
+	mu       sync.RWMutex
+	m        map[K]M
+	newChild func(K) M
 }
 
 func (c *children[K, M]) get(k K) M {
@@ -72,7 +72,7 @@ func (c *children[K, M]) get(k K) M {
 	if c.m == nil {
 		c.m = make(map[K]M)
 	}
-	v = c.make(k)
+	v = c.newChild(k)
 	c.m[k] = v
 	return v
 }
@@ -103,17 +103,17 @@ func newMetrics(s *Server, reg *prometheus.Registry) *metrics {
 			Name: "iop_edge_credential_leases_issued_total", Help: "Credential leases issued, by provider.",
 		}, []string{"provider"}),
 	}
-	m.requestsBy.make = func(k requestSeries) prometheus.Counter {
+	m.requestsBy.newChild = func(k requestSeries) prometheus.Counter {
 		return m.requests.WithLabelValues(k.route, k.api.String(), k.outcome)
 	}
-	m.durationBy.make = func(k routeSeries) prometheus.Observer {
+	m.durationBy.newChild = func(k routeSeries) prometheus.Observer {
 		return m.duration.WithLabelValues(k.route, k.api.String())
 	}
-	m.ttftBy.make = func(k routeSeries) prometheus.Observer {
+	m.ttftBy.newChild = func(k routeSeries) prometheus.Observer {
 		return m.ttft.WithLabelValues(k.route, k.api.String())
 	}
-	m.queueWaitBy.make = func(route string) prometheus.Observer { return m.queueWait.WithLabelValues(route) }
-	m.tokensBy.make = func(key string) *[2]prometheus.Counter {
+	m.queueWaitBy.newChild = func(route string) prometheus.Observer { return m.queueWait.WithLabelValues(route) }
+	m.tokensBy.newChild = func(key string) *[2]prometheus.Counter {
 		return &[2]prometheus.Counter{m.tokens.WithLabelValues(key, "input"), m.tokens.WithLabelValues(key, "output")}
 	}
 	m.upstreamBytes = sync.OnceValue(func() prometheus.Counter { return m.tunnelBytes.WithLabelValues("upstream") })

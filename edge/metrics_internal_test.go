@@ -10,7 +10,7 @@ import (
 // child once, and every caller gets that one.
 func TestChildrenMakesEachOnce(t *testing.T) {
 	var made atomic.Int64
-	c := children[routeSeries, *int]{make: func(routeSeries) *int {
+	c := children[routeSeries, *int]{newChild: func(routeSeries) *int {
 		made.Add(1)
 		return new(int)
 	}}
