@@ -213,6 +213,10 @@ func skipWS(b []byte, i int) int {
 // known valid).
 func skipString(b []byte, i int) int {
 	for j := i + 1; j < len(b); j++ {
+		j = stringStop(b, j) // a valid body has no control character in a string
+		if j >= len(b) {
+			break
+		}
 		switch b[j] {
 		case '\\':
 			j++

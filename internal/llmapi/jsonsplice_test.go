@@ -2,6 +2,7 @@ package llmapi
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -114,4 +115,16 @@ func FuzzQuote(f *testing.F) {
 			t.Fatalf("Quote(%q) = %s, want %s", s, got, want)
 		}
 	})
+}
+
+// BenchmarkScanLong scans a request with a long prompt for the keys the
+// Edge reads: the check and the walk both go through one long string.
+func BenchmarkScanLong(b *testing.B) {
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("The quick brown fox jumps over the lazy dog. ", 100) + `"}],"stream":true}`)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := Scan(body, "model", "stream"); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
