@@ -1,9 +1,11 @@
 package edge_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -493,6 +495,63 @@ func TestStreamHeadBeforeSlowFirstEvent(t *testing.T) {
 		if err != nil || !strings.Contains(string(body), "data: [DONE]") {
 			t.Fatalf("%s: stream %v:\n%s", model, err, body)
 		}
+	}
+	r.settled()
+}
+
+// TestEventAheadOfCommentLeavesAtOnce: an event that arrives with a
+// comment behind it (a provider's keep-alive) reaches the client while
+// the provider is silent after them. A relay that took the buffered
+// comment for another event would hold the event back for a burst that
+// never comes, until the provider's next bytes.
+func TestEventAheadOfCommentLeavesAtOnce(t *testing.T) {
+	hold := make(chan struct{})
+	defer func() {
+		select {
+		case <-hold:
+		default:
+			close(hold)
+		}
+	}()
+	// No keep-alive comment of the Edge's own comes before the test's
+	// deadline to flush the event out.
+	r := newRig(t, rigOpts{keepAlive: time.Minute, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{Text: []string{"first", "second"}, Comment: "PROCESSING", Hold: hold}
+	}})
+	req, _ := http.NewRequestWithContext(ctx(t), "POST", r.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":"hold"}]}`))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := bufio.NewScanner(resp.Body)
+	seen := make(chan error, 1)
+	go func() {
+		for lines.Scan() {
+			if strings.Contains(lines.Text(), `"content":"first"`) {
+				seen <- nil
+				return
+			}
+		}
+		seen <- fmt.Errorf("stream ended before the first content event: %v", lines.Err())
+	}()
+	select {
+	case err := <-seen:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first content event did not reach the client while the provider was silent")
+	}
+	close(hold)
+	var rest strings.Builder
+	for lines.Scan() {
+		rest.WriteString(lines.Text() + "\n")
+	}
+	if !strings.Contains(rest.String(), `"content":"second"`) || !strings.Contains(rest.String(), "data: [DONE]") {
+		t.Fatalf("the rest of the stream:\n%s", rest.String())
 	}
 	r.settled()
 }

@@ -63,6 +63,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e := newSSE(w, r)
+	e.comment = sc.Comment
 	chunk := func(delta map[string]any, finish any) map[string]any {
 		return map[string]any{
 			"id": id, "object": "chat.completion.chunk", "created": created, "model": req.Model,
@@ -86,7 +87,17 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			e.event("", map[string]any{"error": map[string]any{"message": "scripted mid-stream error", "type": "server_error", "param": nil, "code": nil}})
 			return false
 		}
-		return e.event("", chunk(delta, nil)) == nil
+		if e.event("", chunk(delta, nil)) != nil {
+			return false
+		}
+		if n == 1 && sc.Hold != nil {
+			select {
+			case <-sc.Hold:
+			case <-r.Context().Done():
+				return false
+			}
+		}
+		return true
 	}
 	for _, t := range sc.Reasoning {
 		if !step(map[string]any{"reasoning_content": t}) {

@@ -53,6 +53,14 @@ type Script struct {
 	Gate <-chan struct{}
 	// ChunkDelay separates streamed chunks.
 	ChunkDelay time.Duration
+	// Hold, when not nil, holds a Chat Completions stream after its first
+	// content chunk until it is closed: a test sees what reached the
+	// client while the provider is silent.
+	Hold <-chan struct{}
+	// Comment, when set, follows each event of a Chat Completions stream
+	// as an SSE comment line, in the same write (some hosted APIs and
+	// proxies send such comments as keep-alives).
+	Comment string
 	// ErrorAfter, when positive, ends a stream after that many content
 	// chunks with the API's own mid-stream error event.
 	ErrorAfter int
@@ -519,6 +527,8 @@ type sse struct {
 	w   http.ResponseWriter
 	f   http.Flusher
 	ctx context.Context
+	// comment follows each event; see Script.Comment.
+	comment string
 }
 
 func newSSE(w http.ResponseWriter, r *http.Request) *sse {
@@ -547,6 +557,11 @@ func (e *sse) event(name string, v any) error {
 	}
 	if _, err := io.WriteString(e.w, "data: "+string(b)+"\n\n"); err != nil {
 		return err
+	}
+	if e.comment != "" {
+		if _, err := io.WriteString(e.w, ": "+e.comment+"\n\n"); err != nil {
+			return err
+		}
 	}
 	if e.f != nil {
 		e.f.Flush()

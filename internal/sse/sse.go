@@ -73,12 +73,48 @@ func (r *Reader) Release() {
 	r.br = nil
 }
 
-// Ready reports whether another whole event is already buffered, so that
-// Next returns it without reading: a caller relaying events holds its flush
-// only while that is so.
+// Ready reports whether Next would return an event without reading: the
+// bytes already buffered end an event (a data line, then a blank line). A
+// caller relaying events holds its write only while that is so. Comments
+// and blocks without data do not count: a relay that held an event behind
+// a comment would hold it until the provider's next bytes.
 func (r *Reader) Ready() bool {
 	b, _ := r.br.Peek(r.br.Buffered())
-	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\r\n\r\n")) || bytes.Contains(b, []byte("\r\r"))
+	hasData, partial, skipLF := r.hasData, r.line, r.skipLF
+	for {
+		if skipLF {
+			if len(b) == 0 {
+				return false
+			}
+			if b[0] == '\n' {
+				b = b[1:]
+			}
+			skipLF = false
+		}
+		i := indexEOL(b)
+		if i < 0 {
+			return false
+		}
+		switch {
+		case len(partial) == 0 && i == 0: // a blank line
+			if hasData {
+				return true
+			}
+		case isDataLine(partial, b[:i]):
+			hasData = true
+		}
+		partial, skipLF, b = nil, b[i] == '\r', b[i+1:]
+	}
+}
+
+// isDataLine reports whether the line that is head followed by tail has
+// the field name "data", as next reads it.
+func isDataLine(head, tail []byte) bool {
+	const name = "data"
+	var field [len(name) + 1]byte
+	n := copy(field[:], head)
+	n += copy(field[n:], tail)
+	return n >= len(name) && string(field[:len(name)]) == name && (n == len(name) || field[len(name)] == ':')
 }
 
 // Next returns the next event. Comments and events without data are

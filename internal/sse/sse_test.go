@@ -140,8 +140,12 @@ func FuzzReader(f *testing.F) {
 	f.Add([]byte("event: a\ndata: b\n\n"))
 	f.Add([]byte("data: x\r\ndata: y\r\n\r\n:c\n"))
 	f.Add([]byte("data\n\nid: 1\x00\ndata: z\n\n"))
+	f.Add([]byte("data: a\n\n: keep\n\ndata: b\n\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		readAll(t, string(in), 1024) // Next and NextShared agree
+		for _, piece := range []int{1, 3, 64, 4096} {
+			checkReady(t, in, piece, 1024)
+		}
 		r := NewReader(bytes.NewReader(in), 1024)
 		for {
 			ev, err := r.Next()
@@ -160,6 +164,73 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// pieces serves b a piece at a time with a timeout between pieces, and
+// counts its reads.
+type pieces struct {
+	b     []byte
+	size  int
+	odd   bool
+	reads int
+}
+
+func (p *pieces) Read(buf []byte) (int, error) {
+	p.reads++
+	if p.odd = !p.odd; p.odd && len(p.b) > 0 {
+		return 0, errTimeout
+	}
+	if len(p.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(buf, p.b[:min(p.size, len(p.b))])
+	p.b = p.b[n:]
+	return n, nil
+}
+
+// checkReady holds Ready to its word: before every Next (after events,
+// timeouts and partial lines alike), Ready reports true exactly when that
+// Next returns an event without reading.
+func checkReady(t *testing.T, in []byte, piece, max int) {
+	t.Helper()
+	src := &pieces{b: in, size: piece}
+	r := NewReader(src, max)
+	defer r.Release()
+	for range 4*len(in) + 8 {
+		ready := r.Ready()
+		before := src.reads
+		_, err := r.Next()
+		if errors.Is(err, ErrTooLarge) {
+			return
+		}
+		if got := err == nil && src.reads == before; got != ready {
+			t.Fatalf("%q in pieces of %d: Ready said %v, but Next read %d times and returned %v", in, piece, ready, src.reads-before, err)
+		}
+		if err == io.EOF {
+			return
+		}
+	}
+	t.Fatalf("%q: no end", in)
+}
+
+func TestReady(t *testing.T) {
+	for _, in := range []string{
+		"data: a\n\ndata: b\n\n",
+		"data: a\n\n: keep-alive\n\n",
+		": keep-alive\n\ndata: a\n\n",
+		"data: a\n\nevent: nodata\n\nid: 3\n\n",
+		"data: a\r\n\r\ndata: b\r\n\r\n",
+		"data: a\r\rdata: b\r\r",
+		"data: a\r\n\r\n\ndata: b\r\n\r\n",
+		"data\n\ndata:\n\ndatum: x\n\ndata: y\n\n",
+		"event: x\ndata: one\ndata: two\n\n",
+		"data: " + strings.Repeat("x", 5000) + "\n\n: c\n\ndata: z\n\n",
+		"data: incomplete",
+	} {
+		for _, piece := range []int{1, 2, 3, 5, 7, 64, 1 << 20} {
+			checkReady(t, []byte(in), piece, 0)
+		}
+	}
 }
 
 // flaky returns a timeout error between every byte.
