@@ -556,6 +556,68 @@ func TestEventAheadOfCommentLeavesAtOnce(t *testing.T) {
 	r.settled()
 }
 
+// TestMalformedEventEndsStream: events that arrive in one burst with a
+// malformed one behind them reach the client, in order, and then the
+// API's error event ends the stream; the malformed event is not passed on.
+func TestMalformedEventEndsStream(t *testing.T) {
+	good := func(s string) string {
+		return `data: {"choices":[{"index":0,"delta":{"content":"` + s + `"}}]}` + "\n\n"
+	}
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{Raw: good("one") + good("two") + "data: {broken\n\n" + good("three")}
+	}})
+	req, _ := http.NewRequestWithContext(ctx(t), "POST", r.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":"x"}]}`))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var got []string
+	for _, ev := range strings.Split(strings.TrimSpace(string(body)), "\n\n") {
+		got = append(got, strings.TrimPrefix(ev, "data: "))
+	}
+	if len(got) != 3 || !strings.Contains(got[0], `"one"`) || !strings.Contains(got[1], `"two"`) || !strings.Contains(got[2], `"error"`) {
+		t.Fatalf("stream:\n%s", body)
+	}
+	r.settled()
+}
+
+// TestStreamUsageWithWhitespace: a provider that writes its usage chunk
+// with whitespace in it (`"usage": {`) is booked all the same, and the
+// chunk the client did not ask for is not passed on.
+func TestStreamUsageWithWhitespace(t *testing.T) {
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{Raw: `data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n" +
+			`data: {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}` + "\n\n" +
+			"data: [DONE]\n\n"}
+	}})
+	req, _ := http.NewRequestWithContext(ctx(t), "POST", r.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":"x"}]}`))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(body), "usage") || !strings.Contains(string(body), `"hi"`) || !strings.Contains(string(body), "[DONE]") {
+		t.Fatalf("stream:\n%s", body)
+	}
+	r.settled()
+	var alice edge.Usage
+	for _, u := range r.srv.Usage() {
+		if u.Key == "alice" {
+			alice = u
+		}
+	}
+	if alice.InputTokens != 7 || alice.OutputTokens != 3 {
+		t.Fatalf("usage %+v", alice)
+	}
+}
+
 // flushRecorder is a ResponseWriter that notes what had been written at
 // each Flush.
 type flushRecorder struct {

@@ -125,10 +125,25 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 	r := sse.NewReader(tn, 0)
 	defer r.Release()
 	keep := req.snap.keepAlive
-	var out []byte
+	// out holds the events of a burst not yet written: a burst (the events
+	// the reader already holds) leaves in one Write and one flush. It is
+	// empty whenever the next NextShared may read (more is false), so no
+	// event waits on the provider's next bytes.
+	bp := burstBufs.Get().(*[]byte)
+	out := (*bp)[:0]
+	defer func() {
+		if cap(out) <= 2*maxBurst {
+			*bp = out[:0]
+			burstBufs.Put(bp)
+		}
+	}()
+	more := false // the reader holds another whole event: the next one needs no read
 	terminated := false
 	for {
-		tn.SetReadDeadline(time.Now().Add(head.wait(keep)))
+		if !more || head.pending {
+			// Only a read waits, so only then is the deadline moved.
+			tn.SetReadDeadline(time.Now().Add(head.wait(keep)))
+		}
 		ev, err := r.NextShared() // nothing below keeps ev past this turn
 		if errors.Is(err, wire.ErrDeadlineExceeded) {
 			if !head.idle() {
@@ -139,20 +154,27 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		if err == io.EOF {
 			if !terminated {
 				// The provider's stream ended without its last event.
-				s.streamError(w, req, errors.New("the provider's stream ended without its terminal event"))
+				s.streamError(w, req, out, errors.New("the provider's stream ended without its terminal event"))
 			}
 			return
 		}
 		if err != nil {
 			if ctx.Err() == nil || deadlinePassed(ctx) {
-				s.streamError(w, req, err)
+				s.streamError(w, req, out, err)
 			}
 			return
 		}
-		if string(ev.Data) != "[DONE]" && !llmapi.Valid(ev.Data) {
+		// One pass checks the event and finds whether it carries usage
+		// (Chat Completions' last chunk, Responses' response.completed,
+		// Anthropic's message_start and message_delta).
+		ok, hasUsage := true, false
+		if string(ev.Data) != "[DONE]" {
+			ok, hasUsage = llmapi.ValidFind(ev.Data, "usage")
+		}
+		if !ok {
 			// A malformed event is not passed on: the stream ends with the
 			// API's error event, and the upstream call is cancelled.
-			s.streamError(w, req, errors.New("the provider sent a malformed event"))
+			s.streamError(w, req, out, errors.New("the provider sent a malformed event"))
 			return
 		}
 		terminated = terminated || streamTerminal(req.api, ev)
@@ -166,27 +188,40 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 				s.responses.remember(m.Response.ID, x.lease.NodeID, x.lease.ProviderID, req.key.Name)
 			}
 		}
-		if bytes.Contains(ev.Data, []byte(`"usage":{`)) {
+		pass := true
+		if hasUsage {
 			if u, usageOnly := streamUsage(req, ev); u != nil {
 				s.recordUsage(req, u)
-				if usageOnly && req.api == apiChat && !req.includeUsage {
-					continue // asked for by the Edge, not by the client
-				}
+				// A usage chunk asked for by the Edge, not by the client,
+				// is not passed on.
+				pass = !(usageOnly && req.api == apiChat && !req.includeUsage)
 			}
 		}
-		out = sse.AppendEvent(out[:0], ev.Type, ev.Data)
-		if _, err := w.Write(out); err != nil {
-			return
+		if pass {
+			out = sse.AppendEvent(out, ev.Type, ev.Data)
 		}
-		if head.pending || !r.Ready() {
-			// Flush unless another whole event is already here: a burst
-			// leaves in one write, a lone event at once. The first event
-			// never waits for a burst behind it: the time to the first
-			// token is the figure a streaming client feels most.
+		more = r.Ready()
+		if head.pending || !more || len(out) >= maxBurst {
+			// Write and flush unless another whole event is already here:
+			// a burst leaves in one write, a lone event at once. The first
+			// event never waits for a burst behind it: the time to the
+			// first token is the figure a streaming client feels most.
+			if len(out) > 0 {
+				if _, err := w.Write(out); err != nil {
+					return
+				}
+				out = out[:0]
+			}
 			head.flush()
 		}
 	}
 }
+
+// maxBurst bounds the events a streamed answer holds back for one write.
+const maxBurst = 32 << 10
+
+// burstBufs holds the buffers a streamed answer's bursts are written from.
+var burstBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 // bookAnswer records the usage (and a Responses id) of a whole JSON
 // answer.
@@ -307,17 +342,17 @@ func streamTerminal(a api, ev sse.Event) bool {
 }
 
 // streamError ends an SSE answer with the client format's own error event.
-func (s *Server) streamError(w http.ResponseWriter, req *request, err error) {
+// The events in pending (not yet written) leave first, in the same write.
+func (s *Server) streamError(w http.ResponseWriter, req *request, pending []byte, err error) {
 	s.log.Warn("stream ended with an error", "request_id", req.rid, "error", err)
-	body := llmapi.OpenAIErrorBody("The model provider failed mid-stream.", "server_error", nil)
-	var out []byte
+	out := pending
 	switch req.api {
 	case apiResponses:
-		out = sse.AppendEvent(nil, "error", []byte(`{"type":"error","code":"server_error","message":"The model provider failed mid-stream.","param":null}`))
+		out = sse.AppendEvent(out, "error", []byte(`{"type":"error","code":"server_error","message":"The model provider failed mid-stream.","param":null}`))
 	case apiMessages:
-		out = sse.AppendEvent(nil, "error", llmapi.AnthropicErrorBody("api_error", "The model provider failed mid-stream."))
+		out = sse.AppendEvent(out, "error", llmapi.AnthropicErrorBody("api_error", "The model provider failed mid-stream."))
 	default:
-		out = sse.AppendEvent(nil, "", body)
+		out = sse.AppendEvent(out, "", llmapi.OpenAIErrorBody("The model provider failed mid-stream.", "server_error", nil))
 	}
 	w.Write(out)
 	flush(w)
