@@ -228,6 +228,17 @@ func TestMaxStreams(t *testing.T) {
 			t.Errorf("refused %d, want 3", got)
 		}
 	})
+	t.Run("an ended context opens nothing", func(t *testing.T) {
+		client, _ := pair(t, nil, &Config{MaxStreams: 4})
+		c, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := client.OpenStream(c); !errors.Is(err, context.Canceled) {
+			t.Fatalf("OpenStream with an ended context under the limit = %v, want context.Canceled", err)
+		}
+		if got := client.Stats().StreamsOpened; got != 0 {
+			t.Fatalf("%d streams opened", got)
+		}
+	})
 	t.Run("opener waits for a free slot", func(t *testing.T) {
 		client, server := pair(t, nil, &Config{MaxStreams: 1})
 		first, err := client.OpenStream(ctx(t))
