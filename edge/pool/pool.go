@@ -173,8 +173,11 @@ func (l *Lease) Release() {
 // Acquire waits for a free slot among req.Candidates(). It returns
 // ErrNoCandidate at once (or as soon as it happens while waiting) when no
 // candidate is left to wait for, ErrQueueTimeout after req.Timeout, or
-// ctx's error.
+// ctx's error. With ctx already ended it takes no slot.
 func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // a client gone before admission takes no one's slot
+	}
 	start := time.Now()
 	w := &waiter{req: req, arrived: start}
 	p.mu.Lock()

@@ -62,6 +62,19 @@ func TestFIFOAndCapacity(t *testing.T) {
 	}
 }
 
+func TestEndedContextTakesNoSlot(t *testing.T) {
+	p := New()
+	c := cand("n", "p", 1, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if l, err := p.Acquire(ctx, Request{Candidates: fixed(c), Timeout: time.Second}); !errors.Is(err, context.Canceled) || l != nil {
+		t.Fatalf("Acquire with an ended context = %v, %v", l, err)
+	}
+	if got, s := p.Load(c.Key, 1), p.Stats(); got != (Load{}) || s.Granted != 0 {
+		t.Fatalf("load %+v, stats %+v", got, s)
+	}
+}
+
 func TestQueueTimeoutAndNoCandidate(t *testing.T) {
 	p := New()
 	c := cand("n", "p", 1, 1)
