@@ -234,13 +234,7 @@ func TestChat(t *testing.T) {
 		}
 	}
 	r.settled()
-	var alice edge.Usage
-	for _, u := range r.srv.Usage() {
-		if u.Key == "alice" {
-			alice = u
-		}
-	}
-	if alice.Requests != 6 || alice.InputTokens != 6*12 || alice.OutputTokens != 6*3 {
+	if alice := r.usageOf("alice"); alice.Requests != 6 || alice.InputTokens != 6*12 || alice.OutputTokens != 6*3 {
 		t.Fatalf("usage %+v", alice)
 	}
 }
@@ -518,13 +512,7 @@ func TestEventAheadOfCommentLeavesAtOnce(t *testing.T) {
 	r := newRig(t, rigOpts{keepAlive: time.Minute, reply: func(q *upstreamtest.Request) upstreamtest.Script {
 		return upstreamtest.Script{Text: []string{"first", "second"}, Comment: "PROCESSING", Hold: hold}
 	}})
-	req, _ := http.NewRequestWithContext(ctx(t), "POST", r.url+"/v1/chat/completions",
-		strings.NewReader(`{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":"hold"}]}`))
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := r.openChatStream(t, "gpt-local")
 	defer resp.Body.Close()
 	lines := bufio.NewScanner(resp.Body)
 	seen := make(chan error, 1)
@@ -566,15 +554,7 @@ func TestMalformedEventEndsStream(t *testing.T) {
 	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
 		return upstreamtest.Script{Raw: good("one") + good("two") + "data: {broken\n\n" + good("three")}
 	}})
-	req, _ := http.NewRequestWithContext(ctx(t), "POST", r.url+"/v1/chat/completions",
-		strings.NewReader(`{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":"x"}]}`))
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := r.streamChat(t, "gpt-local")
 	var got []string
 	for _, ev := range strings.Split(strings.TrimSpace(string(body)), "\n\n") {
 		got = append(got, strings.TrimPrefix(ev, "data: "))
@@ -594,28 +574,51 @@ func TestStreamUsageWithWhitespace(t *testing.T) {
 			`data: {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}` + "\n\n" +
 			"data: [DONE]\n\n"}
 	}})
+	body := r.streamChat(t, "gpt-local")
+	if strings.Contains(string(body), "usage") || !strings.Contains(string(body), `"hi"`) || !strings.Contains(string(body), "[DONE]") {
+		t.Fatalf("stream:\n%s", body)
+	}
+	r.settled()
+	if alice := r.usageOf("alice"); alice.InputTokens != 7 || alice.OutputTokens != 3 {
+		t.Fatalf("usage %+v", alice)
+	}
+}
+
+// openChatStream sends a streamed Chat Completions request for model with
+// raw HTTP (so the test sees the bytes the Edge writes) and returns the
+// answer once its head is in.
+func (r *rig) openChatStream(t *testing.T, model string) *http.Response {
+	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx(t), "POST", r.url+"/v1/chat/completions",
-		strings.NewReader(`{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":"x"}]}`))
+		strings.NewReader(`{"model":"`+model+`","stream":true,"messages":[{"role":"user","content":"x"}]}`))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if strings.Contains(string(body), "usage") || !strings.Contains(string(body), `"hi"`) || !strings.Contains(string(body), "[DONE]") {
-		t.Fatalf("stream:\n%s", body)
+	return resp
+}
+
+// streamChat is openChatStream read to its end.
+func (r *rig) streamChat(t *testing.T, model string) []byte {
+	t.Helper()
+	resp := r.openChatStream(t, model)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
-	r.settled()
-	var alice edge.Usage
+	return body
+}
+
+// usageOf returns the Edge's usage of key (zero if it has none).
+func (r *rig) usageOf(key string) edge.Usage {
 	for _, u := range r.srv.Usage() {
-		if u.Key == "alice" {
-			alice = u
+		if u.Key == key {
+			return u
 		}
 	}
-	if alice.InputTokens != 7 || alice.OutputTokens != 3 {
-		t.Fatalf("usage %+v", alice)
-	}
+	return edge.Usage{}
 }
 
 // flushRecorder is a ResponseWriter that notes what had been written at
