@@ -321,9 +321,8 @@ func (s *Session) isLocalID(id uint64) bool { return (id%2 == 1) == s.client }
 
 // OpenStream opens a new stream. It waits while the peer's concurrent
 // stream limit is reached, until ctx ends; with ctx already ended it
-// opens nothing. It fails with ErrGoAway after the
-// peer's GOAWAY, ErrShutdown after Shutdown, or the *CloseError of a closed
-// session.
+// opens nothing. It fails with ErrGoAway after the peer's GOAWAY,
+// ErrShutdown after Shutdown, or the *CloseError of a closed session.
 func (s *Session) OpenStream(ctx context.Context) (*Stream, error) {
 	if err := ctx.Err(); err != nil {
 		// Checked first: under the limit, the select below could pick the

@@ -54,8 +54,8 @@ type Script struct {
 	// ChunkDelay separates streamed chunks.
 	ChunkDelay time.Duration
 	// Hold, when not nil, holds a Chat Completions stream after its first
-	// content chunk until it is closed: a test sees what reached the
-	// client while the provider is silent.
+	// delta chunk (reasoning or content) until it is closed: a test sees
+	// what reached the client while the provider is silent.
 	Hold <-chan struct{}
 	// Comment, when set, follows each event of a Chat Completions stream
 	// as an SSE comment line, in the same write (some hosted APIs and
