@@ -565,6 +565,7 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 			dec = llmapi.DecodeAnthropic(b)
 		}
 	}
+	defer dec.Release()
 	em := &emitter{s: s, w: w, req: req, rend: renderer(req)}
 	defer em.finish()
 	em.start()

@@ -15,6 +15,10 @@ type Decoder interface {
 	// Next returns the next event; io.EOF after the terminal (Stop or
 	// Error).
 	Next() (Event, error)
+	// Release gives back what the decoder holds (a stream decoder's read
+	// buffer, for the next stream); Next returns io.EOF after it. A
+	// decoder never released costs only that its buffer is not reused.
+	Release()
 }
 
 // errUpstream is a malformed provider answer.
@@ -80,6 +84,15 @@ type queue struct {
 	events []Event
 	done   bool
 	step   func() error // appends to events; io.EOF when the source ended
+	rd     *sse.Reader  // the stream step reads, released by Release
+}
+
+func (q *queue) Release() {
+	q.done, q.events = true, nil // Next never steps again
+	if q.rd != nil {
+		q.rd.Release()
+		q.rd = nil
+	}
 }
 
 func (q *queue) Next() (Event, error) {
@@ -128,7 +141,7 @@ func DecodeChatStream(r io.Reader) Decoder {
 	var usage *Usage
 	toolIdx := map[int]bool{}
 	var callIndex = -1
-	d := &queue{}
+	d := &queue{rd: rd}
 	d.step = func() error {
 		ev, err := rd.Next()
 		if err == io.EOF && (finished || finish != "") {
@@ -279,7 +292,7 @@ func DecodeAnthropicStream(r io.Reader) Decoder {
 	var seq blockSeq
 	provOpen := map[int]bool{}
 	started := false
-	d := &queue{}
+	d := &queue{rd: rd}
 	d.step = func() error {
 		ev, err := rd.Next()
 		if err != nil {
@@ -448,7 +461,7 @@ func DecodeResponsesStream(r io.Reader) Decoder {
 	got := map[string]bool{} // item id -> saw argument or text deltas
 	openItem := ""
 	tools := 0
-	d := &queue{}
+	d := &queue{rd: rd}
 	d.step = func() error {
 		ev, err := rd.Next()
 		if err != nil {
@@ -621,6 +634,8 @@ func (a *answer) events() []Event {
 }
 
 type listDecoder struct{ events []Event }
+
+func (l *listDecoder) Release() { l.events = nil }
 
 func (l *listDecoder) Next() (Event, error) {
 	if len(l.events) == 0 {
