@@ -69,9 +69,16 @@ func BenchmarkStreamPassThrough(b *testing.B) {
 }
 
 // BenchmarkStreamTranslateChatToAnthropic decodes a Chat Completions
-// stream and renders it as Anthropic Messages.
+// stream and renders it as Anthropic Messages: a 200-chunk stream, and a
+// long answer of 8,000 chunks, whose cost per chunk must stay the same (a
+// renderer keeps the whole text for its terminal events and body).
 func BenchmarkStreamTranslateChatToAnthropic(b *testing.B) {
-	in := chatStream(streamChunks)
+	b.Run("200", func(b *testing.B) { benchTranslate(b, streamChunks) })
+	b.Run("8000", func(b *testing.B) { benchTranslate(b, 8000) })
+}
+
+func benchTranslate(b *testing.B, chunks int) {
+	in := chatStream(chunks)
 	b.SetBytes(int64(len(in)))
 	for b.Loop() {
 		dec := llmapi.DecodeChatStream(bytes.NewReader(in))
@@ -83,6 +90,7 @@ func BenchmarkStreamTranslateChatToAnthropic(b *testing.B) {
 			}
 			r.Event(ev)
 		}
+		dec.Release() // as the Edge does
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*streamChunks), "ns/chunk")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chunks), "ns/chunk")
 }

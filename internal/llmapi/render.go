@@ -24,10 +24,15 @@ type state struct {
 	blocks    []*Part // by canonical index
 	kinds     []BlockKind
 	args      []*strings.Builder
-	usage     Usage
-	stop      StopReason
-	err       *APIError
-	done      bool
+	// texts and sigs build each block's Text and Signature: a delta is
+	// appended in amortized constant time, and the Part's field is the
+	// builder's String, which copies nothing (+= would copy the whole
+	// text on every delta: quadratic in a long answer).
+	texts, sigs []*strings.Builder
+	usage       Usage
+	stop        StopReason
+	err         *APIError
+	done        bool
 }
 
 func (s *state) apply(e Event) {
@@ -53,17 +58,24 @@ func (s *state) apply(e Event) {
 			s.blocks = append(s.blocks, nil)
 			s.kinds = append(s.kinds, "")
 			s.args = append(s.args, nil)
+			s.texts = append(s.texts, nil)
+			s.sigs = append(s.sigs, nil)
 		}
 		s.blocks[e.Index], s.kinds[e.Index], s.args[e.Index] = p, e.Block, &strings.Builder{}
+		s.texts[e.Index], s.sigs[e.Index] = &strings.Builder{}, &strings.Builder{}
 	case EvDelta:
 		if e.Index < len(s.blocks) && s.blocks[e.Index] != nil {
 			b := s.blocks[e.Index]
 			if b.Kind == PartToolUse {
 				s.args[e.Index].WriteString(e.Text)
-			} else {
-				b.Text += e.Text
+			} else if e.Text != "" {
+				s.texts[e.Index].WriteString(e.Text)
+				b.Text = s.texts[e.Index].String()
 			}
-			b.Signature += e.Signature
+			if e.Signature != "" {
+				s.sigs[e.Index].WriteString(e.Signature)
+				b.Signature = s.sigs[e.Index].String()
+			}
 		}
 	case EvUsage:
 		s.usage = e.Usage

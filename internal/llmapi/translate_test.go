@@ -3,8 +3,10 @@ package llmapi_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -515,5 +517,60 @@ func TestRequestToResponses(t *testing.T) {
 	}
 	if _, err := llmapi.EncodeResponses(ir, "m"); err == nil {
 		t.Fatal("stop sequences dropped silently")
+	}
+}
+
+// TestTranslationLinearInLength: translating a stream costs the same per
+// chunk whatever its length, for every renderer. Each renderer keeps the
+// answer's text (for its buffered body and for terminal events that
+// repeat it), and appending each delta by copying the text so far made a
+// long answer quadratic: 36 KB allocated per chunk at 8,000 chunks against
+// 3 KB at 200. The full text still reaches the buffered body.
+func TestTranslationLinearInLength(t *testing.T) {
+	renderers := map[string]func() llmapi.Renderer{
+		"anthropic": func() llmapi.Renderer { return &llmapi.AnthropicRenderer{ID: "m", Model: "pub"} },
+		"chat":      func() llmapi.Renderer { return &llmapi.ChatRenderer{ID: "c", Model: "pub"} },
+		"responses": func() llmapi.Renderer { return &llmapi.ResponsesRenderer{ID: "r", Model: "pub"} },
+	}
+	perChunk := func(mk func() llmapi.Renderer, n int) float64 {
+		in := chatStream(n)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		dec := llmapi.DecodeChatStream(bytes.NewReader(in))
+		r := mk()
+		for {
+			ev, err := dec.Next()
+			if err != nil {
+				break
+			}
+			r.Event(ev)
+		}
+		r.Body()
+		dec.Release()
+		runtime.ReadMemStats(&after)
+		return float64(after.TotalAlloc-before.TotalAlloc) / float64(n)
+	}
+	for name, mk := range renderers {
+		short, long := perChunk(mk, 1000), perChunk(mk, 8000)
+		if long > 1.5*short {
+			t.Errorf("%s: %.0f bytes allocated per chunk at 8,000 chunks, %.0f at 1,000", name, long, short)
+		}
+	}
+	// The whole text, in order, in the buffered answer.
+	dec := llmapi.DecodeChatStream(bytes.NewReader(chatStream(8000)))
+	defer dec.Release()
+	_, status, body := render(t, dec, &llmapi.AnthropicRenderer{ID: "m", Model: "pub"})
+	var msg struct {
+		Content []struct{ Text string } `json:"content"`
+	}
+	if err := json.Unmarshal(body, &msg); status != 200 || err != nil || len(msg.Content) != 1 {
+		t.Fatalf("status %d, %v, body of %d bytes", status, err, len(body))
+	}
+	var want strings.Builder
+	for i := range 8000 {
+		fmt.Fprintf(&want, "tok%d ", i)
+	}
+	if msg.Content[0].Text != want.String() {
+		t.Fatalf("text of %d bytes, want %d", len(msg.Content[0].Text), want.Len())
 	}
 }
