@@ -574,3 +574,24 @@ func TestTranslationLinearInLength(t *testing.T) {
 		t.Fatalf("text of %d bytes, want %d", len(msg.Content[0].Text), want.Len())
 	}
 }
+
+// TestDecoderRelease: after Release (twice is fine), Next returns io.EOF,
+// mid-stream too, and never touches the released buffer.
+func TestDecoderRelease(t *testing.T) {
+	for name, mk := range map[string]func() llmapi.Decoder{
+		"chat stream":      func() llmapi.Decoder { return llmapi.DecodeChatStream(bytes.NewReader(chatStream(10))) },
+		"anthropic stream": func() llmapi.Decoder { return llmapi.DecodeAnthropicStream(bytes.NewReader(chatStream(10))) },
+		"responses stream": func() llmapi.Decoder { return llmapi.DecodeResponsesStream(bytes.NewReader(chatStream(10))) },
+		"chat buffered":    func() llmapi.Decoder { return llmapi.DecodeChat(fixture(t, "chat_buffered_tool.json")) },
+	} {
+		dec := mk()
+		if _, err := dec.Next(); err != nil {
+			t.Fatalf("%s: first Next: %v", name, err)
+		}
+		dec.Release()
+		dec.Release()
+		if ev, err := dec.Next(); err != io.EOF {
+			t.Fatalf("%s: Next after Release = %+v, %v", name, ev, err)
+		}
+	}
+}
