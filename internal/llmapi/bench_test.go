@@ -47,6 +47,20 @@ func chatStream(n int) []byte {
 	return []byte(b.String())
 }
 
+// anthropicStream is an Anthropic Messages stream of n text deltas.
+func anthropicStream(n int) []byte {
+	var b strings.Builder
+	b.WriteString("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n")
+	b.WriteString("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
+	for i := range n {
+		fmt.Fprintf(&b, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"tok%d \"}}\n\n", i)
+	}
+	b.WriteString("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n")
+	b.WriteString("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":200}}\n\n")
+	b.WriteString("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+	return []byte(b.String())
+}
+
 const streamChunks = 200
 
 // BenchmarkStreamPassThrough is what the tunnel path does to a stream:
@@ -93,4 +107,24 @@ func benchTranslate(b *testing.B, chunks int) {
 		dec.Release() // as the Edge does
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chunks), "ns/chunk")
+}
+
+// BenchmarkStreamTranslateAnthropicToChat decodes an Anthropic Messages
+// stream and renders it as Chat Completions chunks.
+func BenchmarkStreamTranslateAnthropicToChat(b *testing.B) {
+	in := anthropicStream(streamChunks)
+	b.SetBytes(int64(len(in)))
+	for b.Loop() {
+		dec := llmapi.DecodeAnthropicStream(bytes.NewReader(in))
+		r := &llmapi.ChatRenderer{ID: "c", Model: "pub", Created: 1}
+		for {
+			ev, err := dec.Next()
+			if err == io.EOF {
+				break
+			}
+			r.Event(ev)
+		}
+		dec.Release()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*streamChunks), "ns/chunk")
 }

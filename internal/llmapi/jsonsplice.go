@@ -262,16 +262,21 @@ func skipValue(b []byte, i int) int {
 
 // Quote returns s as a JSON string, escaped as encoding/json escapes it.
 func Quote(s string) []byte {
+	return appendQuoted(make([]byte, 0, len(s)+2), s)
+}
+
+// appendQuoted appends s as a JSON string, escaped as encoding/json
+// escapes it.
+func appendQuoted(dst []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
 			b, _ := json.Marshal(s)
-			return b
+			return append(dst, b...)
 		}
 	}
-	// Printable ASCII with nothing to escape (a model name, as a rule):
-	// quoted as it is.
-	b := make([]byte, 0, len(s)+2)
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	// Printable ASCII with nothing to escape (a model name, a token of
+	// English text, as a rule): quoted as it is.
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }

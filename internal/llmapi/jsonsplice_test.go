@@ -114,7 +114,39 @@ func FuzzQuote(f *testing.F) {
 		if got := Quote(s); string(got) != string(want) {
 			t.Fatalf("Quote(%q) = %s, want %s", s, got, want)
 		}
+		checkDeltaEvents(t, s)
 	})
+}
+
+// checkDeltaEvents holds the renderers' hand-written delta events to the
+// bytes of the map form they replace, with s as the text, the id and the
+// model.
+func checkDeltaEvents(t *testing.T, s string) {
+	t.Helper()
+	ar := &AnthropicRenderer{}
+	for _, d := range [][2]string{{"text_delta", "text"}, {"thinking_delta", "thinking"}, {"signature_delta", "signature"}, {"input_json_delta", "partial_json"}} {
+		for _, index := range []int{0, 7, 1234} {
+			got := ar.delta([]byte("prefix"), index, d[0], d[1], s)
+			want := ar.ev([]byte("prefix"), "content_block_delta", map[string]any{"index": index, "delta": map[string]any{"type": d[0], d[1]: s}})
+			if string(got) != string(want) {
+				t.Fatalf("%s of %q:\n got %s\nwant %s", d[0], s, got, want)
+			}
+		}
+	}
+	for _, cr := range []*ChatRenderer{{ID: "chatcmpl-1", Model: "m", Created: 1700000000}, {ID: s, Model: s, Created: -5}} {
+		for _, field := range []string{"content", "reasoning_content"} {
+			got, want := cr.textChunk(field, s), cr.chunk(map[string]any{field: s}, nil)
+			if string(got) != string(want) {
+				t.Fatalf("%s chunk of %q:\n got %s\nwant %s", field, s, got, want)
+			}
+		}
+	}
+}
+
+func TestDeltaEvents(t *testing.T) {
+	for _, s := range []string{"", "tok ", "Hello, world.", `{"a": [1, 2]}`, "<b>&</b>", "line\nbreak\ttab", "\x00\x1f\x7f", "ünïcode 漢字 🙂", "\u2028\u2029", "bad\xffutf8", `quo"te \ back`} {
+		checkDeltaEvents(t, s)
+	}
 }
 
 // BenchmarkScanLong scans a request with a long prompt for the keys the

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/iop-dev/iop/execution"
@@ -127,6 +128,25 @@ type AnthropicRenderer struct {
 	ID, Model string
 	st        state
 	started   bool
+	scratch   []byte // a delta event's JSON, before it is framed
+}
+
+// delta appends a content_block_delta event whose delta is {"type": typ,
+// field: text}. It writes the bytes json.Marshal gives for the map form
+// (keys sorted: field sorts before "type" for every delta type) without
+// building the maps: the one event a stream repeats per token.
+func (r *AnthropicRenderer) delta(out []byte, index int, typ, field, text string) []byte {
+	b := append(r.scratch[:0], `{"delta":{"`...)
+	b = append(b, field...)
+	b = append(b, `":`...)
+	b = appendQuoted(b, text)
+	b = append(b, `,"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `"},"index":`...)
+	b = strconv.AppendInt(b, int64(index), 10)
+	b = append(b, `,"type":"content_block_delta"}`...)
+	r.scratch = b
+	return sse.AppendEvent(out, "content_block_delta", b)
 }
 
 var _ Renderer = (*AnthropicRenderer)(nil)
@@ -180,22 +200,22 @@ func (r *AnthropicRenderer) Event(e Event) []byte {
 		}
 		out = r.ev(out, "content_block_start", map[string]any{"index": e.Index, "content_block": cb})
 	case EvDelta:
-		var d map[string]any
 		switch e.Block {
 		case BlockText:
-			d = map[string]any{"type": "text_delta", "text": e.Text}
+			out = r.delta(out, e.Index, "text_delta", "text", e.Text)
 		case BlockThinking:
 			if e.Text != "" {
-				out = r.ev(out, "content_block_delta", map[string]any{"index": e.Index, "delta": map[string]any{"type": "thinking_delta", "thinking": e.Text}})
+				out = r.delta(out, e.Index, "thinking_delta", "thinking", e.Text)
 			}
 			if e.Signature != "" {
-				out = r.ev(out, "content_block_delta", map[string]any{"index": e.Index, "delta": map[string]any{"type": "signature_delta", "signature": e.Signature}})
+				out = r.delta(out, e.Index, "signature_delta", "signature", e.Signature)
 			}
-			return out
 		case BlockToolUse:
-			d = map[string]any{"type": "input_json_delta", "partial_json": e.Text}
+			out = r.delta(out, e.Index, "input_json_delta", "partial_json", e.Text)
+		default: // not a block kind: as the map form always wrote it
+			var d map[string]any
+			out = r.ev(out, "content_block_delta", map[string]any{"index": e.Index, "delta": d})
 		}
-		out = r.ev(out, "content_block_delta", map[string]any{"index": e.Index, "delta": d})
 	case EvBlockStop:
 		out = r.ev(out, "content_block_stop", map[string]any{"index": e.Index})
 	case EvStop:
@@ -285,9 +305,29 @@ type ChatRenderer struct {
 	st           state
 	started      bool
 	callIndex    map[int]int // canonical block index -> tool_calls index
+	scratch      []byte      // a text chunk's JSON, before it is framed
 }
 
 var _ Renderer = (*ChatRenderer)(nil)
+
+// textChunk is chunk(map[string]any{field: text}, nil), written without
+// building the maps (the bytes are json.Marshal's, keys sorted): the one
+// chunk a stream repeats per token.
+func (r *ChatRenderer) textChunk(field, text string) []byte {
+	b := append(r.scratch[:0], `{"choices":[{"delta":{"`...)
+	b = append(b, field...)
+	b = append(b, `":`...)
+	b = appendQuoted(b, text)
+	b = append(b, `},"finish_reason":null,"index":0,"logprobs":null}],"created":`...)
+	b = strconv.AppendInt(b, r.Created, 10)
+	b = append(b, `,"id":`...)
+	b = appendQuoted(b, r.ID)
+	b = append(b, `,"model":`...)
+	b = appendQuoted(b, r.Model)
+	b = append(b, `,"object":"chat.completion.chunk"}`...)
+	r.scratch = b
+	return sse.AppendEvent(nil, "", b)
+}
 
 func (r *ChatRenderer) chunk(delta map[string]any, finish any) []byte {
 	return sse.AppendEvent(nil, "", mustJSON(map[string]any{
@@ -339,10 +379,10 @@ func (r *ChatRenderer) Event(e Event) []byte {
 	case EvDelta:
 		switch e.Block {
 		case BlockText:
-			return r.chunk(map[string]any{"content": e.Text}, nil)
+			return r.textChunk("content", e.Text)
 		case BlockThinking:
 			if e.Text != "" {
-				return r.chunk(map[string]any{"reasoning_content": e.Text}, nil)
+				return r.textChunk("reasoning_content", e.Text)
 			}
 		case BlockToolUse:
 			return r.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": r.callIndex[e.Index], "function": map[string]any{"arguments": e.Text}}}}, nil)
