@@ -160,32 +160,8 @@ func DecodeChatStream(r io.Reader) Decoder {
 			finished = true
 			return nil
 		}
-		var c struct {
-			ID      string `json:"id"`
-			Model   string `json:"model"`
-			Choices []struct {
-				Delta struct {
-					Content          *string `json:"content"`
-					ReasoningContent *string `json:"reasoning_content"`
-					Reasoning        *string `json:"reasoning"`
-					ToolCalls        []struct {
-						Index    int    `json:"index"`
-						ID       string `json:"id"`
-						Function struct {
-							Name      string `json:"name"`
-							Arguments string `json:"arguments"`
-						} `json:"function"`
-					} `json:"tool_calls"`
-				} `json:"delta"`
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
-			Usage *chatUsageJSON `json:"usage"`
-			Error *struct {
-				Message string `json:"message"`
-				Type    string `json:"type"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(ev.Data, &c); err != nil {
+		var c chatChunk
+		if err := decodeChatChunk(ev.Data, &c); err != nil {
 			return errUpstream("malformed stream chunk")
 		}
 		if c.Error != nil {
@@ -240,6 +216,167 @@ func DecodeChatStream(r io.Reader) Decoder {
 		return nil
 	}
 	return d
+}
+
+// chatChunk is a Chat Completions stream chunk, as the decoder reads it.
+type chatChunk struct {
+	ID      string         `json:"id"`
+	Model   string         `json:"model"`
+	Choices []chatChoice   `json:"choices"`
+	Usage   *chatUsageJSON `json:"usage"`
+	Error   *struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+	} `json:"error"`
+}
+
+type chatChoice struct {
+	Delta struct {
+		Content          *string `json:"content"`
+		ReasoningContent *string `json:"reasoning_content"`
+		Reasoning        *string `json:"reasoning"`
+		ToolCalls        []struct {
+			Index    int    `json:"index"`
+			ID       string `json:"id"`
+			Function struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"function"`
+		} `json:"tool_calls"`
+	} `json:"delta"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+// decodeChatChunk reads one Chat Completions stream chunk into c, as
+// json.Unmarshal would. The usual chunk (an id, a model, one choice whose
+// delta carries text) is read by a walk over its bytes instead of by
+// reflection; a chunk in any other shape, or with anything the walk does
+// not read exactly as encoding/json does (a key that differs from a known
+// one only in case, a repeated key, a value of another type, tool calls,
+// usage), goes to json.Unmarshal. A differential fuzz target holds the
+// two to the same result.
+func decodeChatChunk(data []byte, c *chatChunk) error {
+	if fastChatChunk(data, c) {
+		return nil
+	}
+	*c = chatChunk{}
+	return json.Unmarshal(data, c)
+}
+
+var (
+	chunkKeys  = []string{"id", "model", "choices", "usage", "error"}
+	choiceKeys = []string{"delta", "finish_reason"}
+	deltaKeys  = []string{"content", "reasoning_content", "reasoning", "tool_calls"}
+)
+
+// fastChatChunk is decodeChatChunk's walk; it reports false, with c in
+// any state, for a chunk it leaves to encoding/json.
+func fastChatChunk(data []byte, c *chatChunk) bool {
+	f, err := Scan(data, chunkKeys...) // valid JSON, an object, no repeated or case-folded key
+	if err != nil || !isNull(f.Raw("usage")) || !isNull(f.Raw("error")) {
+		return false
+	}
+	ok := true
+	c.ID, ok = plainString(f.Raw("id"), ok)
+	c.Model, ok = plainString(f.Raw("model"), ok)
+	choices := f.Raw("choices")
+	if !ok || choices == nil || choices[0] == 'n' {
+		return ok // no choices (or null): nothing more to read
+	}
+	if choices[0] != '[' {
+		return false
+	}
+	// A valid array: its elements are walked with the skip helpers.
+	i := skipWS(choices, 1)
+	if choices[i] == ']' {
+		return true
+	}
+	c.Choices = c.Choices[:0]
+	for {
+		end := skipValue(choices, i)
+		elem := choices[i:end]
+		if elem[0] != '{' {
+			return false
+		}
+		cf, err := Scan(elem, choiceKeys...)
+		if err != nil {
+			return false
+		}
+		c.Choices = append(c.Choices, chatChoice{})
+		ch := &c.Choices[len(c.Choices)-1]
+		if ch.FinishReason, ok = plainStringPtr(cf.Raw("finish_reason")); !ok {
+			return false
+		}
+		if d := cf.Raw("delta"); d != nil && d[0] != 'n' {
+			if d[0] != '{' {
+				return false
+			}
+			df, err := Scan(d, deltaKeys...)
+			if err != nil || !isNull(df.Raw("tool_calls")) {
+				return false
+			}
+			if ch.Delta.Content, ok = plainStringPtr(df.Raw("content")); !ok {
+				return false
+			}
+			if ch.Delta.ReasoningContent, ok = plainStringPtr(df.Raw("reasoning_content")); !ok {
+				return false
+			}
+			if ch.Delta.Reasoning, ok = plainStringPtr(df.Raw("reasoning")); !ok {
+				return false
+			}
+		}
+		i = skipWS(choices, end)
+		if choices[i] == ']' {
+			return true
+		}
+		i = skipWS(choices, i+1) // the comma
+	}
+}
+
+// isNull reports whether a scanned value is absent or null.
+func isNull(raw []byte) bool { return raw == nil || string(raw) == "null" }
+
+// plainString reads a scanned string value as json.Unmarshal does into a
+// string: absent or null leaves it empty. Anything but a string reports
+// false (so does an earlier false, passed in as ok).
+func plainString(raw []byte, ok bool) (string, bool) {
+	if !ok {
+		return "", false
+	}
+	if isNull(raw) {
+		return "", true
+	}
+	if raw[0] != '"' {
+		return "", false
+	}
+	return stringValue(raw)
+}
+
+// plainStringPtr reads a scanned value as json.Unmarshal does into a
+// *string: absent or null is nil.
+func plainStringPtr(raw []byte) (*string, bool) {
+	if isNull(raw) {
+		return nil, true
+	}
+	if raw[0] != '"' {
+		return nil, false
+	}
+	s, ok := stringValue(raw)
+	return &s, ok
+}
+
+// stringValue decodes a JSON string literal: one without escapes and
+// all ASCII is its bytes; any other (escapes, or bytes from 0x80 up,
+// which encoding/json checks as UTF-8) goes through encoding/json.
+func stringValue(lit []byte) (string, bool) {
+	inner := lit[1 : len(lit)-1]
+	for _, b := range inner {
+		if b == '\\' || b >= 0x80 {
+			s, err := unquote(lit)
+			return s, err == nil
+		}
+	}
+	return string(inner), true
 }
 
 type chatUsageJSON struct {

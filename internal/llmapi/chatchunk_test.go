@@ -1,0 +1,96 @@
+package llmapi
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+var chatChunkSeeds = []string{
+	`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null,"logprobs":null}]}`,
+	`{"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"finish_reason":null}]}`,
+	`{"id":"c","model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+	`{"id":"c","model":"m","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`,
+	`{"id":"c","choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":"{\"a\""}}]}}]}`,
+	`{"id":"c","choices":[{"delta":{"reasoning_content":"hmm"}},{"delta":{"content":"b"}}]}`,
+	`{"id":"c","choices":[{"delta":{"reasoning":"think"}}]}`,
+	`{"ID":"c","choices":[{"delta":{"content":"a"}}]}`,
+	`{"id":"c","choices":[{"Delta":{"content":"a"}}]}`,
+	`{"id":"c","choices":[{"delta":{"Content":"a"}}]}`,
+	`{"id":"a","id":"b","choices":null}`,
+	`{"id":"\u0063\n","model":"caf\u00e9 ünï","choices":[{"delta":{"content":"\ud83d\ude00 q\"\\"}}]}`, // escapes
+	"{\"choices\":[{\"delta\":{\"content\":\"bad \xff utf8 \xed\xa0\x80\"}}]}",                         // invalid UTF-8: U+FFFD
+	`{"id":null,"model":null,"choices":[null]}`,
+	`{"id":1,"choices":[]}`,
+	`{"id":"c","choices":[{"delta":"x"}]}`,
+	`{"id":"c","choices":[{"delta":{"content":1}}]}`,
+	`{"id":"c","choices":[{"finish_reason":7}]}`,
+	`{"id":"c","choices":{}}`,
+	`{"error":{"message":"boom","type":"server_error"}}`,
+	`{"error":"boom"}`,
+	`[1,2]`, `null`, `{}`, `{"choices" : [ { "delta" : { "content" : "spaced" } } , {} ] }`,
+	`{"ch\u006fices":[{"delta":{"content":"escaped key"}}]}`,
+	`{"choices":[{"delta":{"content":"a","content":"b"}}]}`,
+	`{"choices":[{"delta":{"tool_calls":null,"content":"x"}}]}`,
+	`{"usage":null,"error":null,"choices":[{"delta":null,"finish_reason":null}]}`,
+}
+
+// checkChatChunk holds decodeChatChunk to json.Unmarshal: the same chunk
+// and the same refusal, whether the walk or encoding/json read it; and
+// whatever the walk accepts, encoding/json accepts equally.
+func checkChatChunk(t *testing.T, data []byte) {
+	t.Helper()
+	var want chatChunk
+	werr := json.Unmarshal(data, &want)
+	var fast chatChunk
+	if fastChatChunk(data, &fast) {
+		if werr != nil {
+			t.Fatalf("%q: the walk accepted what encoding/json refuses (%v)", data, werr)
+		}
+		if d := cmp.Diff(want, fast, cmpopts.EquateEmpty()); d != "" {
+			t.Fatalf("%q: the walk read (-encoding/json +walk):\n%s", data, d)
+		}
+	}
+	var got chatChunk
+	gerr := decodeChatChunk(data, &got)
+	if (gerr != nil) != (werr != nil) {
+		t.Fatalf("%q: decodeChatChunk error %v, encoding/json %v", data, gerr, werr)
+	}
+	if werr == nil {
+		if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
+			t.Fatalf("%q: decodeChatChunk read (-encoding/json +got):\n%s", data, d)
+		}
+	}
+}
+
+func TestChatChunk(t *testing.T) {
+	walked := 0
+	for _, s := range chatChunkSeeds {
+		checkChatChunk(t, []byte(s))
+		var c chatChunk
+		if fastChatChunk([]byte(s), &c) {
+			walked++
+		}
+	}
+	// The usual chunks take the walk (else the test above tests nothing
+	// but encoding/json against itself).
+	for _, s := range chatChunkSeeds[:3] {
+		var c chatChunk
+		if !fastChatChunk([]byte(s), &c) {
+			t.Errorf("%s went to encoding/json", s)
+		}
+	}
+	if walked < 8 {
+		t.Errorf("only %d seeds took the walk", walked)
+	}
+}
+
+// FuzzChatChunk is checkChatChunk on arbitrary bytes.
+func FuzzChatChunk(f *testing.F) {
+	for _, s := range chatChunkSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkChatChunk(t, data) })
+}
