@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,7 +14,8 @@ import (
 // BenchmarkGateway measures whole exchanges through a real Edge and Node in
 // one process, on loopback: an OpenAI-compatible chat request from a
 // net/http client, tunnelled to a fake upstream, answered whole or as a
-// 50-chunk stream. Its allocations per exchange (client, Edge, Node and
+// 50-chunk stream; and (translated50) an Anthropic Messages stream
+// request served by the Chat Completions upstream, translated both ways. Its allocations per exchange (client, Edge, Node and
 // upstream together) are the figure to watch across changes; the
 // multi-process bench (internal/bench/gateway) gives the throughput and
 // latency ratios.
@@ -32,15 +34,20 @@ func BenchmarkGateway(b *testing.B) {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr}
-	for _, stream := range []bool{false, true} {
-		name, body := "whole", `{"model":"gpt-local","messages":[{"role":"user","content":"hi"}]}`
-		if stream {
-			name, body = "stream50", `{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	for _, kind := range []string{"whole", "stream50", "translated50"} {
+		stream, path := kind != "whole", "/v1/chat/completions"
+		body := `{"model":"gpt-local","stream":` + strconv.FormatBool(stream) + `,"messages":[{"role":"user","content":"hi"}]}`
+		if kind == "translated50" {
+			path, body = "/v1/messages", `{"model":"gpt-local","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
 		}
+		name := kind
 		exchange := func() {
-			req, _ := http.NewRequest(http.MethodPost, r.url+"/v1/chat/completions", strings.NewReader(body))
+			req, _ := http.NewRequest(http.MethodPost, r.url+path, strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+apiKey)
 			req.Header.Set("Content-Type", "application/json")
+			if kind == "translated50" {
+				req.Header.Set("anthropic-version", "2023-06-01")
+			}
 			resp, err := c.Do(req)
 			if err != nil {
 				b.Fatal(err)
@@ -49,7 +56,8 @@ func BenchmarkGateway(b *testing.B) {
 			if stream {
 				sc := bufio.NewScanner(resp.Body)
 				for sc.Scan() {
-					if strings.HasPrefix(sc.Text(), "data: {") {
+					// A Chat chunk, or an Anthropic text delta.
+					if t := sc.Text(); strings.HasPrefix(t, "data: {") && (kind != "translated50" || strings.Contains(t, `"text_delta"`)) {
 						n++
 					}
 				}
