@@ -94,3 +94,76 @@ func FuzzChatChunk(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { checkChatChunk(t, data) })
 }
+
+var anthropicEventSeeds = []string{
+	`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"tok "}}`,
+	`{"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}`,
+	`{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"hmm"}}`,
+	`{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"c2ln"}}`,
+	`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"caf\u00e9 \ud83d\ude00 q\"\\"}}`,
+	"{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"bad \xff\"}}",
+	`{"type":"content_block_delta","index":-0,"delta":null}`,
+	`{"type":"content_block_delta","index":1.0,"delta":{}}`,
+	`{"type":"content_block_delta","index":1e2,"delta":{}}`,
+	`{"type":"content_block_delta","index":99999999999999999999,"delta":{}}`,
+	`{"type":"content_block_delta","index":"1","delta":{}}`,
+	`{"type":"content_block_delta","Index":2,"delta":{"text":"x"}}`,
+	`{"type":"content_block_delta","delta":{"Text":"x"}}`,
+	`{"type":"content_block_delta","delta":{"text":"a","text":"b"}}`,
+	`{"type":"content_block_delta","delta":{"text":7}}`,
+	`{"type":"content_block_delta","delta":"x"}`,
+	`{"type":"content_block_delta","usage":{"output_tokens":3}}`,
+	`{"type":"content_block_delta","message":null,"content_block":null,"usage":null,"error":null,"delta":{"stop_reason":null}}`,
+	`{"type":"content_block_d\u0065lta","index":0,"delta":{"text":"escaped type"}}`,
+	`{"type":"message_start","message":{"id":"msg_1","model":"m","usage":{"input_tokens":5}}}`,
+	`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}`,
+	`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+	`{"type":"error","error":{"type":"overloaded_error","message":"busy"}}`,
+	`[]`, `null`, `{"type":null}`,
+}
+
+// checkAnthropicEvent is checkChatChunk for decodeAnthropicEvent.
+func checkAnthropicEvent(t *testing.T, data []byte) {
+	t.Helper()
+	var want anthropicEvent
+	werr := json.Unmarshal(data, &want)
+	var fast anthropicEvent
+	if fastAnthropicDelta(data, &fast) {
+		if werr != nil {
+			t.Fatalf("%q: the walk accepted what encoding/json refuses (%v)", data, werr)
+		}
+		if d := cmp.Diff(want, fast, cmpopts.EquateEmpty()); d != "" {
+			t.Fatalf("%q: the walk read (-encoding/json +walk):\n%s", data, d)
+		}
+	}
+	var got anthropicEvent
+	gerr := decodeAnthropicEvent(data, &got)
+	if (gerr != nil) != (werr != nil) {
+		t.Fatalf("%q: decodeAnthropicEvent error %v, encoding/json %v", data, gerr, werr)
+	}
+	if werr == nil {
+		if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
+			t.Fatalf("%q: decodeAnthropicEvent read (-encoding/json +got):\n%s", data, d)
+		}
+	}
+}
+
+func TestAnthropicEvent(t *testing.T) {
+	for _, s := range anthropicEventSeeds {
+		checkAnthropicEvent(t, []byte(s))
+	}
+	for _, s := range anthropicEventSeeds[:6] {
+		var m anthropicEvent
+		if !fastAnthropicDelta([]byte(s), &m) {
+			t.Errorf("%s went to encoding/json", s)
+		}
+	}
+}
+
+// FuzzAnthropicEvent is checkAnthropicEvent on arbitrary bytes.
+func FuzzAnthropicEvent(f *testing.F) {
+	for _, s := range anthropicEventSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkAnthropicEvent(t, data) })
+}
