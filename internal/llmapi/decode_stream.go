@@ -129,97 +129,6 @@ func (q *queue) Next() (Event, error) {
 	return e, nil
 }
 
-// anthropicEvent is an Anthropic Messages stream event, as the decoder
-// reads it.
-type anthropicEvent struct {
-	Type    string `json:"type"`
-	Index   int    `json:"index"`
-	Message struct {
-		ID    string             `json:"id"`
-		Model string             `json:"model"`
-		Usage anthropicUsageJSON `json:"usage"`
-	} `json:"message"`
-	ContentBlock struct {
-		Type      string          `json:"type"`
-		ID        string          `json:"id"`
-		Name      string          `json:"name"`
-		Text      string          `json:"text"`
-		Thinking  string          `json:"thinking"`
-		Input     json.RawMessage `json:"input"`
-		Signature string          `json:"signature"`
-	} `json:"content_block"`
-	Delta struct {
-		Type        string `json:"type"`
-		Text        string `json:"text"`
-		Thinking    string `json:"thinking"`
-		Signature   string `json:"signature"`
-		PartialJSON string `json:"partial_json"`
-		StopReason  string `json:"stop_reason"`
-	} `json:"delta"`
-	Usage *anthropicUsageJSON `json:"usage"`
-	Error struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-// decodeAnthropicEvent reads one Anthropic stream event into m, as
-// json.Unmarshal would. A content_block_delta (the event a stream repeats
-// per token) is read by a walk over its bytes; any other event, or a delta
-// with anything the walk does not read exactly as encoding/json does,
-// goes to json.Unmarshal (see decodeChatChunk). FuzzAnthropicEvent holds
-// the two to the same result.
-func decodeAnthropicEvent(data []byte, m *anthropicEvent) error {
-	if fastAnthropicDelta(data, m) {
-		return nil
-	}
-	*m = anthropicEvent{}
-	return json.Unmarshal(data, m)
-}
-
-var (
-	anthropicEventKeys = []string{"type", "index", "message", "content_block", "delta", "usage", "error"}
-	anthropicDeltaKeys = []string{"type", "text", "thinking", "signature", "partial_json", "stop_reason"}
-)
-
-// fastAnthropicDelta is decodeAnthropicEvent's walk for a
-// content_block_delta; it reports false, with m in any state, for an event
-// it leaves to encoding/json.
-func fastAnthropicDelta(data []byte, m *anthropicEvent) bool {
-	f, err := Scan(data, anthropicEventKeys...)
-	if err != nil || string(f.Raw("type")) != `"content_block_delta"` ||
-		!isNull(f.Raw("message")) || !isNull(f.Raw("content_block")) || !isNull(f.Raw("usage")) || !isNull(f.Raw("error")) {
-		return false
-	}
-	m.Type = "content_block_delta"
-	if raw := f.Raw("index"); !isNull(raw) {
-		n, err := strconv.Atoi(string(raw)) // an integer in int's range, as encoding/json takes into an int
-		if err != nil {
-			return false
-		}
-		m.Index = n
-	}
-	d := f.Raw("delta")
-	if isNull(d) {
-		return true
-	}
-	if d[0] != '{' {
-		return false
-	}
-	df, err := Scan(d, anthropicDeltaKeys...)
-	if err != nil {
-		return false
-	}
-	ok := true
-	m.Delta.Type, ok = plainString(df.Raw("type"), ok)
-	m.Delta.Text, ok = plainString(df.Raw("text"), ok)
-	m.Delta.Thinking, ok = plainString(df.Raw("thinking"), ok)
-	m.Delta.Signature, ok = plainString(df.Raw("signature"), ok)
-	m.Delta.PartialJSON, ok = plainString(df.Raw("partial_json"), ok)
-	m.Delta.StopReason, ok = plainString(df.Raw("stop_reason"), ok)
-	return ok
-}
-
 // --- Chat Completions stream -------------------------------------------
 
 // DecodeChatStream decodes a Chat Completions SSE stream. Tool-call
@@ -603,6 +512,97 @@ func DecodeAnthropicStream(r io.Reader) Decoder {
 		return nil
 	}
 	return d
+}
+
+// anthropicEvent is an Anthropic Messages stream event, as the decoder
+// reads it.
+type anthropicEvent struct {
+	Type    string `json:"type"`
+	Index   int    `json:"index"`
+	Message struct {
+		ID    string             `json:"id"`
+		Model string             `json:"model"`
+		Usage anthropicUsageJSON `json:"usage"`
+	} `json:"message"`
+	ContentBlock struct {
+		Type      string          `json:"type"`
+		ID        string          `json:"id"`
+		Name      string          `json:"name"`
+		Text      string          `json:"text"`
+		Thinking  string          `json:"thinking"`
+		Input     json.RawMessage `json:"input"`
+		Signature string          `json:"signature"`
+	} `json:"content_block"`
+	Delta struct {
+		Type        string `json:"type"`
+		Text        string `json:"text"`
+		Thinking    string `json:"thinking"`
+		Signature   string `json:"signature"`
+		PartialJSON string `json:"partial_json"`
+		StopReason  string `json:"stop_reason"`
+	} `json:"delta"`
+	Usage *anthropicUsageJSON `json:"usage"`
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// decodeAnthropicEvent reads one Anthropic stream event into m, as
+// json.Unmarshal would. A content_block_delta (the event a stream repeats
+// per token) is read by a walk over its bytes; any other event, or a delta
+// with anything the walk does not read exactly as encoding/json does,
+// goes to json.Unmarshal (see decodeChatChunk). FuzzAnthropicEvent holds
+// the two to the same result.
+func decodeAnthropicEvent(data []byte, m *anthropicEvent) error {
+	if fastAnthropicDelta(data, m) {
+		return nil
+	}
+	*m = anthropicEvent{}
+	return json.Unmarshal(data, m)
+}
+
+var (
+	anthropicEventKeys = []string{"type", "index", "message", "content_block", "delta", "usage", "error"}
+	anthropicDeltaKeys = []string{"type", "text", "thinking", "signature", "partial_json", "stop_reason"}
+)
+
+// fastAnthropicDelta is decodeAnthropicEvent's walk for a
+// content_block_delta; it reports false, with m in any state, for an event
+// it leaves to encoding/json.
+func fastAnthropicDelta(data []byte, m *anthropicEvent) bool {
+	f, err := Scan(data, anthropicEventKeys...)
+	if err != nil || string(f.Raw("type")) != `"content_block_delta"` ||
+		!isNull(f.Raw("message")) || !isNull(f.Raw("content_block")) || !isNull(f.Raw("usage")) || !isNull(f.Raw("error")) {
+		return false
+	}
+	m.Type = "content_block_delta"
+	if raw := f.Raw("index"); !isNull(raw) {
+		n, err := strconv.Atoi(string(raw)) // an integer in int's range, as encoding/json takes into an int
+		if err != nil {
+			return false
+		}
+		m.Index = n
+	}
+	d := f.Raw("delta")
+	if isNull(d) {
+		return true
+	}
+	if d[0] != '{' {
+		return false
+	}
+	df, err := Scan(d, anthropicDeltaKeys...)
+	if err != nil {
+		return false
+	}
+	ok := true
+	m.Delta.Type, ok = plainString(df.Raw("type"), ok)
+	m.Delta.Text, ok = plainString(df.Raw("text"), ok)
+	m.Delta.Thinking, ok = plainString(df.Raw("thinking"), ok)
+	m.Delta.Signature, ok = plainString(df.Raw("signature"), ok)
+	m.Delta.PartialJSON, ok = plainString(df.Raw("partial_json"), ok)
+	m.Delta.StopReason, ok = plainString(df.Raw("stop_reason"), ok)
+	return ok
 }
 
 func orEnd(s StopReason) StopReason {
