@@ -37,15 +37,16 @@ var chatChunkSeeds = []string{
 	`{"usage":null,"error":null,"choices":[{"delta":null,"finish_reason":null}]}`,
 }
 
-// checkChatChunk holds decodeChatChunk to json.Unmarshal: the same chunk
-// and the same refusal, whether the walk or encoding/json read it; and
-// whatever the walk accepts, encoding/json accepts equally.
-func checkChatChunk(t *testing.T, data []byte) {
+// checkWalk holds a decoder with a walk (decode, falling back to
+// encoding/json) to json.Unmarshal: the same value and the same refusal,
+// whether the walk or encoding/json read it; and whatever the walk
+// accepts, encoding/json accepts equally.
+func checkWalk[T any](t *testing.T, data []byte, walk func([]byte, *T) bool, decode func([]byte, *T) error) {
 	t.Helper()
-	var want chatChunk
+	var want T
 	werr := json.Unmarshal(data, &want)
-	var fast chatChunk
-	if fastChatChunk(data, &fast) {
+	var fast T
+	if walk(data, &fast) {
 		if werr != nil {
 			t.Fatalf("%q: the walk accepted what encoding/json refuses (%v)", data, werr)
 		}
@@ -53,16 +54,22 @@ func checkChatChunk(t *testing.T, data []byte) {
 			t.Fatalf("%q: the walk read (-encoding/json +walk):\n%s", data, d)
 		}
 	}
-	var got chatChunk
-	gerr := decodeChatChunk(data, &got)
+	var got T
+	gerr := decode(data, &got)
 	if (gerr != nil) != (werr != nil) {
-		t.Fatalf("%q: decodeChatChunk error %v, encoding/json %v", data, gerr, werr)
+		t.Fatalf("%q: decode error %v, encoding/json %v", data, gerr, werr)
 	}
 	if werr == nil {
 		if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
-			t.Fatalf("%q: decodeChatChunk read (-encoding/json +got):\n%s", data, d)
+			t.Fatalf("%q: decode read (-encoding/json +got):\n%s", data, d)
 		}
 	}
+}
+
+func checkChatChunk(t *testing.T, data []byte) { checkWalk(t, data, fastChatChunk, decodeChatChunk) }
+
+func checkAnthropicEvent(t *testing.T, data []byte) {
+	checkWalk(t, data, fastAnthropicDelta, decodeAnthropicEvent)
 }
 
 func TestChatChunk(t *testing.T) {
@@ -120,32 +127,6 @@ var anthropicEventSeeds = []string{
 	`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
 	`{"type":"error","error":{"type":"overloaded_error","message":"busy"}}`,
 	`[]`, `null`, `{"type":null}`,
-}
-
-// checkAnthropicEvent is checkChatChunk for decodeAnthropicEvent.
-func checkAnthropicEvent(t *testing.T, data []byte) {
-	t.Helper()
-	var want anthropicEvent
-	werr := json.Unmarshal(data, &want)
-	var fast anthropicEvent
-	if fastAnthropicDelta(data, &fast) {
-		if werr != nil {
-			t.Fatalf("%q: the walk accepted what encoding/json refuses (%v)", data, werr)
-		}
-		if d := cmp.Diff(want, fast, cmpopts.EquateEmpty()); d != "" {
-			t.Fatalf("%q: the walk read (-encoding/json +walk):\n%s", data, d)
-		}
-	}
-	var got anthropicEvent
-	gerr := decodeAnthropicEvent(data, &got)
-	if (gerr != nil) != (werr != nil) {
-		t.Fatalf("%q: decodeAnthropicEvent error %v, encoding/json %v", data, gerr, werr)
-	}
-	if werr == nil {
-		if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
-			t.Fatalf("%q: decodeAnthropicEvent read (-encoding/json +got):\n%s", data, d)
-		}
-	}
 }
 
 func TestAnthropicEvent(t *testing.T) {

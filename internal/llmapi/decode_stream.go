@@ -237,12 +237,9 @@ type chatChoice struct {
 		ReasoningContent *string `json:"reasoning_content"`
 		Reasoning        *string `json:"reasoning"`
 		ToolCalls        []struct {
-			Index    int    `json:"index"`
-			ID       string `json:"id"`
-			Function struct {
-				Name      string `json:"name"`
-				Arguments string `json:"arguments"`
-			} `json:"function"`
+			Index    int          `json:"index"`
+			ID       string       `json:"id"`
+			Function chatFunction `json:"function"`
 		} `json:"tool_calls"`
 	} `json:"delta"`
 	FinishReason *string `json:"finish_reason"`
@@ -378,6 +375,13 @@ func stringValue(lit []byte) (string, bool) {
 		}
 	}
 	return string(inner), true
+}
+
+// chatFunction is a Chat Completions tool call's function: in a request's
+// messages, a buffered answer and a stream chunk alike.
+type chatFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
 }
 
 type chatUsageJSON struct {
@@ -855,11 +859,8 @@ func DecodeChat(body []byte) Decoder {
 				Content          *string `json:"content"`
 				ReasoningContent *string `json:"reasoning_content"`
 				ToolCalls        []struct {
-					ID       string `json:"id"`
-					Function struct {
-						Name      string `json:"name"`
-						Arguments string `json:"arguments"`
-					} `json:"function"`
+					ID       string       `json:"id"`
+					Function chatFunction `json:"function"`
 				} `json:"tool_calls"`
 			} `json:"message"`
 			FinishReason string `json:"finish_reason"`

@@ -233,11 +233,8 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 			Role      string          `json:"role"`
 			Content   json.RawMessage `json:"content"`
 			ToolCalls []struct {
-				ID       string `json:"id"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
+				ID       string       `json:"id"`
+				Function chatFunction `json:"function"`
 			} `json:"tool_calls"`
 			ToolCallID string `json:"tool_call_id"`
 		} `json:"messages"`
