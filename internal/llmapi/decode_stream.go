@@ -20,6 +20,9 @@ type Decoder interface {
 	// buffer, for the next stream); Next returns io.EOF after it. A
 	// decoder never released costs only that its buffer is not reused.
 	Release()
+	// Ready reports whether Next would return without reading: a caller
+	// relaying events holds its flush only while that is so.
+	Ready() bool
 }
 
 // errUpstream is a malformed provider answer.
@@ -101,23 +104,8 @@ func (q *queue) Next() (Event, error) {
 		if q.done {
 			return Event{}, io.EOF
 		}
-		if err := q.step(); err != nil {
-			var te interface{ Timeout() bool }
-			if errors.As(err, &te) && te.Timeout() {
-				// A read deadline (the caller's keep-alive tick), not a
-				// terminal: the stream resumes on the next call.
-				return Event{}, err
-			}
-			var ae *APIError
-			switch {
-			case errors.As(err, &ae):
-				q.events = append(q.events, Event{Kind: EvError, Err: ae})
-			case err == io.EOF:
-				q.events = append(q.events, Event{Kind: EvError, Err: errUpstream("the provider's stream ended without a terminal")})
-			default:
-				q.events = append(q.events, Event{Kind: EvError, Err: errUpstream("the provider's stream broke")})
-			}
-			q.done = true
+		if err := q.advance(); err != nil {
+			return Event{}, err
 		}
 	}
 	e := q.events[0]
@@ -127,6 +115,44 @@ func (q *queue) Next() (Event, error) {
 		q.events = nil
 	}
 	return e, nil
+}
+
+// advance runs one step. A read deadline (the caller's keep-alive tick)
+// is returned, not a terminal: the stream resumes on the next call. Any
+// other end of the source becomes the stream's terminal event.
+func (q *queue) advance() error {
+	err := q.step()
+	if err == nil {
+		return nil
+	}
+	var te interface{ Timeout() bool }
+	if errors.As(err, &te) && te.Timeout() {
+		return err
+	}
+	var ae *APIError
+	switch {
+	case errors.As(err, &ae):
+		q.events = append(q.events, Event{Kind: EvError, Err: ae})
+	case err == io.EOF:
+		q.events = append(q.events, Event{Kind: EvError, Err: errUpstream("the provider's stream ended without a terminal")})
+	default:
+		q.events = append(q.events, Event{Kind: EvError, Err: errUpstream("the provider's stream broke")})
+	}
+	q.done = true
+	return nil
+}
+
+// Ready implements Decoder. Each step reads one source event, and the
+// reader says exactly when it holds a whole one, so while it does, steps
+// that yield no canonical event (a role chunk, an empty delta) are taken
+// here, without reading.
+func (q *queue) Ready() bool {
+	for len(q.events) == 0 && !q.done {
+		if q.rd == nil || !q.rd.Ready() || q.advance() != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // --- Chat Completions stream -------------------------------------------
@@ -839,6 +865,8 @@ func (a *answer) events() []Event {
 type listDecoder struct{ events []Event }
 
 func (l *listDecoder) Release() { l.events = nil }
+
+func (l *listDecoder) Ready() bool { return true } // nothing to read
 
 func (l *listDecoder) Next() (Event, error) {
 	if len(l.events) == 0 {

@@ -595,3 +595,69 @@ func TestDecoderRelease(t *testing.T) {
 		}
 	}
 }
+
+// pieceReader serves b a piece at a time, with a timeout between pieces,
+// and counts its reads.
+type pieceReader struct {
+	b     []byte
+	size  int
+	odd   bool
+	reads int
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string { return "timeout" }
+func (timeoutErr) Timeout() bool { return true }
+
+func (p *pieceReader) Read(buf []byte) (int, error) {
+	p.reads++
+	if p.odd = !p.odd; p.odd && len(p.b) > 0 {
+		return 0, timeoutErr{}
+	}
+	if len(p.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(buf, p.b[:min(p.size, len(p.b))])
+	p.b = p.b[n:]
+	return n, nil
+}
+
+// TestDecoderReady: before every Next of a stream decoder (after events,
+// timeouts and steps that yield no event), Ready reports true exactly
+// when that Next returns without reading. The Edge holds a translated
+// burst's flush on it, so a wrong true would hold an event until the
+// provider's next bytes.
+func TestDecoderReady(t *testing.T) {
+	streams := map[string]func(io.Reader) llmapi.Decoder{
+		"chat":      llmapi.DecodeChatStream,
+		"anthropic": llmapi.DecodeAnthropicStream,
+		"responses": llmapi.DecodeResponsesStream,
+	}
+	inputs := map[string][]byte{
+		"chat":      append(chatStream(5), []byte(": keep-alive\n\n")...),
+		"anthropic": fixture(t, "anthropic_stream_thinking_tools.sse"),
+		"responses": fixture(t, "responses_stream_args_in_done.sse"),
+	}
+	for name, mk := range streams {
+		for _, piece := range []int{1, 7, 64, 1 << 20} {
+			src := &pieceReader{b: inputs[name], size: piece}
+			dec := mk(src)
+			for i := 0; ; i++ {
+				if i > 1<<16 {
+					t.Fatalf("%s: no end", name)
+				}
+				ready := dec.Ready()
+				before := src.reads
+				_, err := dec.Next()
+				if got := src.reads == before; got != ready {
+					t.Fatalf("%s in pieces of %d, call %d: Ready said %v, but Next read %d times (%v)", name, piece, i, ready, src.reads-before, err)
+				}
+				if err == io.EOF {
+					break
+				}
+			}
+			dec.Release()
+		}
+	}
+}
