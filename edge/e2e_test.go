@@ -499,47 +499,52 @@ func TestStreamHeadBeforeSlowFirstEvent(t *testing.T) {
 // comment for another event would hold the event back for a burst that
 // never comes, until the provider's next bytes.
 func TestEventAheadOfCommentLeavesAtOnce(t *testing.T) {
-	hold := make(chan struct{})
-	defer func() {
-		select {
-		case <-hold:
-		default:
-			close(hold)
-		}
-	}()
+	holds := make(chan chan struct{}, 1)
 	// No keep-alive comment of the Edge's own comes before the test's
 	// deadline to flush the event out.
 	r := newRig(t, rigOpts{keepAlive: time.Minute, reply: func(q *upstreamtest.Request) upstreamtest.Script {
-		return upstreamtest.Script{Text: []string{"first", "second"}, Comment: "PROCESSING", Hold: hold}
+		return upstreamtest.Script{Text: []string{"first", "second"}, Comment: "PROCESSING", Hold: <-holds}
 	}})
-	resp := r.openChatStream(t, "gpt-local")
-	defer resp.Body.Close()
-	lines := bufio.NewScanner(resp.Body)
-	seen := make(chan error, 1)
-	go func() {
-		for lines.Scan() {
-			if strings.Contains(lines.Text(), `"content":"first"`) {
-				seen <- nil
-				return
+	for _, c := range []struct {
+		path, first, second, end string
+		open                     func() *http.Response
+	}{
+		{"raw", `"content":"first"`, `"content":"second"`, "data: [DONE]", func() *http.Response { return r.openChatStream(t, "gpt-local") }},
+		{"translated", `"text":"first"`, `"text":"second"`, "event: message_stop", func() *http.Response { return r.openMessagesStream(t, "gpt-local") }},
+	} {
+		hold := make(chan struct{})
+		holds <- hold
+		resp := c.open()
+		lines := bufio.NewScanner(resp.Body)
+		seen := make(chan error, 1)
+		go func() {
+			for lines.Scan() {
+				if strings.Contains(lines.Text(), c.first) {
+					seen <- nil
+					return
+				}
 			}
+			seen <- fmt.Errorf("%s: stream ended before the first content event: %v", c.path, lines.Err())
+		}()
+		select {
+		case err := <-seen:
+			if err != nil {
+				close(hold)
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			close(hold)
+			t.Fatalf("%s: the first content event did not reach the client while the provider was silent", c.path)
 		}
-		seen <- fmt.Errorf("stream ended before the first content event: %v", lines.Err())
-	}()
-	select {
-	case err := <-seen:
-		if err != nil {
-			t.Fatal(err)
+		close(hold)
+		var rest strings.Builder
+		for lines.Scan() {
+			rest.WriteString(lines.Text() + "\n")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the first content event did not reach the client while the provider was silent")
-	}
-	close(hold)
-	var rest strings.Builder
-	for lines.Scan() {
-		rest.WriteString(lines.Text() + "\n")
-	}
-	if !strings.Contains(rest.String(), `"content":"second"`) || !strings.Contains(rest.String(), "data: [DONE]") {
-		t.Fatalf("the rest of the stream:\n%s", rest.String())
+		resp.Body.Close()
+		if !strings.Contains(rest.String(), c.second) || !strings.Contains(rest.String(), c.end) {
+			t.Fatalf("%s: the rest of the stream:\n%s", c.path, rest.String())
+		}
 	}
 	r.settled()
 }
@@ -592,6 +597,21 @@ func (r *rig) openChatStream(t *testing.T, model string) *http.Response {
 	req, _ := http.NewRequestWithContext(ctx(t), "POST", r.url+"/v1/chat/completions",
 		strings.NewReader(`{"model":"`+model+`","stream":true,"messages":[{"role":"user","content":"x"}]}`))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// openMessagesStream is openChatStream for an Anthropic Messages
+// request.
+func (r *rig) openMessagesStream(t *testing.T, model string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx(t), "POST", r.url+"/v1/messages",
+		strings.NewReader(`{"model":"`+model+`","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"x"}]}`))
+	req.Header.Set("x-api-key", apiKey)
+	req.Header.Set("anthropic-version", "2023-06-01")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -683,6 +703,42 @@ func TestFirstEventLeavesAlone(t *testing.T) {
 		if first != 1 {
 			t.Fatalf("first flush with events carried %d, want 1", first)
 		}
+	}
+	r.settled()
+}
+
+// TestTranslatedBurstLeavesTogether: on the translated path too, events
+// the Edge already holds leave in one flush, the first event alone. The
+// provider's whole stream is written at once (a raw script), so all but
+// the first event are one burst.
+func TestTranslatedBurstLeavesTogether(t *testing.T) {
+	const tokens = 20
+	var raw strings.Builder
+	raw.WriteString(`data: {"id":"c","model":"up-model","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}` + "\n\n")
+	for i := range tokens {
+		fmt.Fprintf(&raw, `data: {"id":"c","model":"up-model","choices":[{"index":0,"delta":{"content":"t%d "}}]}`+"\n\n", i)
+	}
+	raw.WriteString(`data: {"id":"c","model":"up-model","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n")
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: raw.String()} }})
+	req, _ := http.NewRequestWithContext(ctx(t), "POST", "/v1/messages",
+		strings.NewReader(`{"model":"gpt-local","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"burst"}]}`))
+	req.Header.Set("x-api-key", apiKey)
+	req.Header.Set("anthropic-version", "2023-06-01")
+	w := &flushRecorder{header: http.Header{}}
+	r.srv.Handler().ServeHTTP(w, req)
+	body := w.body.String()
+	if w.status != http.StatusOK || strings.Count(body, "text_delta") != tokens || !strings.Contains(body, "message_stop") {
+		t.Fatalf("status %d, body:\n%s", w.status, body)
+	}
+	events := strings.Count(body, "\nevent: ") + 1
+	first := -1
+	for _, f := range w.flushes {
+		if first = strings.Count(f, "event: "); first > 0 {
+			break
+		}
+	}
+	if first != 1 || len(w.flushes) > events/4 {
+		t.Fatalf("%d flushes for %d events, the first with events carried %d; want the first alone and few flushes", len(w.flushes), events, first)
 	}
 	r.settled()
 }

@@ -422,6 +422,11 @@ type emitter struct {
 	rend  llmapi.Renderer
 	usage *execution.Usage // the latest cumulative snapshot, booked by finish
 	head  streamHead
+	// more says the source holds the next event already (set by the
+	// caller before each event): a burst's events are written as they
+	// come and flushed once, after the last.
+	more      bool
+	unflushed bool // written since the last flush
 }
 
 // finish books the answer's usage once, however the answer ended.
@@ -462,13 +467,20 @@ func (e *emitter) event(ev llmapi.Event) bool {
 	}
 	out := e.rend.Event(ev)
 	if e.req.stream {
+		end := ev.Kind == llmapi.EvStop || ev.Kind == llmapi.EvError
 		if len(out) > 0 {
 			if _, err := e.w.Write(out); err != nil {
 				return false
 			}
-			e.head.flush()
+			e.unflushed = true
 		}
-		return ev.Kind != llmapi.EvStop && ev.Kind != llmapi.EvError
+		// The first event and the last leave at once, and so does a
+		// burst's last: nothing waits on the provider's next bytes.
+		if e.unflushed && (!e.more || e.head.pending || end) {
+			e.head.flush()
+			e.unflushed = false
+		}
+		return !end
 	}
 	if ev.Kind != llmapi.EvStop && ev.Kind != llmapi.EvError {
 		return true
@@ -587,6 +599,7 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 		if ev.Kind == llmapi.EvError && deadlinePassed(ctx) {
 			ev = timeoutEvent
 		}
+		em.more = dec.Ready()
 		if !em.event(ev) {
 			return
 		}
