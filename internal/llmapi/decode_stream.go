@@ -322,7 +322,7 @@ func fastChatChunk(data []byte, c *chatChunk) bool {
 		if elem[0] != '{' {
 			return false
 		}
-		cf, err := Scan(elem, choiceKeys...)
+		cf, err := scanValid(elem, choiceKeys) // checked with data
 		if err != nil {
 			return false
 		}
@@ -335,7 +335,7 @@ func fastChatChunk(data []byte, c *chatChunk) bool {
 			if d[0] != '{' {
 				return false
 			}
-			df, err := Scan(d, deltaKeys...)
+			df, err := scanValid(d, deltaKeys)
 			if err != nil || !isNull(df.Raw("tool_calls")) {
 				return false
 			}
@@ -621,7 +621,7 @@ func fastAnthropicDelta(data []byte, m *anthropicEvent) bool {
 	if d[0] != '{' {
 		return false
 	}
-	df, err := Scan(d, anthropicDeltaKeys...)
+	df, err := scanValid(d, anthropicDeltaKeys) // checked with data
 	if err != nil {
 		return false
 	}

@@ -49,6 +49,13 @@ func Scan(body []byte, keys ...string) (Fields, error) {
 	if !Valid(body) {
 		return Fields{}, ErrNotJSON
 	}
+	return scanValid(body, keys)
+}
+
+// scanValid is Scan for a body known to be valid JSON: a value Raw cut
+// from a scanned body (whose check covered it), with at most MaxScanKeys
+// keys. The walk relies on validity and must never see anything else.
+func scanValid(body []byte, keys []string) (Fields, error) {
 	f := Fields{body: body, keys: keys}
 	i := skipWS(body, 0)
 	if i >= len(body) || body[i] != '{' {
