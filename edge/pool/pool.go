@@ -11,9 +11,10 @@
 // long-context slots. A lease is
 // bound to the provider and to the Node connection generation it was
 // granted under; Release is idempotent and frees the slot exactly once.
-// When a provider's generation changes, the slots of the old generation are
+// When a provider's generation rises, the slots of the old generation are
 // written off at once (its work is fenced) and the new generation starts
-// with its full configured capacity.
+// with its full configured capacity; a candidate naming an older generation
+// than the newest seen is stale and never granted.
 //
 // Admission stays cheap when the queue is deep: each class is a FIFO list,
 // and since a class's earlier arrival has always aged at least as much,
@@ -49,7 +50,9 @@ type Key struct {
 // evaluated.
 type Candidate struct {
 	Key
-	// Generation is the Node connection the slot would belong to.
+	// Generation is the Node connection the slot would belong to. A key's
+	// generations only increase: a candidate older than the newest the
+	// pool has seen for its key is stale, and never granted.
 	Generation uint64
 	// Capacity is the provider's configured capacity.
 	Capacity int
@@ -339,6 +342,12 @@ func (p *Pool) slotLocked(k Key) *slot {
 // new generation; adopted says it did (the slot's capacity came back).
 func (p *Pool) freeLocked(c Candidate, long bool) (free, adopted bool) {
 	s := p.slotLocked(c.Key)
+	if c.Generation < s.gen {
+		// A connection the pool has already seen replaced: adopting it
+		// again would write off the current generation's leases and let
+		// its capacity be granted twice.
+		return false, false
+	}
 	if s.gen != c.Generation {
 		// A new connection generation: the old one's work is fenced.
 		s.gen = c.Generation

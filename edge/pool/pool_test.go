@@ -140,6 +140,34 @@ func TestNewGenerationRestoresCapacity(t *testing.T) {
 	l2.Release()
 }
 
+// TestStaleGenerationIsNeverGranted: a request holding a candidate list
+// from before a reconnect names a generation the pool has seen replaced.
+// Adopting it again would write off the current generation's lease and
+// grant its one slot twice.
+func TestStaleGenerationIsNeverGranted(t *testing.T) {
+	p := New()
+	fresh := cand("n", "p", 2, 1)
+	l2, err := p.Acquire(context.Background(), Request{Candidates: fixed(fresh), Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := cand("n", "p", 1, 1)
+	if l, err := p.Acquire(context.Background(), Request{Candidates: fixed(stale), Timeout: 20 * time.Millisecond}); !errors.Is(err, ErrQueueTimeout) {
+		t.Fatalf("stale generation: lease %+v, %v; want ErrQueueTimeout", l, err)
+	}
+	if got := p.Load(fresh.Key, 2); got.InFlight != 1 {
+		t.Fatalf("generation 2 load %+v after a stale request, want its one lease", got)
+	}
+	// Its slot is still the current generation's: taken until released.
+	if _, err := p.Acquire(context.Background(), Request{Candidates: fixed(fresh), Timeout: 20 * time.Millisecond}); !errors.Is(err, ErrQueueTimeout) {
+		t.Fatalf("generation 2 slot granted twice: %v", err)
+	}
+	l2.Release()
+	if got := p.Load(fresh.Key, 2); got.InFlight != 0 || got.Queued != 0 {
+		t.Fatalf("load %+v after the release", got)
+	}
+}
+
 func TestWeighted(t *testing.T) {
 	p := New()
 	a, b := cand("n", "a", 1, 1000), cand("n", "b", 1, 1000)
