@@ -54,7 +54,9 @@ type Candidate struct {
 	// generations only increase: a candidate older than the newest the
 	// pool has seen for its key is stale, and never granted.
 	Generation uint64
-	// Capacity is the provider's configured capacity.
+	// Capacity is the provider's configured capacity, as configured at
+	// the evaluation: a change binds every later evaluation, the queued
+	// requests' included.
 	Capacity int
 	// Weight is the route's weight for this target (weighted routes).
 	Weight int
@@ -114,6 +116,7 @@ type Pool struct {
 
 type slot struct {
 	gen          uint64
+	capacity     int // as the latest evaluation found it configured
 	inFlight     int
 	longInFlight int
 	queued       int
@@ -354,6 +357,7 @@ func (p *Pool) freeLocked(c Candidate, long bool) (free, adopted bool) {
 		s.inFlight, s.longInFlight = 0, 0
 		adopted = true
 	}
+	s.capacity = c.Capacity
 	if s.inFlight >= c.Capacity {
 		return false, adopted
 	}
@@ -482,7 +486,9 @@ func (p *Pool) scanReleasedLocked(l *Lease) {
 	}
 	adopted := false
 	p.eachInOrderLocked(func(w *waiter) bool {
-		if s.gen != l.Generation || s.inFlight >= l.Capacity {
+		// The slot's capacity as last found, not l's: the configuration
+		// may have changed since l was granted.
+		if s.gen != l.Generation || s.inFlight >= s.capacity {
 			return false // no room left (or none was freed: a fenced lease)
 		}
 		if !slices.Contains(w.last, l.Key) {

@@ -168,6 +168,42 @@ func TestStaleGenerationIsNeverGranted(t *testing.T) {
 	}
 }
 
+// TestReleaseUnderRaisedCapacity: a lease granted under capacity 1 is
+// released after the capacity went up to 3 and two more were granted.
+// The slot it frees is the third of three, and the request waiting for it
+// is served then, not left to wait beside it.
+func TestReleaseUnderRaisedCapacity(t *testing.T) {
+	p := New()
+	var capacity atomic.Int64
+	capacity.Store(1)
+	cands := func() []Candidate { return []Candidate{cand("n", "p", 1, int(capacity.Load()))} }
+	first, err := p.Acquire(context.Background(), Request{Candidates: cands, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capacity.Store(3)
+	for range 2 {
+		if _, err := p.Acquire(context.Background(), Request{Candidates: cands, Timeout: time.Second}); err != nil {
+			t.Fatalf("under the raised capacity: %v", err)
+		}
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := p.Acquire(context.Background(), Request{Candidates: cands, Timeout: time.Minute})
+		got <- err
+	}()
+	for p.Stats().Queued != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	first.Release() // serves the queue before it returns
+	if q := p.Stats().Queued; q != 0 {
+		t.Fatalf("%d still queued after a slot of three was freed with two in flight", q)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestWeighted(t *testing.T) {
 	p := New()
 	a, b := cand("n", "a", 1, 1000), cand("n", "b", 1, 1000)
