@@ -316,3 +316,52 @@ func TestMetricsAndHealth(t *testing.T) {
 		t.Errorf("readyz with no provider: %d", resp.StatusCode)
 	}
 }
+
+// TestReloadBindsTheQueue: a reload that lowers a provider's capacity
+// binds the requests already queued, not only the ones that arrive after
+// it. A request queued under capacity 2 must not take the slot one of two
+// running requests frees once the capacity is 1.
+func TestReloadBindsTheQueue(t *testing.T) {
+	g := newGate()
+	r := newRig(t, rigOpts{capacity: 2, queueTimeout: time.Minute, reply: g.reply})
+	var wg sync.WaitGroup
+	statuses := make(chan int, 3)
+	post := func(prompt string) {
+		wg.Go(func() {
+			status, _, _ := r.post(t, apiKey, chatJSON("gpt-local", prompt))
+			statuses <- status
+		})
+	}
+	post("hold a")
+	post("hold b")
+	for !contains(g.served(), "hold a") || !contains(g.served(), "hold b") {
+		time.Sleep(time.Millisecond)
+	}
+	post("queued")
+	for r.srv.PoolStats().Queued != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := r.srv.Reload(r.config(1)); err != nil {
+		t.Fatal(err)
+	}
+	before := r.srv.PoolStats()
+	g.release <- struct{}{} // one of the two ends; its release decides the queued one's fate
+	for r.srv.PoolStats().Released == before.Released {
+		time.Sleep(time.Millisecond)
+	}
+	if st := r.srv.PoolStats(); st.Granted != before.Granted || st.Queued != 1 {
+		t.Fatalf("after one of two ended under capacity 1: %+v, want the queued request still queued", st)
+	}
+	g.release <- struct{}{}
+	wg.Wait()
+	close(statuses)
+	for s := range statuses {
+		if s != 200 {
+			t.Errorf("status %d", s)
+		}
+	}
+	if got := g.served(); len(got) != 3 || got[2] != "queued" {
+		t.Fatalf("served %v", got)
+	}
+	r.settled()
+}

@@ -514,10 +514,17 @@ func (x *exchange) close() {
 func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, error) {
 	cands := func() []pool.Candidate {
 		out := make([]pool.Candidate, 0, len(req.route.Targets))
+		// Capacity is the configuration's now, not the request's: a
+		// reload that lowers it binds the requests already queued.
+		cur := s.snap.Load()
 		for i, t := range req.route.Targets {
 			pi, ok := req.snap.providers[t.ProviderID]
 			if !ok || (req.pin != "" && t.ProviderID != req.pin) {
 				continue
+			}
+			now, ok := cur.providers[t.ProviderID]
+			if !ok || now.nodeID != pi.nodeID {
+				continue // gone from that Node since the request came
 			}
 			p, _ := capability(pi, req.api)
 			if p == pathNone || (p != pathTunnel && req.irErr != nil) {
@@ -528,7 +535,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 				continue
 			}
 			out = append(out, pool.Candidate{Key: pool.Key{NodeID: pi.nodeID, ProviderID: t.ProviderID}, Generation: gen,
-				Capacity: pi.capacity, LongContextCapacity: pi.longCapacity, Weight: t.Weight,
+				Capacity: now.capacity, LongContextCapacity: now.longCapacity, Weight: t.Weight,
 				Target: &req.route.Targets[i]}) // the snapshot's, never changed: no copy to box
 		}
 		return out
