@@ -365,3 +365,54 @@ func TestReloadBindsTheQueue(t *testing.T) {
 	}
 	r.settled()
 }
+
+// TestImpossibleUsageIsNotBooked: a provider that reports a negative or
+// absurd token count (a bug, or a hostile upstream) has it dropped: the
+// answer reaches the client, nothing is booked against the key, and the
+// token counters (which cannot go down) are left as they were.
+func TestImpossibleUsageIsNotBooked(t *testing.T) {
+	usages := []string{
+		`{"prompt_tokens": -5, "completion_tokens": 3}`,
+		`{"prompt_tokens": 4, "completion_tokens": -1}`,
+		`{"prompt_tokens": 9223372036854775807, "completion_tokens": 9223372036854775807}`,
+	}
+	var mu sync.Mutex
+	next := 0
+	r := newRig(t, rigOpts{mutate: func(c *edge.Config) { c.Metrics = prometheus.NewRegistry() }, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		mu.Lock()
+		u := usages[next%len(usages)]
+		next++
+		mu.Unlock()
+		if q.Stream {
+			return upstreamtest.Script{Raw: `data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n" +
+				`data: {"choices":[],"usage":` + u + "}\n\n" + "data: [DONE]\n\n"}
+		}
+		return upstreamtest.Script{Raw: `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":` + u + `}`}
+	}})
+	for range usages {
+		if status, _, body := r.post(t, apiKey, chatJSON("gpt-local", "x")); status != 200 || !strings.Contains(body, `"hi"`) {
+			t.Fatalf("whole answer: %d %s", status, body)
+		}
+		if body := r.streamChat(t, "gpt-local"); !strings.Contains(string(body), `"hi"`) || !strings.Contains(string(body), "[DONE]") {
+			t.Fatalf("stream:\n%s", body)
+		}
+	}
+	r.settled()
+	if u := r.usageOf("alice"); u.Requests != 2*int64(len(usages)) || u.InputTokens != 0 || u.OutputTokens != 0 {
+		t.Fatalf("usage %+v: impossible counts were booked", u)
+	}
+	resp, err := http.Get(r.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("metrics %d:\n%s", resp.StatusCode, b)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "iop_edge_tokens_total{") && !strings.HasSuffix(line, " 0") {
+			t.Errorf("metrics booked impossible usage: %s", line)
+		}
+	}
+}

@@ -653,10 +653,32 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// maxReportedTokens bounds a token count a provider can believably report
+// for one request; anything above it (or below zero) is a provider's bug
+// or a hostile upstream, not usage.
+const maxReportedTokens = 1 << 40
+
+// plausible reports whether every count in u is one a provider could have
+// meant: none negative (the token counters cannot go down), none absurd.
+func plausible(u *execution.Usage) bool {
+	for _, n := range [...]int64{u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.ReasoningTokens} {
+		if n < 0 || n > maxReportedTokens {
+			return false
+		}
+	}
+	return true
+}
+
 // recordUsage books reported usage: per-key usage, the key's token budget,
-// and the token metrics.
+// and the token metrics. Usage with an impossible count is dropped whole.
 func (s *Server) recordUsage(req *request, u *execution.Usage) {
 	if u == nil {
+		return
+	}
+	if !plausible(u) {
+		s.log.Warn("provider reported impossible usage; not booked", "request_id", req.rid,
+			"input_tokens", u.InputTokens, "output_tokens", u.OutputTokens,
+			"cached_input_tokens", u.CachedInputTokens, "reasoning_tokens", u.ReasoningTokens)
 		return
 	}
 	s.usage.tokens(req.key.Name, u)
