@@ -194,3 +194,45 @@ func TestAuthenticatorSeam(t *testing.T) {
 type authFunc func(context.Context, nodes.Hello) error
 
 func (f authFunc) Authenticate(ctx context.Context, h nodes.Hello) error { return f(ctx, h) }
+
+// TestTunnelRefusesInvalidStatus: a Node's tunnel answer must carry a
+// final HTTP status. An informational one (which the Node's transport
+// skips from a real upstream) or one outside three digits is a protocol
+// violation, refused with a typed error and the stream reset, never
+// written to a client.
+func TestTunnelRefusesInvalidStatus(t *testing.T) {
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 4)))})
+	sess, st := rawNode(t, e)
+	r := register(t, st, "n1", token)
+	st.WriteMessage(nodewire.Msg(&iopv1.NodeReadyRequest{Generation: r.GetGeneration(), Revision: r.GetConfig().GetRevision(), Providers: []*iopv1.ProviderSnapshot{
+		{ProviderId: "p1", Status: iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE, Health: iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY, Capacity: 4},
+	}}))
+	if env, err := st.ReadMessage(ctx(t)); err != nil || !env.GetNodeReadyResponse().GetAccepted() {
+		t.Fatalf("ready answer %v %v", env, err)
+	}
+	gen := r.GetGeneration()
+	for _, status := range []uint32{0, 99, 100, 101, 103, 199, 1000, 200} {
+		tn, err := e.reg.OpenTunnel(ctx(t), "n1", gen, &nodes.TunnelRequest{ProviderID: "p1", Method: "POST", Path: "/v1/chat/completions"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, err := sess.AcceptStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env, err := ts.ReadMessage(ctx(t)); err != nil || env.GetProviderTunnelRequest() == nil {
+			t.Fatalf("tunnel request %v %v", env, err)
+		}
+		ts.WriteMessage(nodewire.Msg(&iopv1.ProviderTunnelResponse{Status: status}))
+		got, _, err := tn.Response(ctx(t))
+		var te *nodes.TunnelError
+		switch {
+		case status == 200 && (err != nil || got != 200):
+			t.Errorf("status 200: %d %v", got, err)
+		case status != 200 && (!errors.As(err, &te) || te.Code != nodes.TunnelInternal):
+			t.Errorf("status %d: answer %d %v, want a TunnelInternal error", status, got, err)
+		}
+		tn.Close()
+		ts.Reset(wire.ResetCancel)
+	}
+}

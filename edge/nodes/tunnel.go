@@ -228,7 +228,10 @@ func (t *Tunnel) Response(ctx context.Context) (int, http.Header, error) {
 		// Only allowed headers reach the client, whatever the Node sent.
 		h := tunnelhdr.Collect(b.ProviderTunnelResponse.GetHeaders(), tunnelhdr.Response)
 		status := int(b.ProviderTunnelResponse.GetStatus())
-		if status < 100 || status > 999 {
+		// A final status only: the Node's transport skips an upstream's
+		// informational answers, and a 1xx written to a client would
+		// leave the answer that follows it unframed.
+		if status < 200 || status > 999 {
 			t.st.Reset(wire.ResetProtocolError)
 			return 0, nil, t.fail(&TunnelError{Code: TunnelInternal, Message: "node sent an invalid status"})
 		}
