@@ -723,12 +723,19 @@ func usageFromChat(raw []byte) *execution.Usage {
 	return &execution.Usage{InputTokens: n[0] + n[2], OutputTokens: n[1] + n[3]}
 }
 
+// bodyReserve bounds what readBody sets aside for a body on the word of
+// its Content-Length alone; beyond it the buffer grows as bytes arrive.
+const bodyReserve = 256 << 10
+
 // readBody reads a request body of at most limit bytes (a larger one fails
-// with *http.MaxBytesError). A declared Content-Length sizes the buffer
-// once instead of growing it.
+// with *http.MaxBytesError). A declared Content-Length up to bodyReserve
+// sizes the buffer once instead of growing it; a larger one is not taken
+// on trust, so that a client cannot make the Edge hold a maximum body for
+// a stalled upload of a few bytes.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	body := http.MaxBytesReader(w, r.Body, limit)
-	if n := r.ContentLength; n > 0 && n <= limit {
+	n := r.ContentLength
+	if n > 0 && n <= min(limit, bodyReserve) {
 		b := make([]byte, n)
 		if _, err := io.ReadFull(body, b); err != nil {
 			return nil, err
@@ -736,5 +743,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		// The declared length is the body's: net/http ends it there.
 		return b, nil
 	}
-	return io.ReadAll(body)
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(n, 512), bodyReserve)))
+	if _, err := buf.ReadFrom(body); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

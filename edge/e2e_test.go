@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -841,4 +842,54 @@ func (r *rig) config(c int) edge.Config {
 		}
 	}
 	return cfg
+}
+
+// TestDeclaredLengthIsNotReservedAhead: a client that declares a large
+// body and sends a few bytes of it gets no buffer of the declared size.
+// Memory follows the bytes that came, so that slow or stalled uploads
+// cannot make the Edge hold a maximum body each.
+func TestDeclaredLengthIsNotReservedAhead(t *testing.T) {
+	const declared, conns = 48 << 20, 8
+	r := newRig(t, rigOpts{maxBody: declared})
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	serving := func() int { // the Edge's connections being served
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "net/http.(*conn).serve(")
+	}
+	idle := serving()
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+		// An upload cut short ends in net/http's half a second of linger;
+		// wait it out, so that nothing is left running after the test.
+		for deadline := time.Now().Add(5 * time.Second); serving() > idle && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	for range conns {
+		c, err := net.Dial("tcp", strings.TrimPrefix(r.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"model\":", apiKey, declared)
+	}
+	// Each upload is stalled inside the Edge's body read once its
+	// handler ran: wait until the Edge holds at least a little for each.
+	var now runtime.MemStats
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		runtime.ReadMemStats(&now)
+		if now.HeapAlloc > before.HeapAlloc+conns<<10 {
+			break
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	runtime.ReadMemStats(&now)
+	if grew := int64(now.HeapAlloc) - int64(before.HeapAlloc); grew > conns*4<<20 {
+		t.Fatalf("heap grew %d MiB for %d stalled uploads of a few bytes (declared %d MiB each)", grew>>20, conns, declared>>20)
+	}
 }
