@@ -88,8 +88,13 @@ func (kl *keyLimits) release() {
 	kl.mu.Unlock()
 }
 
+// maxLimitWait bounds the wait a refusal announces: a budget overdrawn
+// far beyond its rate (a huge answer against a small per-minute budget)
+// would otherwise overflow a Duration into a negative one.
+const maxLimitWait = 24 * time.Hour
+
 func perMinuteWait(deficit float64, perMinute int) time.Duration {
-	return time.Duration(deficit / float64(perMinute) * float64(time.Minute))
+	return time.Duration(min(deficit/float64(perMinute)*float64(time.Minute), float64(maxLimitWait)))
 }
 
 // spend debits reported tokens from the key's budget.
