@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -347,14 +348,22 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	if key == nil {
 		return
 	}
+	// The request timeout bounds the whole request, its upload included:
+	// a body that has not all come when it passes ends the read.
+	ctx, cancel := context.WithTimeout(r.Context(), snap.requestTimeout)
+	defer cancel()
+	stopRead := context.AfterFunc(ctx, func() { http.NewResponseController(rw).SetReadDeadline(aLongTimeAgo) })
 	body, err := readBody(w, r, snap.maxBody)
+	stopRead()
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			fail(w, a, http.StatusRequestEntityTooLarge, "invalid_request", fmt.Sprintf("Request body larger than %d bytes.", snap.maxBody), "request_too_large")
-			return
+		case errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(ctx.Err(), context.DeadlineExceeded):
+			fail(w, a, http.StatusRequestTimeout, "timeout", "The request body did not all arrive within the request timeout.", nil)
 		}
-		return // the client went away
+		return // otherwise the client went away
 	}
 	f, err := llmapi.Scan(body, requestKeys...)
 	if err != nil {
@@ -434,8 +443,6 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	}
 	defer kl.release()
 
-	ctx, cancel := context.WithTimeout(r.Context(), snap.requestTimeout)
-	defer cancel()
 	x, status, err := s.dispatch(ctx, req)
 	if err != nil {
 		s.refuse(w, req, status, err)
@@ -722,6 +729,9 @@ func usageFromChat(raw []byte) *execution.Usage {
 	}
 	return &execution.Usage{InputTokens: n[0] + n[2], OutputTokens: n[1] + n[3]}
 }
+
+// aLongTimeAgo is a deadline already passed, to end a blocked read.
+var aLongTimeAgo = time.Unix(1, 0)
 
 // bodyReserve bounds what readBody sets aside for a body on the word of
 // its Content-Length alone; beyond it the buffer grows as bytes arrive.

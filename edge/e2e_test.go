@@ -854,21 +854,13 @@ func TestDeclaredLengthIsNotReservedAhead(t *testing.T) {
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	serving := func() int { // the Edge's connections being served
-		buf := make([]byte, 1<<20)
-		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "net/http.(*conn).serve(")
-	}
 	idle := serving()
 	var held []net.Conn
 	defer func() {
 		for _, c := range held {
 			c.Close()
 		}
-		// An upload cut short ends in net/http's half a second of linger;
-		// wait it out, so that nothing is left running after the test.
-		for deadline := time.Now().Add(5 * time.Second); serving() > idle && time.Now().Before(deadline); {
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitServed(idle)
 	}()
 	for range conns {
 		c, err := net.Dial("tcp", strings.TrimPrefix(r.url, "http://"))
@@ -891,5 +883,55 @@ func TestDeclaredLengthIsNotReservedAhead(t *testing.T) {
 	runtime.ReadMemStats(&now)
 	if grew := int64(now.HeapAlloc) - int64(before.HeapAlloc); grew > conns*4<<20 {
 		t.Fatalf("heap grew %d MiB for %d stalled uploads of a few bytes (declared %d MiB each)", grew>>20, conns, declared>>20)
+	}
+}
+
+// serving counts the connections this process's HTTP servers are serving.
+func serving() int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "net/http.(*conn).serve(")
+}
+
+// waitServed waits until no more than idle connections are served. An
+// upload cut short ends in net/http's half a second of linger; waiting it
+// out leaves nothing running after a test.
+func waitServed(idle int) {
+	for deadline := time.Now().Add(5 * time.Second); serving() > idle && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSlowUploadTimesOut: the request timeout bounds the upload too. A
+// client that sends part of its body and stalls gets 408 once the
+// timeout passes, instead of holding the Edge's handler for as long as it
+// keeps the connection open; no slot was taken for it.
+func TestSlowUploadTimesOut(t *testing.T) {
+	r := newRig(t, rigOpts{mutate: func(c *edge.Config) { c.RequestTimeout = 200 * time.Millisecond }})
+	if status, _, body := r.post(t, apiKey, chatJSON("gpt-local", "before")); status != 200 {
+		t.Fatalf("before: %d %s", status, body)
+	}
+	idle := serving() // with the client's kept-alive connection
+	c, err := net.Dial("tcp", strings.TrimPrefix(r.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Close(); waitServed(idle) }()
+	c.SetDeadline(time.Now().Add(30 * time.Second)) // a guard against a hang, not a measure
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\":", apiKey)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "request timeout") {
+		t.Fatalf("stalled upload: %d %s", resp.StatusCode, b)
+	}
+	if st := r.srv.PoolStats(); st.Granted != st.Released || st.Queued != 0 {
+		t.Fatalf("pool %+v after a stalled upload", st)
+	}
+	// The Edge serves on as before.
+	if status, _, body := r.post(t, apiKey, chatJSON("gpt-local", "after")); status != 200 {
+		t.Fatalf("after: %d %s", status, body)
 	}
 }
