@@ -23,9 +23,10 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string)
 	if key == nil {
 		return
 	}
-	body, err := readBody(w, r, snap.maxBody)
-	if err != nil {
-		fail(w, apiMessages, http.StatusRequestEntityTooLarge, "invalid_request", "Request body too large.", nil)
+	ctx, cancel := context.WithTimeout(r.Context(), snap.requestTimeout)
+	defer cancel()
+	body, ok := readRequestBody(ctx, w, r, snap.maxBody, apiMessages)
+	if !ok {
 		return
 	}
 	f, err := llmapi.Scan(body, "model")
@@ -48,8 +49,6 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string)
 		if !ok {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), snap.requestTimeout)
-		defer cancel()
 		g, err := s.grant(ctx, snap, key.Name, model, rid, t, pi.nodeID, gen)
 		if err != nil {
 			continue

@@ -348,22 +348,11 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	if key == nil {
 		return
 	}
-	// The request timeout bounds the whole request, its upload included:
-	// a body that has not all come when it passes ends the read.
 	ctx, cancel := context.WithTimeout(r.Context(), snap.requestTimeout)
 	defer cancel()
-	stopRead := context.AfterFunc(ctx, func() { http.NewResponseController(rw).SetReadDeadline(aLongTimeAgo) })
-	body, err := readBody(w, r, snap.maxBody)
-	stopRead()
-	if err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			fail(w, a, http.StatusRequestEntityTooLarge, "invalid_request", fmt.Sprintf("Request body larger than %d bytes.", snap.maxBody), "request_too_large")
-		case errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(ctx.Err(), context.DeadlineExceeded):
-			fail(w, a, http.StatusRequestTimeout, "timeout", "The request body did not all arrive within the request timeout.", nil)
-		}
-		return // otherwise the client went away
+	body, ok := readRequestBody(ctx, w, r, snap.maxBody, a)
+	if !ok {
+		return
 	}
 	f, err := llmapi.Scan(body, requestKeys...)
 	if err != nil {
@@ -728,6 +717,27 @@ func usageFromChat(raw []byte) *execution.Usage {
 		}
 	}
 	return &execution.Usage{InputTokens: n[0] + n[2], OutputTokens: n[1] + n[3]}
+}
+
+// readRequestBody reads r's body, at most limit bytes, before ctx's
+// deadline: the request timeout bounds the upload too. When it cannot, it
+// answers the client itself (413, or 408 once the deadline passed) and
+// reports false; a client that went away gets nothing.
+func readRequestBody(ctx context.Context, w http.ResponseWriter, r *http.Request, limit int64, a api) ([]byte, bool) {
+	stop := context.AfterFunc(ctx, func() { http.NewResponseController(w).SetReadDeadline(aLongTimeAgo) })
+	body, err := readBody(w, r, limit)
+	stop()
+	if err == nil {
+		return body, true
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		fail(w, a, http.StatusRequestEntityTooLarge, "invalid_request", fmt.Sprintf("Request body larger than %d bytes.", limit), "request_too_large")
+	case errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		fail(w, a, http.StatusRequestTimeout, "timeout", "The request body did not all arrive within the request timeout.", nil)
+	}
+	return nil, false
 }
 
 // aLongTimeAgo is a deadline already passed, to end a blocked read.

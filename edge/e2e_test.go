@@ -911,21 +911,25 @@ func TestSlowUploadTimesOut(t *testing.T) {
 		t.Fatalf("before: %d %s", status, body)
 	}
 	idle := serving() // with the client's kept-alive connection
-	c, err := net.Dial("tcp", strings.TrimPrefix(r.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { c.Close(); waitServed(idle) }()
-	c.SetDeadline(time.Now().Add(30 * time.Second)) // a guard against a hang, not a measure
-	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\":", apiKey)
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "request timeout") {
-		t.Fatalf("stalled upload: %d %s", resp.StatusCode, b)
+	defer waitServed(idle)
+	for _, path := range []string{"/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens"} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(r.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(30 * time.Second)) // a guard against a hang, not a measure
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nAnthropic-Version: 2023-06-01\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\":", path, apiKey)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "request timeout") {
+			t.Fatalf("%s, stalled upload: %d %s", path, resp.StatusCode, b)
+		}
+		c.Close()
 	}
 	if st := r.srv.PoolStats(); st.Granted != st.Released || st.Queued != 0 {
 		t.Fatalf("pool %+v after a stalled upload", st)
