@@ -177,18 +177,25 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "no provider available\n")
 }
 
-// wrap gives every response a request id and turns a panic into a 500
-// without leaking it.
+// wrap gives every response a request id and a recorder (which the
+// handler receives as its ResponseWriter), and turns a panic into a 500
+// without leaking it. A panic after the answer began cuts the connection
+// instead: an error body appended to a started answer (a stream's events,
+// say) would read as part of it.
 func (s *Server) wrap(h func(http.ResponseWriter, *http.Request, string)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		rid := s.newRequestID()
-		w.Header().Set("X-Request-Id", rid)
+		rw.Header().Set("X-Request-Id", rid)
+		w := &recorder{ResponseWriter: rw}
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				s.log.Error("handler panic", "request_id", rid, "panic", fmt.Sprint(p))
+				s.log.Error("handler panic", "request_id", rid, "panic", fmt.Sprint(p), "answer_started", w.status != 0)
+				if w.status != 0 {
+					panic(http.ErrAbortHandler)
+				}
 				apiError(w, http.StatusInternalServerError, "Internal error.", "server_error", nil)
 			}
 		}()
@@ -333,7 +340,10 @@ type request struct {
 // and check the body, find the route, admit, dispatch, answer.
 func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a api) {
 	start := time.Now()
-	w := &recorder{ResponseWriter: rw}
+	w, ok := rw.(*recorder) // wrap's
+	if !ok {
+		w = &recorder{ResponseWriter: rw}
+	}
 	snap := s.snap.Load()
 	routeLabel := "unknown"
 	defer func() {
