@@ -680,13 +680,15 @@ func tunnelBody(req *request, upstreamModel string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := map[string]any{}
+	// The client's other members stay as written (raw: a number is not
+	// rounded through a float64).
+	opts := map[string]json.RawMessage{}
 	if raw := f.Raw("stream_options"); raw != nil && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &opts); err != nil {
 			return nil, err
 		}
 	}
-	opts["include_usage"] = true
+	opts["include_usage"] = json.RawMessage("true")
 	raw, _ := json.Marshal(opts)
 	return f.Splice("stream_options", raw), nil
 }

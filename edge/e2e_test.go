@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -937,5 +938,38 @@ func TestSlowUploadTimesOut(t *testing.T) {
 	// The Edge serves on as before.
 	if status, _, body := r.post(t, apiKey, chatJSON("gpt-local", "after")); status != 200 {
 		t.Fatalf("after: %d %s", status, body)
+	}
+}
+
+// TestStreamOptionsPassThrough: the Edge asks the upstream for stream
+// usage by setting stream_options.include_usage, and leaves every other
+// member of the client's stream_options exactly as the client wrote it.
+func TestStreamOptionsPassThrough(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	req, _ := http.NewRequestWithContext(ctx(t), "POST", r.url+"/v1/chat/completions", strings.NewReader(
+		`{"model":"gpt-local","stream":true,"stream_options":{"include_usage":false,"big":12345678901234567890,"nested":{"a":[1,2]}},"messages":[{"role":"user","content":"x"}]}`))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || strings.Contains(string(body), `"usage"`) {
+		t.Fatalf("answer %d:\n%s", resp.StatusCode, body)
+	}
+	calls := r.calls()
+	if len(calls) != 1 {
+		t.Fatalf("%d upstream calls", len(calls))
+	}
+	var up struct {
+		StreamOptions map[string]json.RawMessage `json:"stream_options"`
+	}
+	if err := json.Unmarshal(calls[0].Body, &up); err != nil {
+		t.Fatal(err)
+	}
+	so := up.StreamOptions
+	if string(so["include_usage"]) != "true" || string(so["big"]) != "12345678901234567890" || string(so["nested"]) != `{"a":[1,2]}` {
+		t.Fatalf("upstream stream_options %s", calls[0].Body)
 	}
 }
