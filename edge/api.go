@@ -274,7 +274,7 @@ func anthropicType(status int, typ string) string {
 		return "request_too_large"
 	case status == http.StatusTooManyRequests:
 		return "rate_limit_error"
-	case status == http.StatusGatewayTimeout:
+	case status == http.StatusGatewayTimeout || status == http.StatusRequestTimeout:
 		return "timeout_error"
 	case status >= 500:
 		return "api_error"

@@ -930,6 +930,9 @@ func TestSlowUploadTimesOut(t *testing.T) {
 		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "request timeout") {
 			t.Fatalf("%s, stalled upload: %d %s", path, resp.StatusCode, b)
 		}
+		if want := `"type":"timeout"`; strings.HasPrefix(path, "/v1/messages") && !strings.Contains(string(b), `"timeout_error"`) || !strings.HasPrefix(path, "/v1/messages") && !strings.Contains(string(b), want) {
+			t.Fatalf("%s, stalled upload: error type in %s", path, b)
+		}
 		c.Close()
 	}
 	if st := r.srv.PoolStats(); st.Granted != st.Released || st.Queued != 0 {
