@@ -949,17 +949,9 @@ func TestSlowUploadTimesOut(t *testing.T) {
 // member of the client's stream_options exactly as the client wrote it.
 func TestStreamOptionsPassThrough(t *testing.T) {
 	r := newRig(t, rigOpts{})
-	req, _ := http.NewRequestWithContext(ctx(t), "POST", r.url+"/v1/chat/completions", strings.NewReader(
-		`{"model":"gpt-local","stream":true,"stream_options":{"include_usage":false,"big":12345678901234567890,"nested":{"a":[1,2]}},"messages":[{"role":"user","content":"x"}]}`))
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || strings.Contains(string(body), `"usage"`) {
-		t.Fatalf("answer %d:\n%s", resp.StatusCode, body)
+	status, _, body := r.post(t, apiKey, `{"model":"gpt-local","stream":true,"stream_options":{"include_usage":false,"big":12345678901234567890,"nested":{"a":[1,2]}},"messages":[{"role":"user","content":"x"}]}`)
+	if status != 200 || strings.Contains(body, `"usage"`) {
+		t.Fatalf("answer %d:\n%s", status, body)
 	}
 	calls := r.calls()
 	if len(calls) != 1 {
