@@ -22,19 +22,19 @@ type Renderer interface {
 // state accumulates a canonical answer.
 type state struct {
 	id, model string
-	blocks    []*Part // by canonical index
-	kinds     []BlockKind
-	args      []*strings.Builder
-	// texts and sigs build each block's Text and Signature: a delta is
-	// appended in amortized constant time, and the Part's field is the
-	// builder's String, which copies nothing (+= would copy the whole
-	// text on every delta: quadratic in a long answer).
-	texts, sigs []*strings.Builder
-	usage       Usage
-	stop        StopReason
-	err         *APIError
-	done        bool
+	blocks    []*Part      // by canonical index
+	bufs      []*blockBufs // by canonical index, beside blocks
+	usage     Usage
+	stop      StopReason
+	err       *APIError
+	done      bool
 }
+
+// blockBufs build one block's text, signature and tool arguments: a delta
+// is appended in amortized constant time, and the Part's field is the
+// builder's String, which copies nothing (+= would copy the whole text on
+// every delta: quadratic in a long answer).
+type blockBufs struct{ text, sig, args strings.Builder }
 
 func (s *state) apply(e Event) {
 	switch e.Kind {
@@ -57,25 +57,21 @@ func (s *state) apply(e Event) {
 		}
 		for len(s.blocks) <= e.Index {
 			s.blocks = append(s.blocks, nil)
-			s.kinds = append(s.kinds, "")
-			s.args = append(s.args, nil)
-			s.texts = append(s.texts, nil)
-			s.sigs = append(s.sigs, nil)
+			s.bufs = append(s.bufs, nil)
 		}
-		s.blocks[e.Index], s.kinds[e.Index], s.args[e.Index] = p, e.Block, &strings.Builder{}
-		s.texts[e.Index], s.sigs[e.Index] = &strings.Builder{}, &strings.Builder{}
+		s.blocks[e.Index], s.bufs[e.Index] = p, &blockBufs{}
 	case EvDelta:
 		if e.Index < len(s.blocks) && s.blocks[e.Index] != nil {
-			b := s.blocks[e.Index]
+			b, bb := s.blocks[e.Index], s.bufs[e.Index]
 			if b.Kind == PartToolUse {
-				s.args[e.Index].WriteString(e.Text)
+				bb.args.WriteString(e.Text)
 			} else if e.Text != "" {
-				s.texts[e.Index].WriteString(e.Text)
-				b.Text = s.texts[e.Index].String()
+				bb.text.WriteString(e.Text)
+				b.Text = bb.text.String()
 			}
 			if e.Signature != "" {
-				s.sigs[e.Index].WriteString(e.Signature)
-				b.Signature = s.sigs[e.Index].String()
+				bb.sig.WriteString(e.Signature)
+				b.Signature = bb.sig.String()
 			}
 		}
 	case EvUsage:
@@ -99,7 +95,7 @@ func (s *state) toolCalls() int {
 
 // toolInput returns a tool call's complete arguments as a JSON object.
 func (s *state) toolInput(i int) json.RawMessage {
-	raw := strings.TrimSpace(s.args[i].String())
+	raw := strings.TrimSpace(s.bufs[i].args.String())
 	if raw == "" {
 		return json.RawMessage("{}")
 	}
@@ -244,7 +240,7 @@ func (r *AnthropicRenderer) Body() (int, []byte) {
 		case PartThinking:
 			content = append(content, map[string]any{"type": "thinking", "thinking": b.Text, "signature": b.Signature})
 		case PartToolUse:
-			if !toolArgsOK(r.st.args[i].String()) { // decoders refuse these; never panic on one
+			if !toolArgsOK(r.st.bufs[i].args.String()) { // decoders refuse these; never panic on one
 				return AnthropicError(errToolArgs(b.Name).Err)
 			}
 			content = append(content, map[string]any{"type": "tool_use", "id": b.ID, "name": b.Name, "input": r.st.toolInput(i)})
