@@ -340,10 +340,7 @@ type request struct {
 // and check the body, find the route, admit, dispatch, answer.
 func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a api) {
 	start := time.Now()
-	w, ok := rw.(*recorder) // wrap's
-	if !ok {
-		w = &recorder{ResponseWriter: rw}
-	}
+	w := rw.(*recorder) // wrap's: every route goes through it
 	snap := s.snap.Load()
 	routeLabel := "unknown"
 	defer func() {
