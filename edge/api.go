@@ -343,11 +343,12 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	w := rw.(*recorder) // wrap's: every route goes through it
 	snap := s.snap.Load()
 	routeLabel := "unknown"
+	streamed := false // a streamed answer was asked for: only it has a first event
 	defer func() {
 		rs := routeSeries{routeLabel, a}
 		s.metrics.requestsBy.get(requestSeries{rs, w.outcomeOf()}).Inc()
 		s.metrics.durationBy.get(rs).Observe(time.Since(start).Seconds())
-		if !w.first.IsZero() && w.status == http.StatusOK {
+		if streamed && !w.first.IsZero() && w.status == http.StatusOK {
 			s.metrics.ttftBy.get(rs).Observe(w.first.Sub(start).Seconds())
 		}
 	}()
@@ -382,6 +383,7 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 		fail(w, a, http.StatusBadRequest, "invalid_request", "stream must be a boolean (and false for embeddings).", nil)
 		return
 	}
+	streamed = stream
 	req := &request{rid: rid, api: a, key: key, route: rt, snap: snap, body: body, fields: f, stream: stream}
 	if so := f.Raw("stream_options"); so != nil {
 		var opt struct {
