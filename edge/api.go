@@ -419,6 +419,17 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 			req.anthropic.Set("Anthropic-Version", "2023-06-01")
 		}
 	}
+	// The key's limits come after the cheap checks (a malformed request
+	// spends none of its budget) and before the conversation is decoded:
+	// a refused request costs no full decode of its body.
+	kl, refusal := s.limits.admit(key, time.Now())
+	if refusal != nil {
+		secs := int(refusal.retry.Seconds() + 0.999)
+		w.Header().Set("Retry-After", fmt.Sprint(max(secs, 1)))
+		fail(w, a, http.StatusTooManyRequests, refusal.kind, fmt.Sprintf("Rate limit reached for key %q (%s).", key.Name, refusal.kind), "rate_limit_exceeded")
+		return
+	}
+	defer kl.release()
 	// Decode the conversation only when a provider of this route needs a
 	// translation or a normalized run: the tunnel path never decodes it.
 	if snap.needsIR(rt, a) {
@@ -431,15 +442,6 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 			req.ir, req.irErr = llmapi.DecodeAnthropicRequest(body)
 		}
 	}
-
-	kl, refusal := s.limits.admit(key, time.Now())
-	if refusal != nil {
-		secs := int(refusal.retry.Seconds() + 0.999)
-		w.Header().Set("Retry-After", fmt.Sprint(max(secs, 1)))
-		fail(w, a, http.StatusTooManyRequests, refusal.kind, fmt.Sprintf("Rate limit reached for key %q (%s).", key.Name, refusal.kind), "rate_limit_exceeded")
-		return
-	}
-	defer kl.release()
 
 	x, status, err := s.dispatch(ctx, req)
 	if err != nil {
