@@ -81,6 +81,12 @@ func parseID(u *url.URL) (td string, kind Kind, id string, ok bool) {
 	if len(parts) != 2 || !strings.HasPrefix(u.Path, "/") || !validName(u.Host, false) || !validName(parts[1], true) {
 		return "", "", "", false
 	}
+	// The ID must be written as it reads: a percent-escape ("node%2Fa",
+	// "%61") or an empty query decodes to a name the certificate does
+	// not spell, and SPIFFE IDs have neither.
+	if u.String() != ID(u.Host, Kind(parts[0]), parts[1]).String() {
+		return "", "", "", false
+	}
 	return u.Host, Kind(parts[0]), parts[1], true
 }
 

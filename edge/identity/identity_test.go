@@ -75,6 +75,9 @@ func TestCertIDStrict(t *testing.T) {
 		"user":           {u("spiffe://x@iop.test/node/a")},
 		"no id":          {u("spiffe://iop.test/node/")},
 		"uppercase host": {u("spiffe://IOP.test/node/a")},
+		"escaped id":     {u("spiffe://iop.test/node/%61")},
+		"escaped slash":  {u("spiffe://iop.test/node%2Fa")},
+		"empty query":    {u("spiffe://iop.test/node/a?")},
 	} {
 		if _, err := CertID(&x509.Certificate{URIs: uris}, "iop.test", KindNode); !errors.Is(err, ErrNoIdentity) {
 			t.Errorf("%s: %v", name, err)
