@@ -296,9 +296,12 @@ func (x *Header) GetValue() string {
 }
 
 type ProviderTunnelResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        uint32                 `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
-	Headers       []*Header              `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// status is the upstream's final HTTP status, 200 to 999. An
+	// informational (1xx) status is never final and is a protocol violation
+	// here, as is any status outside three digits.
+	Status        uint32    `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
+	Headers       []*Header `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
