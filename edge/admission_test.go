@@ -418,3 +418,46 @@ func TestImpossibleUsageIsNotBooked(t *testing.T) {
 		}
 	}
 }
+
+// TestAnthropicCacheTokensBooked: an Anthropic answer's input_tokens
+// leaves out the prompt tokens the cache read and wrote. The Edge books
+// all three as input, whole or streamed, as the adapters count it, so a
+// key's token budget is not slipped past by caching a long prompt.
+func TestAnthropicCacheTokensBooked(t *testing.T) {
+	const usage = `"input_tokens": 10, "cache_read_input_tokens": 200, "cache_creation_input_tokens": 3000`
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		if q.Stream {
+			return upstreamtest.Script{Raw: "event: message_start\n" +
+				`data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"up-model","content":[],"stop_reason":null,"stop_sequence":null,"usage":{` + usage + `,"output_tokens":1}}}` + "\n\n" +
+				"event: content_block_start\n" + `data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}` + "\n\n" +
+				"event: content_block_delta\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}` + "\n\n" +
+				"event: content_block_stop\n" + `data: {"type":"content_block_stop","index":0}` + "\n\n" +
+				"event: message_delta\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":7}}` + "\n\n" +
+				"event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n"}
+		}
+		return upstreamtest.Script{Raw: `{"id":"msg_2","type":"message","role":"assistant","model":"up-model","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{` + usage + `,"output_tokens":7}}`}
+	}})
+	for _, stream := range []bool{false, true} {
+		req, _ := http.NewRequest("POST", r.url+"/v1/messages", strings.NewReader(
+			fmt.Sprintf(`{"model":"via-anthropic","max_tokens":50,"stream":%t,"messages":[{"role":"user","content":"x"}]}`, stream)))
+		req.Header.Set("x-api-key", apiKey)
+		req.Header.Set("anthropic-version", "2023-06-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), `"hi"`) {
+			t.Fatalf("stream %t: %d %s", stream, resp.StatusCode, b)
+		}
+		r.settled()
+		want := edge.Usage{Key: "alice", Requests: 1, InputTokens: 3210, OutputTokens: 7}
+		if stream {
+			want = edge.Usage{Key: "alice", Requests: 2, InputTokens: 2 * 3210, OutputTokens: 2 * 7}
+		}
+		if got := r.usageOf("alice"); got != want {
+			t.Fatalf("stream %t: usage %+v, want %+v", stream, got, want)
+		}
+	}
+}

@@ -711,15 +711,26 @@ var tunnelHeader = http.Header{"Content-Type": {"application/json"}, "Accept": {
 // request body and from a usage object.
 var (
 	requestKeys = []string{"model", "stream", "stream_options", "previous_response_id"}
-	usageKeys   = []string{"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"}
+	// usageKeys are the counts of a usage object: Chat Completions'
+	// (prompt, completion), the Responses and Anthropic APIs' (input,
+	// output), and Anthropic's cache reads and writes, which its
+	// input_tokens leaves out.
+	usageKeys = []string{"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens",
+		"cache_read_input_tokens", "cache_creation_input_tokens"}
 )
 
-func usageFromChat(raw []byte) *execution.Usage {
+// readUsage reads a whole answer's usage object, of any of the three
+// generation APIs. Input is every prompt token the provider processed, as
+// the adapters count it: Chat Completions' prompt_tokens and the
+// Responses API's input_tokens already hold the cached ones, and an
+// Anthropic answer's input is its input_tokens plus its cache reads and
+// writes.
+func readUsage(raw []byte) *execution.Usage {
 	f, err := llmapi.Scan(raw, usageKeys...)
 	if err != nil {
 		return nil
 	}
-	var n [4]int64
+	var n [6]int64
 	for i, k := range usageKeys {
 		v := f.Raw(k)
 		if v == nil || string(v) == "null" {
@@ -729,7 +740,7 @@ func usageFromChat(raw []byte) *execution.Usage {
 			return nil
 		}
 	}
-	return &execution.Usage{InputTokens: n[0] + n[2], OutputTokens: n[1] + n[3]}
+	return &execution.Usage{InputTokens: n[0] + n[2] + n[4] + n[5], OutputTokens: n[1] + n[3], CachedInputTokens: n[4]}
 }
 
 // readRequestBody reads r's body, at most limit bytes, before ctx's

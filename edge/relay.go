@@ -235,7 +235,7 @@ func (s *Server) bookAnswer(req *request, x *exchange, body []byte) {
 // answer.
 func (s *Server) bookFields(req *request, x *exchange, f *llmapi.Fields) {
 	if f.Raw("usage") != nil {
-		s.recordUsage(req, usageFromChat(f.Raw("usage")))
+		s.recordUsage(req, readUsage(f.Raw("usage")))
 	}
 	if id, ok := f.String("id"); ok && req.api == apiResponses {
 		s.responses.remember(id, x.lease.NodeID, x.lease.ProviderID, req.key.Name)
@@ -261,11 +261,14 @@ func streamUsage(req *request, ev sse.Event) (*execution.Usage, bool) {
 			InputTokens  int64 `json:"input_tokens"`
 			OutputTokens int64 `json:"output_tokens"`
 			CacheRead    int64 `json:"cache_read_input_tokens"`
+			CacheWrite   int64 `json:"cache_creation_input_tokens"`
 		}
 		switch ev.Type {
 		case "message_start":
+			// Anthropic's input_tokens leaves out the cache's reads and
+			// writes; the prompt is all three (as readUsage counts it).
 			json.Unmarshal(m.Message.Usage, &u)
-			return &execution.Usage{InputTokens: u.InputTokens + u.CacheRead, CachedInputTokens: u.CacheRead}, false
+			return &execution.Usage{InputTokens: u.InputTokens + u.CacheRead + u.CacheWrite, CachedInputTokens: u.CacheRead}, false
 		case "message_delta":
 			json.Unmarshal(m.Usage, &u)
 			return &execution.Usage{OutputTokens: u.OutputTokens}, false
@@ -282,7 +285,7 @@ func streamUsage(req *request, ev sse.Event) (*execution.Usage, bool) {
 		if json.Unmarshal(ev.Data, &m) != nil || m.Response.Usage == nil {
 			return nil, false
 		}
-		return usageFromChat(m.Response.Usage), false
+		return readUsage(m.Response.Usage), false
 	}
 	var c struct {
 		Choices []json.RawMessage `json:"choices"`
@@ -291,7 +294,7 @@ func streamUsage(req *request, ev sse.Event) (*execution.Usage, bool) {
 	if json.Unmarshal(ev.Data, &c) != nil || len(c.Usage) == 0 || string(c.Usage) == "null" {
 		return nil, false
 	}
-	return usageFromChat(c.Usage), len(c.Choices) == 0
+	return readUsage(c.Usage), len(c.Choices) == 0
 }
 
 // tunnelRefused answers a tunnel that failed before the upstream's head.
