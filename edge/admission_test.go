@@ -461,3 +461,45 @@ func TestAnthropicCacheTokensBooked(t *testing.T) {
 		}
 	}
 }
+
+// TestCumulativeStreamUsageBookedOnce: a stream's usage events are
+// totals so far, not increments. A Chat stream with continuous usage
+// stats (vLLM's continuous_usage_stats) repeats the usage on every chunk,
+// and an Anthropic stream may total its output in more than one
+// message_delta; only the last snapshot is booked.
+func TestCumulativeStreamUsageBookedOnce(t *testing.T) {
+	chunk := func(text string, completion int) string {
+		return fmt.Sprintf(`data: {"choices":[{"index":0,"delta":{"content":%q}}],"usage":{"prompt_tokens":5,"completion_tokens":%d}}`+"\n\n", text, completion)
+	}
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		if q.API == "messages" {
+			return upstreamtest.Script{Raw: "event: message_start\n" +
+				`data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"up-model","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":11,"output_tokens":1}}}` + "\n\n" +
+				"event: content_block_start\n" + `data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}` + "\n\n" +
+				"event: content_block_delta\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}` + "\n\n" +
+				"event: message_delta\n" + `data: {"type":"message_delta","delta":{"stop_reason":null,"stop_sequence":null},"usage":{"output_tokens":3}}` + "\n\n" +
+				"event: content_block_stop\n" + `data: {"type":"content_block_stop","index":0}` + "\n\n" +
+				"event: message_delta\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":7}}` + "\n\n" +
+				"event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n"}
+		}
+		return upstreamtest.Script{Raw: chunk("a", 1) + chunk("b", 2) + chunk("c", 3) +
+			`data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}` + "\n\n" + "data: [DONE]\n\n"}
+	}})
+	if body := r.streamChat(t, "gpt-local"); !strings.Contains(string(body), `"c"`) || !strings.Contains(string(body), "[DONE]") {
+		t.Fatalf("chat stream:\n%s", body)
+	}
+	r.settled()
+	if got, want := r.usageOf("alice"), (edge.Usage{Key: "alice", Requests: 1, InputTokens: 5, OutputTokens: 3}); got != want {
+		t.Fatalf("chat: usage %+v, want %+v", got, want)
+	}
+	resp := r.openMessagesStream(t, "via-anthropic")
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "message_stop") {
+		t.Fatalf("messages stream: %d %s", resp.StatusCode, b)
+	}
+	r.settled()
+	if got, want := r.usageOf("alice"), (edge.Usage{Key: "alice", Requests: 2, InputTokens: 5 + 11, OutputTokens: 3 + 7}); got != want {
+		t.Fatalf("messages: usage %+v, want %+v", got, want)
+	}
+}

@@ -139,6 +139,16 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 	}()
 	more := false // the reader holds another whole event: the next one needs no read
 	terminated := false
+	// Usage events are cumulative snapshots (a Chat stream with
+	// continuous usage stats repeats it on every chunk; Anthropic's
+	// message_delta totals the output so far): only the last is booked,
+	// once, however the stream ends, as on the translate path.
+	var usage *execution.Usage
+	defer func() {
+		if usage != nil {
+			s.recordUsage(req, usage)
+		}
+	}()
 	for {
 		if !more || head.pending {
 			// Only a read waits, so only then is the deadline moved.
@@ -190,8 +200,8 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		}
 		pass := true
 		if hasUsage {
-			if u, usageOnly := streamUsage(req, ev); u != nil {
-				s.recordUsage(req, u)
+			if u, usageOnly := streamUsage(req, ev, usage); u != nil {
+				usage = u
 				// A usage chunk asked for by the Edge, not by the client,
 				// is not passed on.
 				pass = !(usageOnly && req.api == apiChat && !req.includeUsage)
@@ -242,12 +252,17 @@ func (s *Server) bookFields(req *request, x *exchange, f *llmapi.Fields) {
 	}
 }
 
-// streamUsage reads usage from a stream event: a Chat Completions usage
-// chunk (reporting whether it carries nothing else) or a Responses
-// response.completed event.
-func streamUsage(req *request, ev sse.Event) (*execution.Usage, bool) {
+// streamUsage reads the usage snapshot a stream event carries, given the
+// stream's latest one (prev, nil before any): a Chat Completions usage
+// chunk (reporting whether it carries nothing else), a Responses
+// response.completed (or incomplete, or failed) event, or an Anthropic
+// message_start or message_delta. It returns nil for an event without
+// usage.
+func streamUsage(req *request, ev sse.Event, prev *execution.Usage) (*execution.Usage, bool) {
 	if req.api == apiMessages {
-		// message_start carries the input, message_delta the output.
+		// message_start carries the input (and an output of one or so),
+		// message_delta the output so far, and in newer API versions the
+		// input again; both are totals, not increments.
 		var m struct {
 			Message struct {
 				Usage json.RawMessage `json:"usage"`
@@ -263,15 +278,27 @@ func streamUsage(req *request, ev sse.Event) (*execution.Usage, bool) {
 			CacheRead    int64 `json:"cache_read_input_tokens"`
 			CacheWrite   int64 `json:"cache_creation_input_tokens"`
 		}
+		// Anthropic's input_tokens leaves out the cache's reads and
+		// writes; the prompt is all three (as readUsage counts it).
 		switch ev.Type {
 		case "message_start":
-			// Anthropic's input_tokens leaves out the cache's reads and
-			// writes; the prompt is all three (as readUsage counts it).
-			json.Unmarshal(m.Message.Usage, &u)
-			return &execution.Usage{InputTokens: u.InputTokens + u.CacheRead + u.CacheWrite, CachedInputTokens: u.CacheRead}, false
+			if json.Unmarshal(m.Message.Usage, &u) != nil {
+				return nil, false
+			}
+			return &execution.Usage{InputTokens: u.InputTokens + u.CacheRead + u.CacheWrite, OutputTokens: u.OutputTokens, CachedInputTokens: u.CacheRead}, false
 		case "message_delta":
-			json.Unmarshal(m.Usage, &u)
-			return &execution.Usage{OutputTokens: u.OutputTokens}, false
+			if json.Unmarshal(m.Usage, &u) != nil {
+				return nil, false
+			}
+			next := execution.Usage{}
+			if prev != nil {
+				next = *prev
+			}
+			next.OutputTokens = u.OutputTokens
+			if u.InputTokens > 0 {
+				next.InputTokens, next.CachedInputTokens = u.InputTokens+u.CacheRead+u.CacheWrite, u.CacheRead
+			}
+			return &next, false
 		}
 		return nil, false
 	}
