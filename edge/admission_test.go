@@ -503,3 +503,42 @@ func TestCumulativeStreamUsageBookedOnce(t *testing.T) {
 		t.Fatalf("messages: usage %+v, want %+v", got, want)
 	}
 }
+
+// TestRefusedByCapacityIsNotRateCounted: a request the Edge refuses for
+// want of a slot (503) is not counted against its key's requests per
+// minute, so the retry its Retry-After invites is not refused with a
+// 429. (LiteLLM #39309 is the same bug for its concurrency limit.)
+func TestRefusedByCapacityIsNotRateCounted(t *testing.T) {
+	const key = "sk-rpm-0123456789abcdef01234567"
+	g := newGate()
+	r := newRig(t, rigOpts{capacity: 1, queueTimeout: 30 * time.Millisecond, reply: g.reply, mutate: func(c *edge.Config) {
+		c.APIKeys = append(c.APIKeys, edge.APIKey{Name: "rpm", Hash: edge.HashKey(key), Models: []string{"*"}, RequestsPerMinute: 2})
+	}})
+	held := make(chan int, 1)
+	go func() {
+		status, _, _ := r.post(t, key, chatJSON("gpt-local", "hold a"))
+		held <- status
+	}()
+	for !contains(g.served(), "hold a") {
+		time.Sleep(time.Millisecond)
+	}
+	if status, h, body := r.post(t, key, chatJSON("gpt-local", "b")); status != 503 || h.Get("Retry-After") == "" {
+		t.Fatalf("with the only slot taken: %d %v %s", status, h, body)
+	}
+	close(g.release)
+	if s := <-held; s != 200 {
+		t.Fatalf("held request: %d", s)
+	}
+	// Two requests a minute: the held one and this one. The refused one
+	// took nothing.
+	if status, _, body := r.post(t, key, chatJSON("gpt-local", "c")); status != 200 {
+		t.Fatalf("after the refusal: %d %s", status, body)
+	}
+	if status, _, body := r.post(t, key, chatJSON("gpt-local", "d")); status != 429 {
+		t.Fatalf("third request served in the minute: %d %s", status, body)
+	}
+	r.settled()
+	if u := r.usageOf("rpm"); u.Requests != 2 {
+		t.Fatalf("usage %+v", u)
+	}
+}

@@ -445,6 +445,7 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 
 	x, status, err := s.dispatch(ctx, req)
 	if err != nil {
+		kl.refund(key) // never served: it does not count against the rate
 		s.refuse(w, req, status, err)
 		return
 	}

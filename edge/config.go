@@ -112,6 +112,9 @@ type APIKey struct {
 	// RequestsPerMinute, TokensPerMinute (input plus output, counted from
 	// the usage providers report) and MaxConcurrent limit the key; beyond
 	// them a request gets 429 with Retry-After. Zero means no limit.
+	// RequestsPerMinute counts the requests the Edge dispatched to a
+	// provider, as Usage does: a malformed request (400) or one refused
+	// for want of a slot (503) takes nothing from it.
 	RequestsPerMinute int
 	TokensPerMinute   int
 	MaxConcurrent     int

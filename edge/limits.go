@@ -81,6 +81,20 @@ func (l *limiter) admit(k *APIKey, now time.Time) (kl *keyLimits, refusal *limit
 	return kl, nil
 }
 
+// refund gives back the request an admit took from the per-minute rate:
+// the request never reached a provider (no slot, the queue timeout, a
+// Node that refused it). A key's rate counts what it had served, as its
+// usage does, so a 503 from the Edge's own capacity does not turn into a
+// 429 on the retry it invites.
+func (kl *keyLimits) refund(k *APIKey) {
+	if k.RequestsPerMinute <= 0 {
+		return
+	}
+	kl.mu.Lock()
+	kl.reqLevel = math.Min(float64(k.RequestsPerMinute), kl.reqLevel+1)
+	kl.mu.Unlock()
+}
+
 // release gives back the concurrency slot an admit took.
 func (kl *keyLimits) release() {
 	kl.mu.Lock()
