@@ -15,8 +15,10 @@ package identity
 import (
 	"crypto"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -245,9 +247,10 @@ type Options struct {
 }
 
 // SignCSR signs a PEM or DER certificate request for a workload. Only the
-// request's public key is taken (its proof of possession is checked); the
-// identity, names and usages come from the arguments, never from the
-// request.
+// request's public key is taken (its proof of possession is checked, and
+// it must be ECDSA P-256, P-384 or P-521, Ed25519, or RSA of 2048 bits or
+// more); the identity, names and usages come from the arguments, never
+// from the request.
 func (ca *CA) SignCSR(csr []byte, kind Kind, id string, opt Options) (certPEM []byte, err error) {
 	if b, _ := pem.Decode(csr); b != nil {
 		if b.Type != "CERTIFICATE REQUEST" {
@@ -262,7 +265,31 @@ func (ca *CA) SignCSR(csr []byte, kind Kind, id string, opt Options) (certPEM []
 	if err := req.CheckSignature(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCSR, err)
 	}
+	if err := strongKey(req.PublicKey); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCSR, err)
+	}
 	return ca.sign(req.PublicKey, kind, id, opt)
+}
+
+// strongKey accepts the public keys a workload certificate may carry:
+// ECDSA on P-256, P-384 or P-521, Ed25519, and RSA of 2048 bits or more.
+func strongKey(pub crypto.PublicKey) error {
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		switch k.Curve {
+		case elliptic.P256(), elliptic.P384(), elliptic.P521():
+			return nil
+		}
+		return errors.New("unsupported ECDSA curve")
+	case ed25519.PublicKey:
+		return nil
+	case *rsa.PublicKey:
+		if k.N.BitLen() < 2048 {
+			return fmt.Errorf("RSA key of %d bits (2048 at least)", k.N.BitLen())
+		}
+		return nil
+	}
+	return fmt.Errorf("unsupported key type %T", pub)
 }
 
 // Issue creates a key and a certificate for a workload (for operators

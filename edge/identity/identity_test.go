@@ -1,9 +1,12 @@
 package identity
 
 import (
+	"crypto"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -115,6 +118,33 @@ func TestSignCSR(t *testing.T) {
 	}
 	if _, err := ca.SignCSR([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"), KindNode, "x", Options{}); !errors.Is(err, ErrCSR) {
 		t.Fatalf("a certificate instead of a request: %v", err)
+	}
+}
+
+// TestSignCSRRefusesWeakKeys: a request for a key too weak to name a
+// workload (RSA under 2048 bits, a curve below P-256) is refused, though
+// its signature checks.
+func TestSignCSRRefusesWeakKeys(t *testing.T) {
+	ca, _ := NewCA("iop.test", 0)
+	rsa1024, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p224, _ := ecdsa.GenerateKey(elliptic.P224(), rand.Reader)
+	rsa2048, _ := rsa.GenerateKey(rand.Reader, 2048)
+	_, ed, _ := ed25519.GenerateKey(rand.Reader)
+	for name, c := range map[string]struct {
+		key crypto.Signer
+		ok  bool
+	}{"RSA 1024": {rsa1024, false}, "ECDSA P-224": {p224, false}, "RSA 2048": {rsa2048, true}, "Ed25519": {ed, true}} {
+		csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, c.key)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		_, err = ca.SignCSR(csr, KindNode, "gpu-box", Options{})
+		if c.ok && err != nil || !c.ok && !errors.Is(err, ErrCSR) {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
 
