@@ -185,8 +185,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) wrap(h func(http.ResponseWriter, *http.Request, string)) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		rid := s.newRequestID()
+		// OpenAI's clients read X-Request-Id, Anthropic's request-id. A
+		// tunnelled answer passes the provider's own on instead.
 		rw.Header().Set("X-Request-Id", rid)
-		w := &recorder{ResponseWriter: rw}
+		rw.Header().Set("Request-Id", rid)
+		w := &recorder{ResponseWriter: rw, rid: rid}
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
@@ -241,8 +244,12 @@ func fail(w http.ResponseWriter, a api, status int, typ, msg string, code any) {
 		if status == http.StatusServiceUnavailable && typ == "overloaded" {
 			status = 529
 		}
+		rid := ""
+		if rec, ok := w.(*recorder); ok {
+			rid = rec.rid
+		}
 		w.WriteHeader(status)
-		w.Write(llmapi.AnthropicErrorBody(anthropicType(status, typ), msg))
+		w.Write(llmapi.AnthropicErrorBody(anthropicType(status, typ), msg, rid))
 		return
 	}
 	oa := "invalid_request_error"

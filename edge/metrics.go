@@ -166,6 +166,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 // event and the bytes written, for metrics and outcomes.
 type recorder struct {
 	http.ResponseWriter
+	rid     string // the request's id, for error bodies that carry it
 	status  int
 	first   time.Time
 	written int64

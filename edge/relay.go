@@ -380,7 +380,7 @@ func (s *Server) streamError(w http.ResponseWriter, req *request, pending []byte
 	case apiResponses:
 		out = sse.AppendEvent(out, "error", []byte(`{"type":"error","code":"server_error","message":"The model provider failed mid-stream.","param":null}`))
 	case apiMessages:
-		out = sse.AppendEvent(out, "error", llmapi.AnthropicErrorBody("api_error", "The model provider failed mid-stream."))
+		out = sse.AppendEvent(out, "error", llmapi.AnthropicErrorBody("api_error", "The model provider failed mid-stream.", req.rid))
 	default:
 		out = sse.AppendEvent(out, "", llmapi.OpenAIErrorBody("The model provider failed mid-stream.", "server_error", nil))
 	}

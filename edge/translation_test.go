@@ -190,9 +190,14 @@ func TestAnthropicErrorsAndCountTokens(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b), resp.Header
 	}
-	status, body, _ := do("/v1/messages", "wrong", `{"model":"via-anthropic","max_tokens":5,"messages":[]}`)
+	status, body, h := do("/v1/messages", "wrong", `{"model":"via-anthropic","max_tokens":5,"messages":[]}`)
 	if status != 401 || !strings.Contains(body, `"type":"authentication_error"`) || !strings.Contains(body, `"type":"error"`) {
 		t.Fatalf("401: %d %s", status, body)
+	}
+	// Anthropic's SDKs read the request id from request-id and show the
+	// body's request_id in their errors.
+	if rid := h.Get("Request-Id"); rid == "" || rid != h.Get("X-Request-Id") || !strings.Contains(body, `"request_id":"`+rid+`"`) {
+		t.Fatalf("401 without its request id: %v %s", h, body)
 	}
 	status, body, _ = do("/v1/messages", apiKey, `{"model":"nope","max_tokens":5,"messages":[]}`)
 	if status != 404 || !strings.Contains(body, "not_found_error") {
@@ -212,7 +217,7 @@ func TestAnthropicErrorsAndCountTokens(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	// Passed through to an Anthropic provider.
-	status, body, h := do("/v1/messages/count_tokens", apiKey, `{"model":"via-anthropic","messages":[{"role":"user","content":"hello"}]}`)
+	status, body, h = do("/v1/messages/count_tokens", apiKey, `{"model":"via-anthropic","messages":[{"role":"user","content":"hello"}]}`)
 	var ct struct {
 		InputTokens int `json:"input_tokens"`
 	}

@@ -272,9 +272,14 @@ func anthropicErrorType(e *APIError) string {
 	return "api_error"
 }
 
-// AnthropicErrorBody renders Anthropic's error shape.
-func AnthropicErrorBody(typ, msg string) []byte {
-	return mustJSON(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
+// AnthropicErrorBody renders Anthropic's error shape, with the request id
+// when there is one (Anthropic's SDKs show it in their errors).
+func AnthropicErrorBody(typ, msg, requestID string) []byte {
+	body := map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}}
+	if requestID != "" {
+		body["request_id"] = requestID
+	}
+	return mustJSON(body)
 }
 
 // AnthropicError maps a failure to Anthropic's status and error body.
@@ -286,7 +291,7 @@ func AnthropicError(e *APIError) (int, []byte) {
 	if e.Type == "overloaded" {
 		status = 529
 	}
-	return status, AnthropicErrorBody(anthropicErrorType(e), e.Message)
+	return status, AnthropicErrorBody(anthropicErrorType(e), e.Message, "")
 }
 
 // --- Chat Completions -----------------------------------------------------
