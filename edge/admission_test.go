@@ -542,3 +542,47 @@ func TestRefusedByCapacityIsNotRateCounted(t *testing.T) {
 		t.Fatalf("usage %+v", u)
 	}
 }
+
+// TestRaisedCapacityWaitsForTheNode: a reload that raises a provider's
+// capacity frees slots for the queue, but the Node admits by the
+// configuration it has applied. A queued request dispatched before the
+// Node has the new capacity would be refused by it (AT_CAPACITY, a 503
+// to a client that had waited its turn); it is served instead.
+func TestRaisedCapacityWaitsForTheNode(t *testing.T) {
+	for i := range 20 {
+		g := newGate()
+		r := newRig(t, rigOpts{capacity: 1, queueTimeout: time.Minute, reply: g.reply})
+		var wg sync.WaitGroup
+		statuses := make(chan string, 4)
+		post := func(prompt string) {
+			wg.Go(func() {
+				status, _, body := r.post(t, apiKey, chatJSON("gpt-local", prompt))
+				statuses <- fmt.Sprintf("%s: %d %s", prompt, status, body)
+			})
+		}
+		post("hold a")
+		for !contains(g.served(), "hold a") {
+			time.Sleep(time.Millisecond)
+		}
+		post("hold b")
+		post("hold c")
+		for r.srv.PoolStats().Queued != 2 {
+			time.Sleep(time.Millisecond)
+		}
+		if err := r.srv.Reload(r.config(3)); err != nil {
+			t.Fatal(err)
+		}
+		for len(g.served()) < 3 && len(statuses) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		close(g.release)
+		wg.Wait()
+		close(statuses)
+		for s := range statuses {
+			if !strings.Contains(s, ": 200 ") {
+				t.Fatalf("round %d: %s", i, s)
+			}
+		}
+		r.settled()
+	}
+}

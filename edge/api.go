@@ -545,12 +545,19 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			if p == pathNone || (p != pathTunnel && req.irErr != nil) {
 				continue
 			}
-			gen, ok := s.reg.Available(pi.nodeID, t.ProviderID)
+			gen, applied, ok := s.reg.Admission(pi.nodeID, t.ProviderID)
 			if !ok {
 				continue
 			}
+			// The Node admits by the configuration it has applied: a
+			// raised capacity counts once the Node acknowledged it (its
+			// acknowledgement kicks the queue), a lowered one at once.
+			capacity := now.capacity
+			if applied > 0 && applied < capacity {
+				capacity = applied
+			}
 			out = append(out, pool.Candidate{Key: pool.Key{NodeID: pi.nodeID, ProviderID: t.ProviderID}, Generation: gen,
-				Capacity: now.capacity, LongContextCapacity: now.longCapacity, Weight: t.Weight,
+				Capacity: capacity, LongContextCapacity: now.longCapacity, Weight: t.Weight,
 				Target: &req.route.Targets[i]}) // the snapshot's, never changed: no copy to box
 		}
 		return out

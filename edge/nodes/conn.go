@@ -43,6 +43,10 @@ type conn struct {
 type providerReport struct {
 	status ProviderStatus
 	health ProviderHealth
+	// capacity is the capacity of the configuration the Node applied, as
+	// it reported it (0: none reported). The Node refuses work beyond it,
+	// whatever the Edge's configuration says by then.
+	capacity int
 }
 
 func (r *Registry) hook(stage string) {
@@ -307,7 +311,7 @@ func (c *conn) setProviders(ns *nodeState, snaps []*iopv1.ProviderSnapshot, refu
 	next := make(map[string]providerReport, len(snaps))
 	for _, s := range snaps {
 		if configured[s.GetProviderId()] {
-			next[s.GetProviderId()] = providerReport{status: statusFrom(s.GetStatus()), health: healthFrom(s.GetHealth())}
+			next[s.GetProviderId()] = providerReport{status: statusFrom(s.GetStatus()), health: healthFrom(s.GetHealth()), capacity: int(s.GetCapacity())}
 		}
 	}
 	ref := make(map[string]iopv1.RefusalReason, len(refused))
@@ -323,7 +327,10 @@ func (c *conn) setProviders(ns *nodeState, snaps []*iopv1.ProviderSnapshot, refu
 	}
 	var changed []string
 	for id := range configured {
-		if c.providers[id] != next[id] || c.refused[id] != ref[id] {
+		// A new applied capacity alone is no change of health; the
+		// acknowledgement that brings it is an event of its own.
+		was, now := c.providers[id], next[id]
+		if was.status != now.status || was.health != now.health || c.refused[id] != ref[id] {
 			changed = append(changed, id)
 		}
 	}
@@ -440,7 +447,7 @@ func (r *Registry) applyReport(c *conn, revision uint64, full bool, snaps []*iop
 		}
 		for id, rep := range c.providers {
 			if !mentioned[id] {
-				merged = append(merged, &iopv1.ProviderSnapshot{ProviderId: id, Status: statusTo(rep.status), Health: healthTo(rep.health)})
+				merged = append(merged, &iopv1.ProviderSnapshot{ProviderId: id, Status: statusTo(rep.status), Health: healthTo(rep.health), Capacity: uint32(rep.capacity)})
 			}
 		}
 		for id, reason := range c.refused {

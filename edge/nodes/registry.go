@@ -480,17 +480,28 @@ func (r *Registry) Current(id string) (uint64, bool) {
 // Available reports whether a provider can take work now (its Node is
 // dispatch-ready and reports it available) and on which generation.
 func (r *Registry) Available(nodeID, providerID string) (uint64, bool) {
+	gen, _, ok := r.Admission(nodeID, providerID)
+	return gen, ok
+}
+
+// Admission is Available with the capacity the Node applied: the capacity
+// of the configuration the Node last acknowledged (or registered with)
+// for the provider, 0 when it reported none. The Node refuses work beyond
+// that capacity, so an admission that counts on a raised capacity waits
+// for the Node's acknowledgement of it (a Node's reports are events:
+// Subscribe).
+func (r *Registry) Admission(nodeID, providerID string) (gen uint64, capacity int, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ns := r.nodes[nodeID]
 	if ns == nil || ns.cur == nil || !ns.cur.ready {
-		return 0, false
+		return 0, 0, false
 	}
 	rep, ok := ns.cur.providers[providerID]
 	if !ok || rep.status != StatusAvailable || ns.draining || ns.disabled[providerID] {
-		return 0, false
+		return 0, 0, false
 	}
-	return ns.cur.gen, true
+	return ns.cur.gen, rep.capacity, true
 }
 
 // currentStore is the registry's store as of each call (Refresh replaces
