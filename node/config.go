@@ -75,9 +75,13 @@ type EdgeIdentity struct {
 type Hosted struct {
 	// Provider is the adapter instance.
 	Provider execution.Provider
-	// AllowedModels limits the models the Edge may configure for it. Nil
-	// means the provider's own Info().Models; if that is empty too, any
-	// model is allowed (a server that discovers its models).
+	// AllowedModels limits the models the Edge may configure for it, and
+	// so the models every run and tunnel may name: a tunnel's body must
+	// name its target as its one top-level "model" (a body above 64 MiB
+	// is refused, as it is read whole for the check). Nil means the
+	// provider's own Info().Models; if that is empty too, any model is
+	// allowed (a server that discovers its models) and bodies stream
+	// unchecked.
 	AllowedModels []string
 }
 

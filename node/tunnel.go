@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/internal/llmapi"
 	"github.com/iop-dev/iop/internal/nodewire"
 	"github.com/iop-dev/iop/internal/tunnelhdr"
 	"github.com/iop-dev/iop/wire"
@@ -84,6 +85,29 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 	if m.GetInlineBody() {
 		req.Body = bytes.NewReader(m.GetBody())
 	}
+	if len(h.models) > 0 {
+		// A provider limited to some models: the model the body names is
+		// checked, so a streamed body is read whole first.
+		body := m.GetBody()
+		if !m.GetInlineBody() {
+			if ms := m.GetDeadlineUnixMs(); ms > 0 {
+				st.SetReadDeadline(time.UnixMilli(ms))
+			}
+			if body, err = readBounded(req.Body, maxCheckedBody); err != nil {
+				release()
+				out.end(tunnelCode(ctx, err, false), "request body: "+failureNote(err))
+				return
+			}
+		}
+		if note := checkModel(h, m.GetTarget(), body); note != "" {
+			release()
+			out.end(iopv1.TunnelError_TUNNEL_ERROR_REFUSED, note)
+			return
+		}
+		if !m.GetInlineBody() {
+			req.Body = bytes.NewReader(body)
+		}
+	}
 	err = tn.Tunnel(ctx, req, out)
 	release()
 	if err == nil {
@@ -94,6 +118,47 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 }
 
 const noteAtCapacity = "provider at capacity"
+
+// maxCheckedBody bounds a tunnel body the Node reads whole to check its
+// model (see checkModel): the Edge's own default bound is 16 MiB.
+const maxCheckedBody = 64 << 20
+
+var errBodyTooLarge = execution.Failf(execution.FailureInvalidRequest, "request body above %d bytes", maxCheckedBody)
+
+// readBounded reads r whole, at most limit bytes.
+func readBounded(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		return nil, errBodyTooLarge
+	}
+	return b, err
+}
+
+// checkModel enforces a limited provider's models on a tunnel, as
+// admitRun does on a run: the Node's allow-list binds the requests the
+// Edge sends, not only the configuration it sends. A body must be a JSON
+// object whose one top-level "model" is the tunnel's target, and the
+// provider must offer that model; a request without a body (a GET of a
+// stored response, of the model list) names no model. The reason it
+// refuses is returned, "" when it admits. Scan refuses a duplicated or
+// case-folded "model", so the upstream reads the model checked here.
+func checkModel(h *hosted, target string, body []byte) string {
+	if len(body) == 0 {
+		return ""
+	}
+	f, err := llmapi.Scan(body, "model")
+	switch {
+	case err != nil:
+		return "request body is not one JSON object with one model"
+	case !f.Has("model"):
+		return "request body names no model"
+	case !f.StringIs("model", target):
+		return "request body names a model other than the tunnel's target"
+	case !h.allows(target):
+		return "model not offered by this provider"
+	}
+	return ""
+}
 
 func (s *session) admitTunnel(id string) (execution.Tunneler, *hosted, string) {
 	s.mu.Lock()

@@ -119,7 +119,7 @@ func (r *benchRig) direct(b *testing.B) io.ReadCloser {
 }
 
 func (r *benchRig) tunnel(b *testing.B) io.ReadCloser {
-	tn, err := r.reg.OpenTunnel(context.Background(), "n1", r.gen, &nodes.TunnelRequest{ProviderID: "llm", Method: "POST", Path: "/v1/chat/completions",
+	tn, err := r.reg.OpenTunnel(context.Background(), "n1", r.gen, &nodes.TunnelRequest{ProviderID: "llm", Method: "POST", Path: "/v1/chat/completions", Target: "m",
 		Header: http.Header{"Content-Type": {"application/json"}}, Body: strings.NewReader(`{"model":"m"}`)})
 	if err != nil {
 		b.Fatal(err)

@@ -63,7 +63,7 @@ func chatBody(prompt string, stream bool) []byte {
 }
 
 func chatTunnel(prompt string, stream bool) *nodes.TunnelRequest {
-	return &nodes.TunnelRequest{ProviderID: "llm", Method: "POST", Path: "/v1/chat/completions",
+	return &nodes.TunnelRequest{ProviderID: "llm", Method: "POST", Path: "/v1/chat/completions", Target: "m1",
 		Header: http.Header{"Content-Type": {"application/json"}}, Body: bytes.NewReader(chatBody(prompt, stream))}
 }
 
@@ -455,5 +455,61 @@ func TestTunnelRelaysOnlyAllowedResponseHeaders(t *testing.T) {
 		if got := h.Values(k); len(got) != 1 || got[0] != v[0] {
 			t.Errorf("%s: %q, want %q", k, got, v)
 		}
+	}
+}
+
+// TestTunnelEnforcesTheNodesModels: a provider the Node limits to some
+// models serves a tunnel only for one of them, named once as the body's
+// top-level model and as the tunnel's target, as it does a run. An Edge
+// that asks for another model, or smuggles one past the target, reaches
+// no upstream. A body too large to travel inline is read whole and
+// checked the same way.
+func TestTunnelEnforcesTheNodesModels(t *testing.T) {
+	e, srv, gen := upstreamNode(t, upstreamtest.Echo)
+	long := strings.Repeat("x", 64<<10) // above the inline bound: the body streams
+	open := func(target, body string) (int, error) {
+		tn, err := e.reg.OpenTunnel(ctx(t), "n1", gen, &nodes.TunnelRequest{ProviderID: "llm", Method: "POST", Path: "/v1/chat/completions",
+			Target: target, Header: http.Header{"Content-Type": {"application/json"}}, Body: strings.NewReader(body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tn.Close()
+		status, _, err := tn.Response(ctx(t))
+		if err == nil {
+			io.Copy(io.Discard, tn)
+		}
+		return status, err
+	}
+	msg := func(model, prompt string) string {
+		return `{"model":` + model + `,"messages":[{"role":"user","content":"` + prompt + `"}]}`
+	}
+	for name, c := range map[string]struct{ target, body string }{
+		"a model not offered":            {"m2", msg(`"m2"`, "a")},
+		"another model than the target":  {"m1", msg(`"m2"`, "b")},
+		"the model twice":                {"m1", `{"model":"m1","model":"m2","messages":[]}`},
+		"the model in another case":      {"m1", `{"model":"m1","Model":"m2","messages":[]}`},
+		"no model":                       {"m1", `{"messages":[]}`},
+		"a model that is no string":      {"m1", msg(`["m1"]`, "c")},
+		"no JSON object":                 {"m1", `model=m1`},
+		"no target":                      {"", msg(`"m1"`, "d")},
+		"a streamed body, another model": {"m1", msg(`"m2"`, long)},
+	} {
+		_, err := open(c.target, c.body)
+		var te *nodes.TunnelError
+		if !errors.As(err, &te) || te.Code != nodes.TunnelRefused {
+			t.Errorf("%s: %v, want refused", name, err)
+		}
+	}
+	if c := calls(srv); len(c) != 0 {
+		t.Fatalf("a refused model reached the upstream: %s %q", c[0].Path, c[0].Body)
+	}
+	for _, prompt := range []string{"short", long} {
+		if status, err := open("m1", msg(`"m1"`, prompt)); err != nil || status != 200 {
+			t.Fatalf("the offered model: %d %v", status, err)
+		}
+	}
+	c := calls(srv)
+	if len(c) != 2 || c[1].Prompt != long {
+		t.Fatalf("upstream saw %d calls (the long prompt whole: %v)", len(c), len(c) == 2 && c[1].Prompt == long)
 	}
 }

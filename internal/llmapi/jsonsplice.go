@@ -151,6 +151,21 @@ func (f *Fields) String(key string) (string, bool) {
 	return s, true
 }
 
+// StringIs reports whether key's value is the JSON string want. A value
+// without escapes is compared where it lies, allocating nothing.
+func (f *Fields) StringIs(key, want string) bool { return stringIs(f.Raw(key), want) }
+
+func stringIs(raw []byte, want string) bool {
+	if len(raw) < 2 || raw[0] != '"' {
+		return false
+	}
+	if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner) == want
+	}
+	s, err := unquote(raw)
+	return err == nil && s == want
+}
+
 // Bool decodes key's value as a boolean; absent or null is false.
 func (f *Fields) Bool(key string) (v bool, ok bool) {
 	switch string(f.Raw(key)) {

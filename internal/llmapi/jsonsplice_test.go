@@ -101,6 +101,30 @@ func TestScanAllocatesNothing(t *testing.T) {
 	}
 }
 
+// TestStringIs: a value is compared as the string it decodes to, escapes
+// and all; anything that is no string is no match.
+func TestStringIs(t *testing.T) {
+	body := []byte(`{"plain":"m1","escaped":"m\u0031","quote":"a\"b","number":1,"null":null,"object":{"m":"m1"}}`)
+	f, err := Scan(body, "plain", "escaped", "quote", "number", "null", "object", "absent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key, want string
+		is        bool
+	}{
+		{"plain", "m1", true}, {"plain", "m", false}, {"plain", "m12", false}, {"escaped", "m1", true}, {"escaped", `m\u0031`, false},
+		{"quote", `a"b`, true}, {"number", "1", false}, {"null", "", false}, {"object", "m1", false}, {"absent", "", false},
+	} {
+		if got := f.StringIs(c.key, c.want); got != c.is {
+			t.Errorf("StringIs(%q, %q) = %v", c.key, c.want, got)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { f.StringIs("plain", "m1") }); n != 0 {
+		t.Errorf("StringIs of a plain value allocated %v times", n)
+	}
+}
+
 // FuzzQuote holds Quote to encoding/json for any string. The seeds (run by
 // every go test) cover names that take its fast path and names that do
 // not: escapes, HTML characters, control bytes, non-ASCII, bad UTF-8.
@@ -113,6 +137,13 @@ func FuzzQuote(f *testing.F) {
 		want, _ := json.Marshal(s)
 		if got := Quote(s); string(got) != string(want) {
 			t.Fatalf("Quote(%q) = %s, want %s", s, got, want)
+		}
+		// StringIs matches a value exactly when it decodes to s (bad
+		// UTF-8 is quoted as U+FFFD, and so decodes to another string).
+		var decoded string
+		json.Unmarshal(want, &decoded)
+		if f, err := Scan([]byte(`{"k":`+string(want)+`}`), "k"); err != nil || f.StringIs("k", s) != (decoded == s) || !f.StringIs("k", decoded) {
+			t.Fatalf("StringIs of %s against %q: %v", want, s, err)
 		}
 		checkDeltaEvents(t, s)
 	})
