@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -585,4 +586,55 @@ func TestRaisedCapacityWaitsForTheNode(t *testing.T) {
 		}
 		r.settled()
 	}
+}
+
+// TestAddedModelWaitsForTheNode: a reload that adds a model to a provider
+// (and a route to it) is served once the Node applied it. A request
+// dispatched before that would be refused by the Node, which admits by
+// the model list it applied; it waits for the acknowledgement instead.
+func TestAddedModelWaitsForTheNode(t *testing.T) {
+	for i := range 20 {
+		r := newRig(t, rigOpts{nodeModels: []string{"up-model", "up-model-2"}})
+		cfg := r.config(8)
+		for j := range cfg.Nodes[0].Providers {
+			if p := &cfg.Nodes[0].Providers[j]; p.ID == "local" {
+				p.Models = append(slices.Clone(p.Models), "up-model-2")
+			}
+		}
+		cfg.Routes = append(slices.Clone(cfg.Routes), edge.Route{Model: "gpt-two", Targets: []edge.Target{{ProviderID: "local", Model: "up-model-2"}}})
+		if err := r.srv.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if status, _, body := r.post(t, apiKey, chatJSON("gpt-two", "new model")); status != 200 {
+			t.Fatalf("round %d: the added model: %d %s", i, status, body)
+		}
+		r.settled()
+	}
+}
+
+// TestModelTheNodeLacksIsNoCandidate: a route to a model the Node does
+// not serve on that provider (the Edge lists none for it, the Node's
+// allow-list leaves it out) has no candidate once the Node applied the
+// configuration: the request is refused at once, not queued for a slot
+// that will never come.
+func TestModelTheNodeLacksIsNoCandidate(t *testing.T) {
+	r := newRig(t, rigOpts{queueTimeout: 5 * time.Second, mutate: func(c *edge.Config) {
+		for j := range c.Nodes[0].Providers {
+			if p := &c.Nodes[0].Providers[j]; p.ID == "local" {
+				p.Models = nil
+			}
+		}
+		c.Routes = append(c.Routes, edge.Route{Model: "gpt-other", Targets: []edge.Target{{ProviderID: "local", Model: "other-model"}}})
+	}})
+	status, h, body := r.post(t, apiKey, chatJSON("gpt-other", "x"))
+	if status != 503 || h.Get("Retry-After") == "" || !strings.Contains(body, "No provider for this model is available") {
+		t.Fatalf("a model the Node lacks: %d %s", status, body)
+	}
+	if status, _, body := r.post(t, apiKey, chatJSON("gpt-local", "x")); status != 200 {
+		t.Fatalf("the model it serves: %d %s", status, body)
+	}
+	if c := r.calls(); len(c) != 1 {
+		t.Fatalf("upstream calls %d", len(c))
+	}
+	r.settled()
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -551,10 +552,18 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			}
 			// The Node admits by the configuration it has applied: a
 			// raised capacity counts once the Node acknowledged it (its
-			// acknowledgement kicks the queue), a lowered one at once.
+			// acknowledgement kicks the queue), a lowered one at once. A
+			// model it has not applied yet has no slot until it has; one
+			// it lacks under the latest configuration is no candidate.
 			capacity := now.capacity
-			if applied > 0 && applied < capacity {
-				capacity = applied
+			if applied.Capacity > 0 && applied.Capacity < capacity {
+				capacity = applied.Capacity
+			}
+			if len(applied.Models) > 0 && !slices.Contains(applied.Models, t.Model) {
+				if applied.Current {
+					continue
+				}
+				capacity = 0
 			}
 			out = append(out, pool.Candidate{Key: pool.Key{NodeID: pi.nodeID, ProviderID: t.ProviderID}, Generation: gen,
 				Capacity: capacity, LongContextCapacity: now.longCapacity, Weight: t.Weight,

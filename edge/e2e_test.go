@@ -55,6 +55,9 @@ type rigOpts struct {
 	keepAlive    time.Duration
 	maxBody      int64
 	mutate       func(*edge.Config)
+	// nodeModels are the models the Node allows on provider "local" and
+	// the upstream serves; nil means just "up-model".
+	nodeModels []string
 }
 
 func newRig(t testing.TB, o rigOpts) *rig {
@@ -62,10 +65,13 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	if o.capacity == 0 {
 		o.capacity = 8
 	}
-	up := upstreamtest.New(upstreamtest.Config{Models: []string{"up-model"}, Reply: o.reply})
+	if o.nodeModels == nil {
+		o.nodeModels = []string{"up-model"}
+	}
+	up := upstreamtest.New(upstreamtest.Config{Models: o.nodeModels, Reply: o.reply})
 	upURL := up.Start()
 	t.Cleanup(up.Close)
-	oa, _ := oaadapter.New(oaadapter.Config{ID: "local", BaseURL: upURL, Models: []string{"up-model"}})
+	oa, _ := oaadapter.New(oaadapter.Config{ID: "local", BaseURL: upURL, Models: o.nodeModels})
 	an, _ := anthropic.New(anthropic.Config{ID: "claude", BaseURL: upURL, Models: []string{"up-model"}})
 	// Two more views of the same upstream: one that speaks only Responses
 	// and one that speaks only Chat Completions (ProviderSpec.APIs).

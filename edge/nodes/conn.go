@@ -43,10 +43,23 @@ type conn struct {
 type providerReport struct {
 	status ProviderStatus
 	health ProviderHealth
-	// capacity is the capacity of the configuration the Node applied, as
-	// it reported it (0: none reported). The Node refuses work beyond it,
-	// whatever the Edge's configuration says by then.
-	capacity int
+	// applied is what the Node reported it applied: it refuses work
+	// beyond it, whatever the Edge's configuration says by then.
+	applied Applied
+}
+
+// Applied is what a Node reported it applied for one provider: the
+// capacity and the models of the configuration it admits by.
+type Applied struct {
+	// Capacity is 0 when the Node reported none.
+	Capacity int
+	// Models are the models the Node serves on the provider; empty means
+	// any. Shared: never modify it.
+	Models []string
+	// Current is set when the Node has applied the latest configuration
+	// the Edge sent it: what it lacks then, it lacks for good (until the
+	// next change), not for want of an acknowledgement.
+	Current bool
 }
 
 func (r *Registry) hook(stage string) {
@@ -311,7 +324,8 @@ func (c *conn) setProviders(ns *nodeState, snaps []*iopv1.ProviderSnapshot, refu
 	next := make(map[string]providerReport, len(snaps))
 	for _, s := range snaps {
 		if configured[s.GetProviderId()] {
-			next[s.GetProviderId()] = providerReport{status: statusFrom(s.GetStatus()), health: healthFrom(s.GetHealth()), capacity: int(s.GetCapacity())}
+			next[s.GetProviderId()] = providerReport{status: statusFrom(s.GetStatus()), health: healthFrom(s.GetHealth()),
+				applied: Applied{Capacity: int(s.GetCapacity()), Models: s.GetModels()}}
 		}
 	}
 	ref := make(map[string]iopv1.RefusalReason, len(refused))
@@ -327,8 +341,9 @@ func (c *conn) setProviders(ns *nodeState, snaps []*iopv1.ProviderSnapshot, refu
 	}
 	var changed []string
 	for id := range configured {
-		// A new applied capacity alone is no change of health; the
-		// acknowledgement that brings it is an event of its own.
+		// A new applied capacity or model list alone is no change of
+		// health; the acknowledgement that brings it is an event of its
+		// own.
 		was, now := c.providers[id], next[id]
 		if was.status != now.status || was.health != now.health || c.refused[id] != ref[id] {
 			changed = append(changed, id)
@@ -447,7 +462,8 @@ func (r *Registry) applyReport(c *conn, revision uint64, full bool, snaps []*iop
 		}
 		for id, rep := range c.providers {
 			if !mentioned[id] {
-				merged = append(merged, &iopv1.ProviderSnapshot{ProviderId: id, Status: statusTo(rep.status), Health: healthTo(rep.health), Capacity: uint32(rep.capacity)})
+				merged = append(merged, &iopv1.ProviderSnapshot{ProviderId: id, Status: statusTo(rep.status), Health: healthTo(rep.health),
+					Capacity: uint32(rep.applied.Capacity), Models: rep.applied.Models})
 			}
 		}
 		for id, reason := range c.refused {

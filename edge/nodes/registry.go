@@ -484,24 +484,25 @@ func (r *Registry) Available(nodeID, providerID string) (uint64, bool) {
 	return gen, ok
 }
 
-// Admission is Available with the capacity the Node applied: the capacity
-// of the configuration the Node last acknowledged (or registered with)
-// for the provider, 0 when it reported none. The Node refuses work beyond
-// that capacity, so an admission that counts on a raised capacity waits
-// for the Node's acknowledgement of it (a Node's reports are events:
-// Subscribe).
-func (r *Registry) Admission(nodeID, providerID string) (gen uint64, capacity int, ok bool) {
+// Admission is Available with what the Node applied for the provider: the
+// capacity and models of the configuration it last acknowledged (or
+// registered with). The Node refuses work beyond them, so an admission
+// that counts on a raised capacity or an added model waits for the
+// Node's acknowledgement of it (a Node's reports are events: Subscribe).
+func (r *Registry) Admission(nodeID, providerID string) (gen uint64, applied Applied, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ns := r.nodes[nodeID]
 	if ns == nil || ns.cur == nil || !ns.cur.ready {
-		return 0, 0, false
+		return 0, Applied{}, false
 	}
 	rep, ok := ns.cur.providers[providerID]
 	if !ok || rep.status != StatusAvailable || ns.draining || ns.disabled[providerID] {
-		return 0, 0, false
+		return 0, Applied{}, false
 	}
-	return ns.cur.gen, rep.capacity, true
+	applied = rep.applied
+	applied.Current = ns.payload == nil || ns.cur.revision >= ns.payload.GetRevision()
+	return ns.cur.gen, applied, true
 }
 
 // currentStore is the registry's store as of each call (Refresh replaces

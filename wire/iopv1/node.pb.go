@@ -1216,10 +1216,10 @@ func (x *ProviderSnapshotUpdate) GetProviders() []*ProviderSnapshot {
 }
 
 // ProviderSnapshot is one provider's state. The Node fills identity,
-// status, health and capacity: the capacity of the configuration it
-// applied, which it admits by (the Edge dispatches no more than that). The
-// Edge fills capacity and pressure from its own admission when it reports
-// snapshots.
+// status, health, and the capacity and models of the configuration it
+// applied, which it admits by (the Edge dispatches nothing beyond them).
+// The Edge fills capacity and pressure from its own admission when it
+// reports snapshots.
 type ProviderSnapshot struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	ProviderId          string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
