@@ -5,12 +5,14 @@ package controlplane_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -63,11 +65,35 @@ type browser struct {
 
 func startBrowser(t *testing.T, bin, pageURL string) *browser {
 	t.Helper()
+	// Chromium comes up in well under a second here, but on a loaded CI
+	// machine (go test ./... runs packages side by side) one start has
+	// hung before writing its DevTools port. A start that does not come
+	// up is killed and tried once more; the test is about the page, not
+	// about Chromium's start.
+	var why string
+	for range 2 {
+		if b, err := launchBrowser(t, bin, pageURL); err == nil {
+			return b
+		} else {
+			why = err.Error()
+		}
+	}
+	t.Fatalf("chromium did not come up twice: %s", why)
+	return nil
+}
+
+// launchBrowser starts Chromium on pageURL and waits for its DevTools
+// port. A start that fails is stopped and reported with the end of
+// Chromium's output.
+func launchBrowser(t *testing.T, bin, pageURL string) (*browser, error) {
+	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
 		"--no-first-run", "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
 		"--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "--user-data-dir="+dir, pageURL)
+	var out tailBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
 	// Chromium starts helper processes; they share its process group and
 	// are killed with it, so none outlives the test.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -77,9 +103,11 @@ func startBrowser(t *testing.T, bin, pageURL string) *browser {
 		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() {
 		cancel()
-		cmd.Wait()
+		<-exited
 		// The group's other members die with the signal; wait until none
 		// is left before the profile directory is removed.
 		for range 100 {
@@ -88,17 +116,49 @@ func startBrowser(t *testing.T, bin, pageURL string) *browser {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-	})
-	var port string
-	waitFor(t, "chromium's DevTools port", func() bool {
-		b, err := os.ReadFile(filepath.Join(dir, "DevToolsActivePort"))
-		if err != nil {
-			return false
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "DevToolsActivePort")); err == nil {
+			if port, _, _ := strings.Cut(string(b), "\n"); port != "" {
+				t.Cleanup(stop)
+				return &browser{t: t, debug: "http://127.0.0.1:" + port}, nil
+			}
 		}
-		port, _, _ = strings.Cut(string(b), "\n")
-		return port != ""
-	})
-	return &browser{t: t, debug: "http://127.0.0.1:" + port}
+		select {
+		case err := <-exited:
+			exited <- err // for stop
+			stop()
+			return nil, fmt.Errorf("chromium exited (%v) before its DevTools port: %s", err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("no DevTools port after 30s: %s", out.String())
+		}
+	}
+}
+
+// tailBuffer keeps the last 4 KiB written to it.
+type tailBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (w *tailBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if over := len(w.b) - 4<<10; over > 0 {
+		w.b = append(w.b[:0], w.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.TrimSpace(string(w.b))
 }
 
 // page returns the first page target's title and URL.
