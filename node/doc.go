@@ -9,7 +9,10 @@
 // executes exactly what its current connection sends: runs on their own
 // streams (Started, the provider's output, exactly one terminal; cancelled
 // only by a CancelRun for that run id, a reset, the hard deadline or the
-// end of the connection), closed node commands, and config updates, which
+// end of the connection), raw provider tunnels (only on the adapter's
+// allowed routes, and for a provider limited to some models only for one
+// of them, named as the body's model), closed node commands, and config
+// updates, which
 // apply to new runs while runs in flight keep the config they started
 // under. Health changes are reported as they happen.
 //
