@@ -320,6 +320,41 @@ func TestMetricsAndHealth(t *testing.T) {
 	}
 }
 
+// posts sends chat requests on goroutines of their own and collects each
+// one's outcome as "prompt: status body".
+type posts struct {
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	done []string
+}
+
+func (p *posts) post(t *testing.T, r *rig, prompt string) {
+	p.wg.Go(func() {
+		status, _, body := r.post(t, apiKey, chatJSON("gpt-local", prompt))
+		p.mu.Lock()
+		p.done = append(p.done, fmt.Sprintf("%s: %d %s", prompt, status, body))
+		p.mu.Unlock()
+	})
+}
+
+// ended reports how many have an outcome.
+func (p *posts) ended() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.done)
+}
+
+// wait waits for every request and fails the test for any but a 200.
+func (p *posts) wait(t *testing.T) {
+	t.Helper()
+	p.wg.Wait()
+	for _, d := range p.done {
+		if !strings.Contains(d, ": 200 ") {
+			t.Error(d)
+		}
+	}
+}
+
 // TestReloadBindsTheQueue: a reload that lowers a provider's capacity
 // binds the requests already queued, not only the ones that arrive after
 // it. A request queued under capacity 2 must not take the slot one of two
@@ -327,20 +362,13 @@ func TestMetricsAndHealth(t *testing.T) {
 func TestReloadBindsTheQueue(t *testing.T) {
 	g := newGate()
 	r := newRig(t, rigOpts{capacity: 2, queueTimeout: time.Minute, reply: g.reply})
-	var wg sync.WaitGroup
-	statuses := make(chan int, 3)
-	post := func(prompt string) {
-		wg.Go(func() {
-			status, _, _ := r.post(t, apiKey, chatJSON("gpt-local", prompt))
-			statuses <- status
-		})
-	}
-	post("hold a")
-	post("hold b")
+	var p posts
+	p.post(t, r, "hold a")
+	p.post(t, r, "hold b")
 	for !contains(g.served(), "hold a") || !contains(g.served(), "hold b") {
 		time.Sleep(time.Millisecond)
 	}
-	post("queued")
+	p.post(t, r, "queued")
 	for r.srv.PoolStats().Queued != 1 {
 		time.Sleep(time.Millisecond)
 	}
@@ -356,13 +384,7 @@ func TestReloadBindsTheQueue(t *testing.T) {
 		t.Fatalf("after one of two ended under capacity 1: %+v, want the queued request still queued", st)
 	}
 	g.release <- struct{}{}
-	wg.Wait()
-	close(statuses)
-	for s := range statuses {
-		if s != 200 {
-			t.Errorf("status %d", s)
-		}
-	}
+	p.wait(t)
 	if got := g.served(); len(got) != 3 || got[2] != "queued" {
 		t.Fatalf("served %v", got)
 	}
@@ -553,36 +575,26 @@ func TestRaisedCapacityWaitsForTheNode(t *testing.T) {
 	for i := range 20 {
 		g := newGate()
 		r := newRig(t, rigOpts{capacity: 1, queueTimeout: time.Minute, reply: g.reply})
-		var wg sync.WaitGroup
-		statuses := make(chan string, 4)
-		post := func(prompt string) {
-			wg.Go(func() {
-				status, _, body := r.post(t, apiKey, chatJSON("gpt-local", prompt))
-				statuses <- fmt.Sprintf("%s: %d %s", prompt, status, body)
-			})
-		}
-		post("hold a")
+		var p posts
+		p.post(t, r, "hold a")
 		for !contains(g.served(), "hold a") {
 			time.Sleep(time.Millisecond)
 		}
-		post("hold b")
-		post("hold c")
+		p.post(t, r, "hold b")
+		p.post(t, r, "hold c")
 		for r.srv.PoolStats().Queued != 2 {
 			time.Sleep(time.Millisecond)
 		}
 		if err := r.srv.Reload(r.config(3)); err != nil {
 			t.Fatal(err)
 		}
-		for len(g.served()) < 3 && len(statuses) == 0 {
+		for len(g.served()) < 3 && p.ended() == 0 {
 			time.Sleep(time.Millisecond)
 		}
 		close(g.release)
-		wg.Wait()
-		close(statuses)
-		for s := range statuses {
-			if !strings.Contains(s, ": 200 ") {
-				t.Fatalf("round %d: %s", i, s)
-			}
+		p.wait(t)
+		if t.Failed() {
+			t.Fatalf("round %d", i)
 		}
 		r.settled()
 	}
