@@ -134,6 +134,10 @@ func readBounded(r io.Reader, limit int64) ([]byte, error) {
 	return b, err
 }
 
+// modelKey is the key checkModel scans for, a package variable so that
+// the scan allocates no argument slice.
+var modelKey = []string{"model"}
+
 // checkModel enforces a limited provider's models on a tunnel, as
 // admitRun does on a run: the Node's allow-list binds the requests the
 // Edge sends, not only the configuration it sends. A body must be a JSON
@@ -146,7 +150,7 @@ func checkModel(h *hosted, target string, body []byte) string {
 	if len(body) == 0 {
 		return ""
 	}
-	f, err := llmapi.Scan(body, "model")
+	f, err := llmapi.Scan(body, modelKey...)
 	switch {
 	case err != nil:
 		return "request body is not one JSON object with one model"
