@@ -147,23 +147,30 @@ type responseOwner struct{ node, provider, key string }
 // maxRememberedResponses bounds the index (about 100 bytes an entry).
 const maxRememberedResponses = 100_000
 
-func (x *responseIndex) remember(id, node, provider, key string) {
+// remember records id for key. An id another key's response already
+// holds is not taken over (false): the first owner keeps it, since a
+// provider that hands out an id twice must not move one key's response
+// to another, whose owner could then no longer reach it.
+func (x *responseIndex) remember(id, node, provider, key string) bool {
 	if id == "" || len(id) > 256 {
-		return
+		return false
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.byID == nil {
 		x.byID = map[string]responseOwner{}
 	}
-	if _, ok := x.byID[id]; !ok {
+	if old, ok := x.byID[id]; !ok {
 		x.order = append(x.order, id)
+	} else if old.key != key {
+		return false
 	}
 	x.byID[id] = responseOwner{node, provider, key}
 	if len(x.order) > maxRememberedResponses {
 		delete(x.byID, x.order[0])
 		x.order = x.order[1:]
 	}
+	return true
 }
 
 func (x *responseIndex) lookup(id, key string) (node, provider string, ok bool) {

@@ -195,7 +195,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 				} `json:"response"`
 			}
 			if json.Unmarshal(ev.Data, &m) == nil {
-				s.responses.remember(m.Response.ID, x.lease.NodeID, x.lease.ProviderID, req.key.Name)
+				s.rememberResponse(req, x, m.Response.ID)
 			}
 		}
 		pass := true
@@ -248,7 +248,15 @@ func (s *Server) bookFields(req *request, x *exchange, f *llmapi.Fields) {
 		s.recordUsage(req, readUsage(f.Raw("usage")))
 	}
 	if id, ok := f.String("id"); ok && req.api == apiResponses {
-		s.responses.remember(id, x.lease.NodeID, x.lease.ProviderID, req.key.Name)
+		s.rememberResponse(req, x, id)
+	}
+}
+
+// rememberResponse records a Responses id for the request's key, for
+// GET /v1/responses/{id} and previous_response_id.
+func (s *Server) rememberResponse(req *request, x *exchange, id string) {
+	if id != "" && !s.responses.remember(id, x.lease.NodeID, x.lease.ProviderID, req.key.Name) {
+		s.log.Warn("provider returned a Responses id another key's response holds; not remembered", "request_id", req.rid, "provider", x.lease.ProviderID)
 	}
 }
 
