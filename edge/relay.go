@@ -401,7 +401,7 @@ func renderer(req *request) llmapi.Renderer {
 	created := time.Now().Unix()
 	switch req.api {
 	case apiMessages:
-		return &llmapi.AnthropicRenderer{ID: "msg_" + req.rid, Model: req.route.Model}
+		return &llmapi.AnthropicRenderer{ID: "msg_" + req.rid, Model: req.route.Model, RequestID: req.rid}
 	case apiResponses:
 		return &llmapi.ResponsesRenderer{ID: "resp_" + req.rid, Model: req.route.Model, Created: created}
 	}

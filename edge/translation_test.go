@@ -3,6 +3,7 @@ package edge_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -312,6 +313,36 @@ func TestStatefulResponses(t *testing.T) {
 	}
 	if gets != 2 {
 		t.Errorf("GETs reaching the provider: %d, want 2 (refused ones never leave the Edge)", gets)
+	}
+	r.settled()
+}
+
+// TestTranslatedAnthropicErrorsCarryTheRequestID: an Anthropic client
+// served by a provider of another format gets its error, whole or
+// mid-stream, with the request's id as request_id, as the Edge's own
+// errors carry it.
+func TestTranslatedAnthropicErrorsCarryTheRequestID(t *testing.T) {
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		if q.Stream {
+			return upstreamtest.Script{Text: []string{"a", "b", "c"}, ErrorAfter: 1}
+		}
+		return upstreamtest.Script{Status: 500}
+	}})
+	for _, stream := range []bool{false, true} {
+		req, _ := http.NewRequest("POST", r.url+"/v1/messages", strings.NewReader(
+			fmt.Sprintf(`{"model":"gpt-local","max_tokens":50,"stream":%t,"messages":[{"role":"user","content":"x"}]}`, stream)))
+		req.Header.Set("x-api-key", apiKey)
+		req.Header.Set("anthropic-version", "2023-06-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		rid := resp.Header.Get("Request-Id")
+		if rid == "" || !strings.Contains(string(b), `"type":"error"`) || !strings.Contains(string(b), `"request_id":"`+rid+`"`) {
+			t.Fatalf("stream %t: %d %v\n%s", stream, resp.StatusCode, resp.Header, b)
+		}
 	}
 	r.settled()
 }

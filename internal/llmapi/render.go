@@ -122,6 +122,9 @@ func (s *state) finalStop() StopReason {
 // stop reason and cumulative usage, message_stop.
 type AnthropicRenderer struct {
 	ID, Model string
+	// RequestID, when set, goes into the error body or event as
+	// request_id, where Anthropic's SDKs look for it.
+	RequestID string
 	st        state
 	started   bool
 	scratch   []byte // a delta event's JSON, before it is framed
@@ -219,7 +222,11 @@ func (r *AnthropicRenderer) Event(e Event) []byte {
 		out = r.ev(out, "message_stop", map[string]any{})
 	case EvError:
 		typ, msg := anthropicErrorType(e.Err), e.Err.Message
-		out = r.ev(out, "error", map[string]any{"error": map[string]any{"type": typ, "message": msg}})
+		ev := map[string]any{"error": map[string]any{"type": typ, "message": msg}}
+		if r.RequestID != "" {
+			ev["request_id"] = r.RequestID
+		}
+		out = r.ev(out, "error", ev)
 	}
 	return out
 }
@@ -227,7 +234,7 @@ func (r *AnthropicRenderer) Event(e Event) []byte {
 // Body implements Renderer.
 func (r *AnthropicRenderer) Body() (int, []byte) {
 	if r.st.err != nil {
-		return AnthropicError(r.st.err)
+		return r.errorBody(r.st.err)
 	}
 	content := []any{}
 	for i, b := range r.st.blocks {
@@ -241,7 +248,7 @@ func (r *AnthropicRenderer) Body() (int, []byte) {
 			content = append(content, map[string]any{"type": "thinking", "thinking": b.Text, "signature": b.Signature})
 		case PartToolUse:
 			if !toolArgsOK(r.st.bufs[i].args.String()) { // decoders refuse these; never panic on one
-				return AnthropicError(errToolArgs(b.Name).Err)
+				return r.errorBody(errToolArgs(b.Name).Err)
 			}
 			content = append(content, map[string]any{"type": "tool_use", "id": b.ID, "name": b.Name, "input": r.st.toolInput(i)})
 		}
@@ -282,8 +289,12 @@ func AnthropicErrorBody(typ, msg, requestID string) []byte {
 	return mustJSON(body)
 }
 
-// AnthropicError maps a failure to Anthropic's status and error body.
-func AnthropicError(e *APIError) (int, []byte) {
+// errorBody maps a failure to Anthropic's status and error body.
+func (r *AnthropicRenderer) errorBody(e *APIError) (int, []byte) {
+	return anthropicError(e, r.RequestID)
+}
+
+func anthropicError(e *APIError, requestID string) (int, []byte) {
 	status := e.Status
 	if status == 0 {
 		status = 500
@@ -291,7 +302,7 @@ func AnthropicError(e *APIError) (int, []byte) {
 	if e.Type == "overloaded" {
 		status = 529
 	}
-	return status, AnthropicErrorBody(anthropicErrorType(e), e.Message, "")
+	return status, AnthropicErrorBody(anthropicErrorType(e), e.Message, requestID)
 }
 
 // --- Chat Completions -----------------------------------------------------
