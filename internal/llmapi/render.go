@@ -221,12 +221,7 @@ func (r *AnthropicRenderer) Event(e Event) []byte {
 		out = r.ev(out, "message_delta", map[string]any{"delta": map[string]any{"stop_reason": anthropicStopName(r.st.finalStop()), "stop_sequence": nil}, "usage": anthropicUsage(r.st.usage)})
 		out = r.ev(out, "message_stop", map[string]any{})
 	case EvError:
-		typ, msg := anthropicErrorType(e.Err), e.Err.Message
-		ev := map[string]any{"error": map[string]any{"type": typ, "message": msg}}
-		if r.RequestID != "" {
-			ev["request_id"] = r.RequestID
-		}
-		out = r.ev(out, "error", ev)
+		out = sse.AppendEvent(out, "error", AnthropicErrorBody(anthropicErrorType(e.Err), e.Err.Message, r.RequestID))
 	}
 	return out
 }
@@ -291,10 +286,6 @@ func AnthropicErrorBody(typ, msg, requestID string) []byte {
 
 // errorBody maps a failure to Anthropic's status and error body.
 func (r *AnthropicRenderer) errorBody(e *APIError) (int, []byte) {
-	return anthropicError(e, r.RequestID)
-}
-
-func anthropicError(e *APIError, requestID string) (int, []byte) {
 	status := e.Status
 	if status == 0 {
 		status = 500
@@ -302,7 +293,7 @@ func anthropicError(e *APIError, requestID string) (int, []byte) {
 	if e.Type == "overloaded" {
 		status = 529
 	}
-	return status, AnthropicErrorBody(anthropicErrorType(e), e.Message, requestID)
+	return status, AnthropicErrorBody(anthropicErrorType(e), e.Message, r.RequestID)
 }
 
 // --- Chat Completions -----------------------------------------------------
