@@ -148,10 +148,11 @@ type responseOwner struct{ node, provider, key string }
 const maxRememberedResponses = 100_000
 
 // remember records id for key. An id another key's response already
-// holds is not taken over (false): the first owner keeps it, since a
-// provider that hands out an id twice must not move one key's response
-// to another, whose owner could then no longer reach it.
-func (x *responseIndex) remember(id, node, provider, key string) bool {
+// holds is not taken over (held is true): the first owner keeps it, since
+// a provider that hands out an id twice must not move one key's response
+// to another, whose owner could then no longer reach it. An empty or
+// over-long id is not remembered either.
+func (x *responseIndex) remember(id, node, provider, key string) (held bool) {
 	if id == "" || len(id) > 256 {
 		return false
 	}
@@ -163,14 +164,14 @@ func (x *responseIndex) remember(id, node, provider, key string) bool {
 	if old, ok := x.byID[id]; !ok {
 		x.order = append(x.order, id)
 	} else if old.key != key {
-		return false
+		return true
 	}
 	x.byID[id] = responseOwner{node, provider, key}
 	if len(x.order) > maxRememberedResponses {
 		delete(x.byID, x.order[0])
 		x.order = x.order[1:]
 	}
-	return true
+	return false
 }
 
 func (x *responseIndex) lookup(id, key string) (node, provider string, ok bool) {

@@ -255,7 +255,7 @@ func (s *Server) bookFields(req *request, x *exchange, f *llmapi.Fields) {
 // rememberResponse records a Responses id for the request's key, for
 // GET /v1/responses/{id} and previous_response_id.
 func (s *Server) rememberResponse(req *request, x *exchange, id string) {
-	if id != "" && !s.responses.remember(id, x.lease.NodeID, x.lease.ProviderID, req.key.Name) {
+	if s.responses.remember(id, x.lease.NodeID, x.lease.ProviderID, req.key.Name) {
 		s.log.Warn("provider returned a Responses id another key's response holds; not remembered", "request_id", req.rid, "provider", x.lease.ProviderID)
 	}
 }
