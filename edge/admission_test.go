@@ -16,6 +16,25 @@ import (
 	"github.com/iop-dev/iop/execution/upstreamtest"
 )
 
+// postAnthropic sends an Anthropic Messages API request (path, x-api-key
+// unless key is empty, anthropic-version) and returns status, body,
+// headers.
+func (r *rig) postAnthropic(t *testing.T, path, key, body string) (int, string, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", r.url+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("x-api-key", key)
+	}
+	req.Header.Set("anthropic-version", "2023-06-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
 // post sends a chat request with a key and returns status, headers, body.
 func (r *rig) post(t *testing.T, key, body string) (int, http.Header, string) {
 	t.Helper()
@@ -461,18 +480,10 @@ func TestAnthropicCacheTokensBooked(t *testing.T) {
 		return upstreamtest.Script{Raw: `{"id":"msg_2","type":"message","role":"assistant","model":"up-model","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{` + usage + `,"output_tokens":7}}`}
 	}})
 	for _, stream := range []bool{false, true} {
-		req, _ := http.NewRequest("POST", r.url+"/v1/messages", strings.NewReader(
-			fmt.Sprintf(`{"model":"via-anthropic","max_tokens":50,"stream":%t,"messages":[{"role":"user","content":"x"}]}`, stream)))
-		req.Header.Set("x-api-key", apiKey)
-		req.Header.Set("anthropic-version", "2023-06-01")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(b), `"hi"`) {
-			t.Fatalf("stream %t: %d %s", stream, resp.StatusCode, b)
+		status, b, _ := r.postAnthropic(t, "/v1/messages", apiKey,
+			fmt.Sprintf(`{"model":"via-anthropic","max_tokens":50,"stream":%t,"messages":[{"role":"user","content":"x"}]}`, stream))
+		if status != 200 || !strings.Contains(b, `"hi"`) {
+			t.Fatalf("stream %t: %d %s", stream, status, b)
 		}
 		r.settled()
 		want := edge.Usage{Key: "alice", Requests: 1, InputTokens: 3210, OutputTokens: 7}

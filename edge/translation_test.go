@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -177,21 +176,7 @@ func TestEveryClientFormatAgainstEveryUpstreamFormat(t *testing.T) {
 
 func TestAnthropicErrorsAndCountTokens(t *testing.T) {
 	r := newRig(t, rigOpts{capacity: 1})
-	do := func(path, key, body string) (int, string, http.Header) {
-		req, _ := http.NewRequest("POST", r.url+path, strings.NewReader(body))
-		if key != "" {
-			req.Header.Set("x-api-key", key)
-		}
-		req.Header.Set("anthropic-version", "2023-06-01")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), resp.Header
-	}
-	status, body, h := do("/v1/messages", "wrong", `{"model":"via-anthropic","max_tokens":5,"messages":[]}`)
+	status, body, h := r.postAnthropic(t, "/v1/messages", "wrong", `{"model":"via-anthropic","max_tokens":5,"messages":[]}`)
 	if status != 401 || !strings.Contains(body, `"type":"authentication_error"`) || !strings.Contains(body, `"type":"error"`) {
 		t.Fatalf("401: %d %s", status, body)
 	}
@@ -200,14 +185,14 @@ func TestAnthropicErrorsAndCountTokens(t *testing.T) {
 	if rid := h.Get("Request-Id"); rid == "" || rid != h.Get("X-Request-Id") || !strings.Contains(body, `"request_id":"`+rid+`"`) {
 		t.Fatalf("401 without its request id: %v %s", h, body)
 	}
-	status, body, _ = do("/v1/messages", apiKey, `{"model":"nope","max_tokens":5,"messages":[]}`)
+	status, body, _ = r.postAnthropic(t, "/v1/messages", apiKey, `{"model":"nope","max_tokens":5,"messages":[]}`)
 	if status != 404 || !strings.Contains(body, "not_found_error") {
 		t.Fatalf("404: %d %s", status, body)
 	}
 	// Overload in Anthropic's terms: 529 overloaded_error.
 	gen, _ := r.srv.Registry().Current("box")
 	r.srv.Registry().Disconnect("box", gen, "test")
-	status, body, h0 := do("/v1/messages", apiKey, `{"model":"via-anthropic","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`)
+	status, body, h0 := r.postAnthropic(t, "/v1/messages", apiKey, `{"model":"via-anthropic","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`)
 	if status != 529 || !strings.Contains(body, "overloaded_error") || h0.Get("Retry-After") == "" {
 		t.Fatalf("overloaded: %d %s", status, body)
 	}
@@ -218,7 +203,7 @@ func TestAnthropicErrorsAndCountTokens(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	// Passed through to an Anthropic provider.
-	status, body, h = do("/v1/messages/count_tokens", apiKey, `{"model":"via-anthropic","messages":[{"role":"user","content":"hello"}]}`)
+	status, body, h = r.postAnthropic(t, "/v1/messages/count_tokens", apiKey, `{"model":"via-anthropic","messages":[{"role":"user","content":"hello"}]}`)
 	var ct struct {
 		InputTokens int `json:"input_tokens"`
 	}
@@ -227,7 +212,7 @@ func TestAnthropicErrorsAndCountTokens(t *testing.T) {
 		t.Fatalf("count_tokens passed through: %d %s %v", status, body, h)
 	}
 	// No Anthropic provider behind the route: the Edge's documented estimate.
-	status, body, h = do("/v1/messages/count_tokens", apiKey, `{"model":"gpt-local","messages":[{"role":"user","content":"hello"}]}`)
+	status, body, h = r.postAnthropic(t, "/v1/messages/count_tokens", apiKey, `{"model":"gpt-local","messages":[{"role":"user","content":"hello"}]}`)
 	if status != 200 || h.Get("X-IOP-Token-Count") != "estimate" {
 		t.Fatalf("count_tokens estimate: %d %s %v", status, body, h)
 	}
@@ -329,19 +314,11 @@ func TestTranslatedAnthropicErrorsCarryTheRequestID(t *testing.T) {
 		return upstreamtest.Script{Status: 500}
 	}})
 	for _, stream := range []bool{false, true} {
-		req, _ := http.NewRequest("POST", r.url+"/v1/messages", strings.NewReader(
-			fmt.Sprintf(`{"model":"gpt-local","max_tokens":50,"stream":%t,"messages":[{"role":"user","content":"x"}]}`, stream)))
-		req.Header.Set("x-api-key", apiKey)
-		req.Header.Set("anthropic-version", "2023-06-01")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		rid := resp.Header.Get("Request-Id")
-		if rid == "" || !strings.Contains(string(b), `"type":"error"`) || !strings.Contains(string(b), `"request_id":"`+rid+`"`) {
-			t.Fatalf("stream %t: %d %v\n%s", stream, resp.StatusCode, resp.Header, b)
+		status, b, h := r.postAnthropic(t, "/v1/messages", apiKey,
+			fmt.Sprintf(`{"model":"gpt-local","max_tokens":50,"stream":%t,"messages":[{"role":"user","content":"x"}]}`, stream))
+		rid := h.Get("Request-Id")
+		if rid == "" || !strings.Contains(b, `"type":"error"`) || !strings.Contains(b, `"request_id":"`+rid+`"`) {
+			t.Fatalf("stream %t: %d %v\n%s", stream, status, h, b)
 		}
 	}
 	r.settled()
