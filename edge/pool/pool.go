@@ -54,9 +54,11 @@ type Candidate struct {
 	// generations only increase: a candidate older than the newest the
 	// pool has seen for its key is stale, and never granted.
 	Generation uint64
-	// Capacity is the provider's configured capacity, as configured at
-	// the evaluation: a change binds every later evaluation, the queued
-	// requests' included.
+	// Capacity is how many requests the provider may hold at the
+	// evaluation (0: none for now, the request waits): a change binds
+	// every later evaluation, the queued requests' included. The Edge
+	// passes the lower of its configuration's and the one the Node has
+	// applied.
 	Capacity int
 	// Weight is the route's weight for this target (weighted routes).
 	Weight int
@@ -116,7 +118,7 @@ type Pool struct {
 
 type slot struct {
 	gen          uint64
-	capacity     int // as the latest evaluation found it configured
+	capacity     int // as the latest evaluation found it
 	inFlight     int
 	longInFlight int
 	queued       int
