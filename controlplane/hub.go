@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/iop-dev/iop/edge/identity"
+	"github.com/iop-dev/iop/internal/acceptloop"
 	"github.com/iop-dev/iop/internal/nodewire"
 	"github.com/iop-dev/iop/wire"
 	"github.com/iop-dev/iop/wire/iopv1"
@@ -244,26 +245,8 @@ func (h *Hub) ServeEdges(ln net.Listener) error {
 		delete(h.listeners, ln)
 		h.mu.Unlock()
 	}()
-	var delay time.Duration
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if h.ctx.Err() != nil {
-				return ErrClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				select {
-				case <-time.After(delay):
-				case <-h.ctx.Done():
-					return ErrClosed
-				}
-				continue
-			}
-			return err
-		}
-		delay = 0
+	stopped := func() bool { return h.ctx.Err() != nil }
+	return acceptloop.Serve(ln, h.log, stopped, h.ctx.Done(), ErrClosed, func(nc net.Conn) error {
 		h.mu.Lock()
 		if h.closed || h.pending >= orDefault(h.cfg.MaxPending, DefaultMaxPending) {
 			closed := h.closed
@@ -273,12 +256,13 @@ func (h *Hub) ServeEdges(ln net.Listener) error {
 				return ErrClosed
 			}
 			h.log.Warn("too many connections without hello; closing one", "remote", nc.RemoteAddr())
-			continue
+			return nil
 		}
 		h.pending++
 		h.wg.Go(func() { h.serveConn(nc) })
 		h.mu.Unlock()
-	}
+		return nil
+	})
 }
 
 // Close stops accepting, closes every Edge session and ends every event

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -342,6 +344,24 @@ func TestHubOutageResync(t *testing.T) {
 	e1.startNode()
 	waitFor(t, "node_ready relayed", func() bool { return log.count(controlplane.EventNodeReady, "e1", "n-e1") == 1 })
 	waitFor(t, "n-e1 online again", func() bool { n, _ := nodeView(h2.hub, "e1", "n-e1"); return onlineWithCapacity(n) })
+}
+
+// TestServeEdgesOutlastsDescriptorExhaustion: an Edge listener whose Accept
+// runs out of descriptors (the process's, EMFILE, or the system's, ENFILE)
+// or buffers keeps serving, and the Edge that dialled meanwhile connects
+// once they are back. The Hub's loop used to end on the first of them.
+func TestServeEdgesOutlastsDescriptorExhaustion(t *testing.T) {
+	hub, err := controlplane.New(controlplane.Config{Edges: []controlplane.EdgeRecord{{ID: "e1", TokenHash: controlplane.HashToken(edgeToken("e1"))}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := serveHub(t, hub, &failingListener{Listener: ln, errs: []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS}})
+	startEdge(t, "e1", h.addr, nil)
+	waitFor(t, "e1 connected", func() bool { e, _ := h.hub.Edge("e1"); return e.Connected })
 }
 
 // TestHelloRules: identity is refused when empty, unknown or unproven; a

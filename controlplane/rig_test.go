@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -76,6 +77,13 @@ func startHub(t *testing.T, addr string, mutate func(*controlplane.Config)) *hub
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveHub(t, hub, ln)
+}
+
+// serveHub serves hub's Edge listener on ln and its operator API on a
+// fresh port.
+func serveHub(t *testing.T, hub *controlplane.Hub, ln net.Listener) *hubRig {
+	t.Helper()
 	hl, _ := net.Listen("tcp", "127.0.0.1:0")
 	hs := &http.Server{Handler: hub.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	var wg sync.WaitGroup
@@ -92,6 +100,27 @@ func startHub(t *testing.T, addr string, mutate func(*controlplane.Config)) *hub
 	}
 	t.Cleanup(r.stop)
 	return r
+}
+
+// failingListener is a real listener whose first Accept calls fail with
+// errs, in order, wrapped as the accept system call's errors reach a
+// caller.
+type failingListener struct {
+	net.Listener
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if len(l.errs) > 0 {
+		err := l.errs[0]
+		l.errs = l.errs[1:]
+		l.mu.Unlock()
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", err)}
+	}
+	l.mu.Unlock()
+	return l.Listener.Accept()
 }
 
 // edgeRig is an Edge with one Node (started on demand) hosting an

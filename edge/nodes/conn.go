@@ -6,15 +6,12 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/iop-dev/iop/internal/nodewire"
 	"github.com/iop-dev/iop/wire"
 	"github.com/iop-dev/iop/wire/iopv1"
 )
-
-var errTooManyFiles = syscall.EMFILE
 
 // conn is one registered Node connection: a session, its control stream and
 // its generation. Fields below mu are guarded by the registry's mu.

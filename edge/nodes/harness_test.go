@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -57,6 +58,12 @@ func startEdge(t *testing.T, addr string, epoch uint32, cfg nodes.Config) *edge 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startEdgeOn(t, ln, epoch, cfg)
+}
+
+// startEdgeOn runs a registry on ln.
+func startEdgeOn(t *testing.T, ln net.Listener, epoch uint32, cfg nodes.Config) *edge {
+	t.Helper()
 	cfg.Epoch = epoch
 	if cfg.ProbeTimeout == 0 {
 		cfg.ProbeTimeout = 300 * time.Millisecond
@@ -77,6 +84,27 @@ func (e *edge) stop() {
 		e.t.Errorf("Serve: %v", err)
 	}
 	e.done <- nodes.ErrClosed // later stops return at once
+}
+
+// failingListener is a real listener whose first Accept calls fail with
+// errs, in order, wrapped as the accept system call's errors reach a
+// caller.
+type failingListener struct {
+	net.Listener
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if len(l.errs) > 0 {
+		err := l.errs[0]
+		l.errs = l.errs[1:]
+		l.mu.Unlock()
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", err)}
+	}
+	l.mu.Unlock()
+	return l.Listener.Accept()
 }
 
 // runNode runs a node.Runtime until the test ends (or the returned stop).

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/iop-dev/iop/internal/acceptloop"
 	"github.com/iop-dev/iop/internal/nodewire"
 	"github.com/iop-dev/iop/wire"
 	"github.com/iop-dev/iop/wire/iopv1"
@@ -184,38 +185,19 @@ func (r *Registry) Serve(ln net.Listener) error {
 		delete(r.listeners, ln)
 		r.mu.Unlock()
 	}()
-	var delay time.Duration
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if r.isClosed() {
-				return ErrClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				r.log.Warn("accept failed; retrying", "error", err, "delay", delay)
-				select {
-				case <-time.After(delay):
-				case <-r.ctx.Done():
-					return ErrClosed
-				}
-				continue
-			}
-			return err
-		}
-		delay = 0
+	return acceptloop.Serve(ln, r.log, r.isClosed, r.ctx.Done(), ErrClosed, func(nc net.Conn) error {
 		if !r.admitPending() {
 			r.log.Warn("too many unregistered connections; closing one", "remote", nc.RemoteAddr())
 			nc.Close()
-			continue
+			return nil
 		}
 		if !r.goOwned(func() { r.serveConn(nc) }) {
 			nc.Close()
 			r.releasePending()
 			return ErrClosed
 		}
-	}
+		return nil
+	})
 }
 
 // goOwned starts f on a goroutine the registry waits for, unless the

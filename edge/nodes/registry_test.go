@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,6 +83,21 @@ func TestRegisterReadyDispatch(t *testing.T) {
 	if _, err := e.reg.StartRun(ctx(t), "n2", 0, &execution.RunRequest{RunID: "r2", ProviderID: "p2", Target: "m2"}); !errors.Is(err, nodes.ErrNotReady) {
 		t.Errorf("StartRun on a node never connected = %v, want ErrNotReady", err)
 	}
+}
+
+// TestServeOutlastsDescriptorExhaustion: a Node listener whose Accept runs
+// out of descriptors (the process's, EMFILE, or the system's, ENFILE) or
+// buffers keeps serving, and the Node that dialled meanwhile registers
+// once they are back.
+func TestServeOutlastsDescriptorExhaustion(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &failingListener{Listener: ln, errs: []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS}}
+	e := startEdgeOn(t, fl, 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 1)))})
+	runNode(t, e.addr, "n1", host(executiontest.New("p1", "m1")))
+	waitReady(t, e, "n1", 0)
 }
 
 func TestCommands(t *testing.T) {

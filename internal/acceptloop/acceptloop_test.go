@@ -1,0 +1,137 @@
+package acceptloop
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// failing is a real listener whose first Accept calls fail with errs, in
+// order, as the accept system call's errors reach a caller.
+type failing struct {
+	net.Listener
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *failing) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if len(l.errs) > 0 {
+		err := l.errs[0]
+		l.errs = l.errs[1:]
+		l.mu.Unlock()
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: err}
+	}
+	l.mu.Unlock()
+	return l.Listener.Accept()
+}
+
+func listen(t *testing.T, errs ...error) *failing {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return &failing{Listener: ln, errs: errs}
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+var errClosed = errors.New("closed")
+
+func TestRetryable(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{os.NewSyscallError("accept4", syscall.EMFILE), true},
+		{os.NewSyscallError("accept4", syscall.ENFILE), true},
+		{os.NewSyscallError("accept4", syscall.ENOBUFS), true},
+		{os.NewSyscallError("accept4", syscall.ENOMEM), true},
+		{timeoutErr{}, true},
+		{net.ErrClosed, false},
+		{os.NewSyscallError("accept4", syscall.EINVAL), false},
+		{errors.New("listener broke"), false},
+	} {
+		if got := Retryable(&net.OpError{Op: "accept", Err: tc.err}); got != tc.want {
+			t.Errorf("Retryable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestServeOutlastsPassingFailures: a listener out of descriptors, buffers
+// or time keeps serving once they are back, and the connection that waited
+// in the backlog meanwhile is handled.
+func TestServeOutlastsPassingFailures(t *testing.T) {
+	ln := listen(t,
+		os.NewSyscallError("accept4", syscall.EMFILE),
+		os.NewSyscallError("accept4", syscall.ENFILE),
+		os.NewSyscallError("accept4", syscall.ENOBUFS),
+		timeoutErr{},
+	)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	stop := make(chan struct{})
+	handled := 0
+	err = Serve(ln, hclog.NewNullLogger(), func() bool { return false }, stop, errClosed, func(nc net.Conn) error {
+		handled++
+		nc.Close()
+		return errors.New("handler done")
+	})
+	if err == nil || err.Error() != "handler done" || handled != 1 {
+		t.Fatalf("Serve = %v after %d connections; want the handler's error after 1", err, handled)
+	}
+	if len(ln.errs) != 0 {
+		t.Fatalf("%d injected failures never reached Serve", len(ln.errs))
+	}
+}
+
+// TestServeEndsOnLastingFailure: a failure that does not pass ends Serve
+// with that error, unless the owner stopped, which reads as closed.
+func TestServeEndsOnLastingFailure(t *testing.T) {
+	broken := os.NewSyscallError("accept4", syscall.EINVAL)
+	ln := listen(t, broken)
+	err := Serve(ln, hclog.NewNullLogger(), func() bool { return false }, nil, errClosed, func(net.Conn) error { return nil })
+	if !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("Serve = %v, want the accept error", err)
+	}
+
+	ln = listen(t)
+	ln.Close()
+	err = Serve(ln, hclog.NewNullLogger(), func() bool { return true }, nil, errClosed, func(net.Conn) error { return nil })
+	if err != errClosed {
+		t.Fatalf("Serve on a listener its stopped owner closed = %v, want %v", err, errClosed)
+	}
+}
+
+// TestServeStopEndsRetries: an owner stopping while Accept keeps failing
+// ends Serve with closed instead of retrying forever.
+func TestServeStopEndsRetries(t *testing.T) {
+	errs := make([]error, 1000)
+	for i := range errs {
+		errs[i] = os.NewSyscallError("accept4", syscall.EMFILE)
+	}
+	ln := listen(t, errs...)
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ln, hclog.NewNullLogger(), func() bool { return false }, stop, errClosed, func(net.Conn) error { return nil })
+	}()
+	close(stop)
+	if err := <-done; err != errClosed {
+		t.Fatalf("Serve = %v, want %v", err, errClosed)
+	}
+}
