@@ -139,7 +139,18 @@ func runRole(role, arg string, conc int, profile string, pki *benchPKI) {
 		// FlushInterval stays at its default: ReverseProxy flushes
 		// text/event-stream answers at once by itself, and a flush per
 		// write would slow its whole answers (an extra write each).
-		go pki.serveHTTP(listen(), rp)
+		//
+		// Full duplex: by default net/http's HTTP/1 server closes a
+		// request's body once the answer's head is written, and an
+		// upstream that answers before the Transport's last read of that
+		// body (its check that nothing follows the declared length) makes
+		// the Transport tear the upstream connection down mid-answer
+		// (golang/go#40747): about one stream in 200 was cut, logged as
+		// "read error during body copy".
+		go pki.serveHTTP(listen(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.NewResponseController(w).EnableFullDuplex()
+			rp.ServeHTTP(w, r)
+		}))
 	case "edge":
 		var nodeTLS *tls.Config
 		if pki != nil {
