@@ -446,6 +446,11 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 			wr, wt := perReq(p, k, func(u usage) float64 { return float64(u.writes) })
 			fmt.Printf("  %-8s reads: %s; total %.1f\n           writes: %s; total %.1f\n", p.name, strings.Join(rd, ", "), rt, strings.Join(wr, ", "), wt)
 		}
+		fmt.Printf("\ncontext switches per %s at c=%d, by process (every thread, voluntary and not: a voluntary one is a thread that blocked and was woken later):\n", what, conc)
+		for _, p := range paths {
+			sw, st := perReq(p, k, func(u usage) float64 { return float64(u.switches) })
+			fmt.Printf("  %-8s %s; total %.1f\n", p.name, strings.Join(sw, ", "), st)
+		}
 	}
 	if len(before1) > 0 {
 		fmt.Printf("\nper non-streamed request at c=1, by gateway process (CPU us; context switches of all threads):\n")
