@@ -519,3 +519,77 @@ func TestReplayFile(t *testing.T) {
 		t.Fatalf("a damaged file: %v", err)
 	}
 }
+
+// TestReplayCacheClosedRefuses: a lease offered after its replay cache was
+// closed is refused, not opened unrecorded (a restart would open it
+// again), and it is not used up by the refusal.
+func TestReplayCacheClosedRefuses(t *testing.T) {
+	f := newFixture(t)
+	env := f.issue()
+	f.op.cfg.Replay.Close()
+	s, err := f.op.Open(env, f.want)
+	expectRefused(t, "a use after Close", s, err, ErrReplayed)
+	if _, err := NewOpener(f.op.cfg); err == nil {
+		t.Fatal("an opener was made on a closed replay cache")
+	}
+	restarted := f.newOpener(f.node, nil)
+	if _, err := restarted.Open(env, f.want); err != nil {
+		t.Fatalf("the lease refused at Close does not open after a restart: %v", err)
+	}
+}
+
+// TestReplayFileRepairedAfterFailedWrite: a write that fails (a full disk)
+// refuses its lease and leaves the file as loadable as it was: the part of
+// a line it may have left is gone before the next use is appended, so a
+// restart neither fails on a damaged line nor forgets a later use.
+func TestReplayFileRepairedAfterFailedWrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "replay")
+	rc, err := OpenReplayFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	until := now.Add(time.Minute)
+	if err := rc.use([16]byte{1}, until, now); err != nil {
+		t.Fatal(err)
+	}
+	// The write is cut short: part of its line reaches the file, and the
+	// rest fails.
+	fh, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fh.WriteString("0202020202")
+	fh.Close()
+	ro, err := os.Open(path) // a Write through it fails
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.f.Close()
+	rc.f = ro
+	if err := rc.use([16]byte{2}, until, now); !errors.Is(err, ErrReplayed) {
+		t.Fatalf("a use whose record failed: %v, want refused", err)
+	}
+	if err := rc.use([16]byte{3}, until, now); err != nil {
+		t.Fatalf("the use after a failed write: %v", err)
+	}
+	// A repair that failed as well leaves no file to append to; the next
+	// use repairs first.
+	rc.f.Close()
+	rc.f = nil
+	if err := rc.use([16]byte{4}, until, now); err != nil {
+		t.Fatalf("the use after a failed repair: %v", err)
+	}
+	rc.Close()
+
+	rc, err = OpenReplayFile(path)
+	if err != nil {
+		t.Fatalf("the file after a failed write: %v", err)
+	}
+	defer rc.Close()
+	for id, want := range map[byte]bool{1: true, 2: false, 3: true, 4: true} {
+		if _, got := rc.used[[16]byte{id}]; got != want {
+			t.Errorf("after a restart, lease %d recorded: %v, want %v", id, got, want)
+		}
+	}
+}

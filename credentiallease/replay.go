@@ -24,8 +24,11 @@ type ReplayCache struct {
 	mu   sync.Mutex
 	used map[[16]byte]time.Time
 	hw   time.Time
-	f    *os.File
-	path string
+	// f appends to the file at path; it is nil once closed, and after a
+	// failed write whose repair failed too (the next use tries again).
+	f      *os.File
+	path   string
+	closed bool
 }
 
 // NewReplayCache returns a cache in memory only: a restart forgets it.
@@ -79,6 +82,9 @@ func OpenReplayFile(path string) (*ReplayCache, error) {
 func (c *ReplayCache) compact(now time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return errReplayClosed
+	}
 	if c.hw.After(now) {
 		now = c.hw
 	}
@@ -115,10 +121,15 @@ func (c *ReplayCache) rewrite() error {
 	return nil
 }
 
-// Close closes the file.
+// errReplayClosed is the detail of a use refused after Close.
+var errReplayClosed = errors.New("replay cache closed")
+
+// Close closes the file. Every use after Close is refused: one the cache
+// could not record would open again after a restart.
 func (c *ReplayCache) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	if c.f == nil {
 		return nil
 	}
@@ -151,18 +162,45 @@ func (c *ReplayCache) use(id [16]byte, until, now time.Time) error {
 			return refuse(ErrReplayed, "replay cache full")
 		}
 	}
-	if now.After(c.hw) {
-		c.hw = now
+	hw := c.hw
+	if now.After(hw) {
+		hw = now
 	}
-	if c.f != nil {
-		if _, err := c.f.Write(replayLine(id, until, c.hw)); err != nil {
-			return refuse(ErrReplayed, "replay file: %v", err)
-		}
-		if err := c.f.Sync(); err != nil {
-			return refuse(ErrReplayed, "replay file: %v", err)
-		}
+	if err := c.record(replayLine(id, until, hw)); err != nil {
+		// Not recorded, so not opened: a restart could not refuse it.
+		return refuse(ErrReplayed, "replay file: %v", err)
 	}
+	c.hw = hw
 	c.used[id] = until
+	return nil
+}
+
+// record appends line to the file and syncs it; a cache in memory only
+// records nothing. A failed write may leave part of the line behind, and
+// the next line would be appended to that part, damaging the file for the
+// next load: so the file is rewritten from the entries recorded so far
+// (dropping the part) before another line goes in. Called with c.mu held.
+func (c *ReplayCache) record(line []byte) error {
+	switch {
+	case c.closed:
+		return errReplayClosed
+	case c.path == "":
+		return nil
+	case c.f == nil:
+		// The repair after an earlier failure failed too (a disk still
+		// full); until it succeeds, nothing is recorded.
+		if err := c.rewrite(); err != nil {
+			return err
+		}
+	}
+	_, err := c.f.Write(line)
+	if err == nil {
+		err = c.f.Sync()
+	}
+	if err != nil {
+		c.rewrite() // on failure c.f stays nil: the next use repairs first
+		return err
+	}
 	return nil
 }
 
