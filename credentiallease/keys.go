@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 )
 
 // kem is the suite's key encapsulation: DHKEM(X25519, HKDF-SHA256).
@@ -137,7 +138,10 @@ func readKeyFile(path string, size int) ([]byte, error) {
 }
 
 // writeKeyFile writes b to path with mode 0600 through a temporary file
-// and a rename, so a crash leaves the old key or the new one.
+// and a rename, so a crash leaves the old key or the new one. The
+// directory is synced after the rename: until it is, a power loss may
+// bring the old file back, and with a replay file the uses appended to the
+// new one after it would be forgotten.
 func writeKeyFile(path string, b []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -163,5 +167,25 @@ func writeKeyFile(path string, b []byte) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes a rename in dir durable. Windows has no such call (its
+// renames are journaled by NTFS); elsewhere a failure is returned.
+func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
