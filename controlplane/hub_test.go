@@ -14,6 +14,7 @@ import (
 	"github.com/iop-dev/iop/controlplane"
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/internal/testproxy"
 	"github.com/iop-dev/iop/node"
 	"github.com/iop-dev/iop/wire"
 	"github.com/iop-dev/iop/wire/iopv1"
@@ -359,7 +360,7 @@ func TestServeEdgesOutlastsDescriptorExhaustion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := serveHub(t, hub, &failingListener{Listener: ln, errs: []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS}})
+	h := serveHub(t, hub, testproxy.FailAccept(ln, syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS))
 	startEdge(t, "e1", h.addr, nil)
 	waitFor(t, "e1 connected", func() bool { e, _ := h.hub.Edge("e1"); return e.Connected })
 }

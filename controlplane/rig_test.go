@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -100,27 +99,6 @@ func serveHub(t *testing.T, hub *controlplane.Hub, ln net.Listener) *hubRig {
 	}
 	t.Cleanup(r.stop)
 	return r
-}
-
-// failingListener is a real listener whose first Accept calls fail with
-// errs, in order, wrapped as the accept system call's errors reach a
-// caller.
-type failingListener struct {
-	net.Listener
-	mu   sync.Mutex
-	errs []error
-}
-
-func (l *failingListener) Accept() (net.Conn, error) {
-	l.mu.Lock()
-	if len(l.errs) > 0 {
-		err := l.errs[0]
-		l.errs = l.errs[1:]
-		l.mu.Unlock()
-		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", err)}
-	}
-	l.mu.Unlock()
-	return l.Listener.Accept()
 }
 
 // edgeRig is an Edge with one Node (started on demand) hosting an

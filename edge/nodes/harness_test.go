@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -84,27 +83,6 @@ func (e *edge) stop() {
 		e.t.Errorf("Serve: %v", err)
 	}
 	e.done <- nodes.ErrClosed // later stops return at once
-}
-
-// failingListener is a real listener whose first Accept calls fail with
-// errs, in order, wrapped as the accept system call's errors reach a
-// caller.
-type failingListener struct {
-	net.Listener
-	mu   sync.Mutex
-	errs []error
-}
-
-func (l *failingListener) Accept() (net.Conn, error) {
-	l.mu.Lock()
-	if len(l.errs) > 0 {
-		err := l.errs[0]
-		l.errs = l.errs[1:]
-		l.mu.Unlock()
-		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", err)}
-	}
-	l.mu.Unlock()
-	return l.Listener.Accept()
 }
 
 // runNode runs a node.Runtime until the test ends (or the returned stop).

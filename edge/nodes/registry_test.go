@@ -94,7 +94,7 @@ func TestServeOutlastsDescriptorExhaustion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fl := &failingListener{Listener: ln, errs: []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS}}
+	fl := testproxy.FailAccept(ln, syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS)
 	e := startEdgeOn(t, fl, 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 1)))})
 	runNode(t, e.addr, "n1", host(executiontest.New("p1", "m1")))
 	waitReady(t, e, "n1", 0)

@@ -4,41 +4,23 @@ import (
 	"errors"
 	"net"
 	"os"
-	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/iop-dev/iop/internal/testproxy"
 )
 
-// failing is a real listener whose first Accept calls fail with errs, in
-// order, as the accept system call's errors reach a caller.
-type failing struct {
-	net.Listener
-	mu   sync.Mutex
-	errs []error
-}
-
-func (l *failing) Accept() (net.Conn, error) {
-	l.mu.Lock()
-	if len(l.errs) > 0 {
-		err := l.errs[0]
-		l.errs = l.errs[1:]
-		l.mu.Unlock()
-		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: err}
-	}
-	l.mu.Unlock()
-	return l.Listener.Accept()
-}
-
-func listen(t *testing.T, errs ...error) *failing {
+// listen returns a real listener whose first Accept calls fail with errs.
+func listen(t *testing.T, errs ...error) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	return &failing{Listener: ln, errs: errs}
+	return testproxy.FailAccept(ln, errs...)
 }
 
 type timeoutErr struct{}
@@ -73,12 +55,7 @@ func TestRetryable(t *testing.T) {
 // or time keeps serving once they are back, and the connection that waited
 // in the backlog meanwhile is handled.
 func TestServeOutlastsPassingFailures(t *testing.T) {
-	ln := listen(t,
-		os.NewSyscallError("accept4", syscall.EMFILE),
-		os.NewSyscallError("accept4", syscall.ENFILE),
-		os.NewSyscallError("accept4", syscall.ENOBUFS),
-		timeoutErr{},
-	)
+	ln := listen(t, syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, timeoutErr{})
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -94,16 +71,12 @@ func TestServeOutlastsPassingFailures(t *testing.T) {
 	if err == nil || err.Error() != "handler done" || handled != 1 {
 		t.Fatalf("Serve = %v after %d connections; want the handler's error after 1", err, handled)
 	}
-	if len(ln.errs) != 0 {
-		t.Fatalf("%d injected failures never reached Serve", len(ln.errs))
-	}
 }
 
 // TestServeEndsOnLastingFailure: a failure that does not pass ends Serve
 // with that error, unless the owner stopped, which reads as closed.
 func TestServeEndsOnLastingFailure(t *testing.T) {
-	broken := os.NewSyscallError("accept4", syscall.EINVAL)
-	ln := listen(t, broken)
+	ln := listen(t, syscall.EINVAL)
 	err := Serve(ln, hclog.NewNullLogger(), func() bool { return false }, nil, errClosed, func(net.Conn) error { return nil })
 	if !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("Serve = %v, want the accept error", err)
@@ -122,7 +95,7 @@ func TestServeEndsOnLastingFailure(t *testing.T) {
 func TestServeStopEndsRetries(t *testing.T) {
 	errs := make([]error, 1000)
 	for i := range errs {
-		errs[i] = os.NewSyscallError("accept4", syscall.EMFILE)
+		errs[i] = syscall.EMFILE
 	}
 	ln := listen(t, errs...)
 	stop := make(chan struct{})

@@ -2,7 +2,8 @@
 // real TCP between a client and a target on loopback, and can pause
 // forwarding without closing (a machine that vanished, a sleeping laptop:
 // a close is held back like data), blackhole it for good, add latency,
-// half-close, cut connections, or reset them.
+// half-close, cut connections, or reset them. FailAccept makes a
+// listener's Accept fail as a process out of descriptors sees it.
 package testproxy
 
 import (
