@@ -161,7 +161,12 @@ func (r *Registry) register(ctx context.Context, sess *wire.Session) *conn {
 		sess.CloseWithReason(wire.ReasonRejected, "expected a ready request for this generation")
 		return nil
 	}
-	if !r.markReady(c, ready) {
+	switch err := r.markReady(c, ready); {
+	case errors.Is(err, errRevisionAhead):
+		r.drop(c, "ready names an unsent revision")
+		sess.CloseWithReason(wire.ReasonProtocolError, "ready: "+err.Error())
+		return nil
+	case err != nil:
 		sess.CloseWithReason(wire.ReasonSuperseded, "fenced before ready")
 		return nil
 	}
@@ -262,13 +267,28 @@ func (r *Registry) reject(sess *wire.Session, st *wire.Stream, why iopv1.Registe
 	sess.CloseWithReason(wire.ReasonRejected, note)
 }
 
-// markReady makes c dispatch-ready if it is still the node's connection.
-func (r *Registry) markReady(c *conn, req *iopv1.NodeReadyRequest) bool {
+// errRevisionAhead: a Node's ready or acknowledgement names a configuration
+// revision the Edge never sent it. Revisions only increase and every one a
+// Node receives is its node's latest at the time, so a Node cannot have
+// applied more than the latest; counting it as applied would let the Edge
+// admit by a configuration the Node does not hold.
+var errRevisionAhead = errors.New("configuration revision beyond the latest the edge sent")
+
+// errFenced: c is no longer the node's connection.
+var errFenced = errors.New("fenced")
+
+// markReady makes c dispatch-ready if it is still the node's connection
+// and names no revision beyond its node's latest.
+func (r *Registry) markReady(c *conn, req *iopv1.NodeReadyRequest) error {
 	r.mu.Lock()
 	ns := r.nodes[c.nodeID]
 	if ns == nil || ns.cur != c {
 		r.mu.Unlock()
-		return false
+		return errFenced
+	}
+	if req.GetRevision() > ns.payload.GetRevision() {
+		r.mu.Unlock()
+		return errRevisionAhead
 	}
 	c.ready = true
 	c.readyAt = time.Now()
@@ -286,7 +306,7 @@ func (r *Registry) markReady(c *conn, req *iopv1.NodeReadyRequest) bool {
 	if stale != nil {
 		r.goOwned(func() { c.push(stale) })
 	}
-	return true
+	return nil
 }
 
 // configuredRefs keeps the accepted refs that are configured for the
@@ -411,24 +431,28 @@ func (c *conn) push(cfg *iopv1.NodeConfig) {
 // connection with the session's close reason.
 func (c *conn) serve() {
 	r := c.r
-	for {
+	for violation := ""; violation == ""; {
 		env, err := c.ctl.ReadMessage(context.Background())
 		if err != nil {
 			break
 		}
 		switch b := env.Body.(type) {
 		case *iopv1.Envelope_ConfigUpdateAck:
-			r.applyReport(c, b.ConfigUpdateAck.GetRevision(), true, b.ConfigUpdateAck.GetProviders(), b.ConfigUpdateAck.GetRefused())
+			if err := r.applyReport(c, b.ConfigUpdateAck.GetRevision(), true, b.ConfigUpdateAck.GetProviders(), b.ConfigUpdateAck.GetRefused()); err != nil {
+				violation = "acknowledgement: " + err.Error()
+				break
+			}
 			r.setWorkspaces(c, b.ConfigUpdateAck.GetWorkspaces())
-			continue
 		case *iopv1.Envelope_ProviderSnapshotUpdate:
 			if b.ProviderSnapshotUpdate.GetGeneration() == c.gen {
 				r.applyReport(c, 0, false, b.ProviderSnapshotUpdate.GetProviders(), nil)
 			}
-			continue
+		default:
+			violation = "unexpected message on the control stream"
 		}
-		c.sess.CloseWithReason(wire.ReasonProtocolError, "unexpected message on the control stream")
-		break
+		if violation != "" {
+			c.sess.CloseWithReason(wire.ReasonProtocolError, violation)
+		}
 	}
 	if c.sess.Err() == nil {
 		// The Node ended its control stream but not the session.
@@ -439,13 +463,18 @@ func (c *conn) serve() {
 }
 
 // applyReport applies a config ack (full provider report) or a snapshot
-// update (changed providers only) and publishes the changes.
-func (r *Registry) applyReport(c *conn, revision uint64, full bool, snaps []*iopv1.ProviderSnapshot, refused []*iopv1.ProviderRefusal) {
+// update (changed providers only) and publishes the changes. An ack of a
+// revision beyond the node's latest is refused with errRevisionAhead, and
+// nothing of it is applied.
+func (r *Registry) applyReport(c *conn, revision uint64, full bool, snaps []*iopv1.ProviderSnapshot, refused []*iopv1.ProviderRefusal) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ns := r.nodes[c.nodeID]
 	if ns == nil || ns.cur != c || !c.ready {
-		return
+		return nil
+	}
+	if full && revision > ns.payload.GetRevision() {
+		return errRevisionAhead
 	}
 	if !full {
 		// Merge: keep refusals and providers not mentioned.
@@ -482,6 +511,7 @@ func (r *Registry) applyReport(c *conn, revision uint64, full bool, snaps []*iop
 			}
 		}
 	}
+	return nil
 }
 
 func statusTo(s ProviderStatus) iopv1.ProviderStatus {

@@ -43,6 +43,17 @@ func register(t *testing.T, st *wire.Stream, id, tok string) *iopv1.RegisterResp
 	return env.GetRegisterResponse()
 }
 
+// closed waits for sess to end; the bound only turns a hang into a
+// failure.
+func closed(t *testing.T, sess *wire.Session) {
+	t.Helper()
+	select {
+	case <-sess.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the Edge kept the session open")
+	}
+}
+
 func TestRegistrationProtocolViolations(t *testing.T) {
 	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 1))), RegisterTimeout: 300 * time.Millisecond})
 	sub := e.reg.Subscribe()
@@ -78,6 +89,42 @@ func TestRegistrationProtocolViolations(t *testing.T) {
 		if _, ok := e.reg.Current("n1"); ok {
 			t.Fatal("n1 is ready after a ready for the wrong generation")
 		}
+	})
+	// A Node cannot have applied a configuration the Edge never sent it;
+	// counting one as applied would admit by capacity and models the
+	// Node does not hold.
+	t.Run("ready naming a revision never sent", func(t *testing.T) {
+		sess, st := rawNode(t, e)
+		r := register(t, st, "n1", token)
+		st.WriteMessage(nodewire.Msg(&iopv1.NodeReadyRequest{Generation: r.GetGeneration(), Revision: r.GetConfig().GetRevision() + 1}))
+		closed(t, sess)
+		var ce *wire.CloseError
+		if !errors.As(sess.Err(), &ce) || ce.Reason != wire.ReasonProtocolError || !ce.Remote {
+			t.Fatalf("session ended %v, want a remote protocol_error", sess.Err())
+		}
+		if _, ok := e.reg.Current("n1"); ok {
+			t.Fatal("n1 is ready after a ready naming a revision never sent")
+		}
+	})
+	t.Run("acknowledgement naming a revision never sent", func(t *testing.T) {
+		sess, st := rawNode(t, e)
+		r := register(t, st, "n1", token)
+		rev := r.GetConfig().GetRevision()
+		st.WriteMessage(nodewire.Msg(&iopv1.NodeReadyRequest{Generation: r.GetGeneration(), Revision: rev, Providers: []*iopv1.ProviderSnapshot{
+			{ProviderId: "p1", Status: iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE, Health: iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY, Capacity: 1},
+		}}))
+		if env, err := st.ReadMessage(ctx(t)); err != nil || !env.GetNodeReadyResponse().GetAccepted() {
+			t.Fatalf("ready answer %v %v", env, err)
+		}
+		st.WriteMessage(nodewire.Msg(&iopv1.ConfigUpdateAck{Revision: rev + 5, Providers: []*iopv1.ProviderSnapshot{
+			{ProviderId: "p1", Status: iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE, Health: iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY, Capacity: 1},
+		}}))
+		closed(t, sess)
+		var ce *wire.CloseError
+		if !errors.As(sess.Err(), &ce) || ce.Reason != wire.ReasonProtocolError {
+			t.Fatalf("session ended %v, want protocol_error", sess.Err())
+		}
+		eventually(t, "n1 fenced", func() bool { _, ok := e.reg.Current("n1"); return !ok })
 	})
 	t.Run("silent after connect", func(t *testing.T) {
 		sess, _ := rawNode(t, e)
