@@ -440,9 +440,9 @@ func (c *conn) serve() {
 		case *iopv1.Envelope_ConfigUpdateAck:
 			if err := r.applyReport(c, b.ConfigUpdateAck.GetRevision(), true, b.ConfigUpdateAck.GetProviders(), b.ConfigUpdateAck.GetRefused()); err != nil {
 				violation = "acknowledgement: " + err.Error()
-				break
+			} else {
+				r.setWorkspaces(c, b.ConfigUpdateAck.GetWorkspaces())
 			}
-			r.setWorkspaces(c, b.ConfigUpdateAck.GetWorkspaces())
 		case *iopv1.Envelope_ProviderSnapshotUpdate:
 			if b.ProviderSnapshotUpdate.GetGeneration() == c.gen {
 				r.applyReport(c, 0, false, b.ProviderSnapshotUpdate.GetProviders(), nil)
