@@ -173,8 +173,9 @@ func writeKeyFile(path string, b []byte) error {
 	return syncDir(dir)
 }
 
-// syncDir makes a rename in dir durable. Windows has no such call (its
-// renames are journaled by NTFS); elsewhere a failure is returned.
+// syncDir makes a rename in dir durable. Windows cannot sync a directory
+// through os, so there the rename is as durable as the filesystem makes
+// it; elsewhere a failure is returned.
 func syncDir(dir string) error {
 	if runtime.GOOS == "windows" {
 		return nil

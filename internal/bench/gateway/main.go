@@ -145,8 +145,8 @@ func runRole(role, arg string, conc int, profile string, pki *benchPKI) {
 		// upstream that answers before the Transport's last read of that
 		// body (its check that nothing follows the declared length) makes
 		// the Transport tear the upstream connection down mid-answer
-		// (golang/go#40747): about one stream in 200 was cut, logged as
-		// "read error during body copy".
+		// (golang/go#40747): a few streams in a thousand were cut, logged
+		// as "read error during body copy".
 		go pki.serveHTTP(listen(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.NewResponseController(w).EnableFullDuplex()
 			rp.ServeHTTP(w, r)
