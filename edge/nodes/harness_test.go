@@ -30,7 +30,7 @@ func spec(id, model string, capacity int) nodes.ProviderSpec {
 }
 
 type edge struct {
-	t     *testing.T
+	t     testing.TB
 	reg   *nodes.Registry
 	ln    net.Listener
 	addr  string
@@ -38,7 +38,7 @@ type edge struct {
 	done  chan error
 }
 
-func store(t *testing.T, records ...nodes.Record) *nodes.StaticStore {
+func store(t testing.TB, records ...nodes.Record) *nodes.StaticStore {
 	t.Helper()
 	s, err := nodes.NewStaticStore(records)
 	if err != nil {
@@ -48,7 +48,7 @@ func store(t *testing.T, records ...nodes.Record) *nodes.StaticStore {
 }
 
 // startEdge runs a registry on addr ("" for a fresh port).
-func startEdge(t *testing.T, addr string, epoch uint32, cfg nodes.Config) *edge {
+func startEdge(t testing.TB, addr string, epoch uint32, cfg nodes.Config) *edge {
 	t.Helper()
 	if addr == "" {
 		addr = "127.0.0.1:0"
@@ -61,7 +61,7 @@ func startEdge(t *testing.T, addr string, epoch uint32, cfg nodes.Config) *edge 
 }
 
 // startEdgeOn runs a registry on ln.
-func startEdgeOn(t *testing.T, ln net.Listener, epoch uint32, cfg nodes.Config) *edge {
+func startEdgeOn(t testing.TB, ln net.Listener, epoch uint32, cfg nodes.Config) *edge {
 	t.Helper()
 	cfg.Epoch = epoch
 	if cfg.ProbeTimeout == 0 {
@@ -120,7 +120,7 @@ func host(ps ...*executiontest.Provider) []node.Hosted {
 }
 
 // eventually polls cond; the bound only turns a hang into a failure.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {
@@ -164,7 +164,7 @@ func nextEvent(t *testing.T, sub *nodes.Subscription) nodes.Event {
 	return ev
 }
 
-func ctx(t *testing.T) context.Context {
+func ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	return c
