@@ -31,7 +31,7 @@ func rawNode(t *testing.T, e *edge) (*wire.Session, *wire.Stream) {
 	return sess, st
 }
 
-func register(t *testing.T, st *wire.Stream, id, tok string) *iopv1.RegisterResponse {
+func register(t testing.TB, st *wire.Stream, id, tok string) *iopv1.RegisterResponse {
 	t.Helper()
 	if err := st.WriteMessage(nodewire.Msg(&iopv1.RegisterRequest{NodeId: id, Credential: []byte(tok)})); err != nil {
 		t.Fatal(err)
