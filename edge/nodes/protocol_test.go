@@ -43,14 +43,18 @@ func register(t testing.TB, st *wire.Stream, id, tok string) *iopv1.RegisterResp
 	return env.GetRegisterResponse()
 }
 
-// closed waits for sess to end; the bound only turns a hang into a
-// failure.
-func closed(t *testing.T, sess *wire.Session) {
+// endedBy waits for sess to end and checks that the Edge ended it, for
+// reason; the wait's bound only turns a hang into a failure.
+func endedBy(t *testing.T, sess *wire.Session, reason wire.CloseReason) {
 	t.Helper()
 	select {
 	case <-sess.Done():
 	case <-time.After(15 * time.Second):
 		t.Fatal("the Edge kept the session open")
+	}
+	var ce *wire.CloseError
+	if !errors.As(sess.Err(), &ce) || ce.Reason != reason || !ce.Remote {
+		t.Fatalf("session ended %v, want the Edge's %v", sess.Err(), reason)
 	}
 }
 
@@ -74,38 +78,35 @@ func TestRegistrationProtocolViolations(t *testing.T) {
 			t.Fatalf("answer %v", r)
 		}
 	})
-	t.Run("ready for another generation", func(t *testing.T) {
-		sess, st := rawNode(t, e)
-		r := register(t, st, "n1", token)
-		if !r.GetAccepted() {
-			t.Fatalf("registration refused: %v", r)
-		}
-		st.WriteMessage(nodewire.Msg(&iopv1.NodeReadyRequest{Generation: r.GetGeneration() + 1}))
-		<-sess.Done()
-		var ce *wire.CloseError
-		if !errors.As(sess.Err(), &ce) || ce.Reason != wire.ReasonRejected || !ce.Remote {
-			t.Fatalf("session ended %v, want a remote rejection", sess.Err())
-		}
-		if _, ok := e.reg.Current("n1"); ok {
-			t.Fatal("n1 is ready after a ready for the wrong generation")
-		}
-	})
-	// A Node cannot have applied a configuration the Edge never sent it;
-	// counting one as applied would admit by capacity and models the
-	// Node does not hold.
-	t.Run("ready naming a revision never sent", func(t *testing.T) {
-		sess, st := rawNode(t, e)
-		r := register(t, st, "n1", token)
-		st.WriteMessage(nodewire.Msg(&iopv1.NodeReadyRequest{Generation: r.GetGeneration(), Revision: r.GetConfig().GetRevision() + 1}))
-		closed(t, sess)
-		var ce *wire.CloseError
-		if !errors.As(sess.Err(), &ce) || ce.Reason != wire.ReasonProtocolError || !ce.Remote {
-			t.Fatalf("session ended %v, want a remote protocol_error", sess.Err())
-		}
-		if _, ok := e.reg.Current("n1"); ok {
-			t.Fatal("n1 is ready after a ready naming a revision never sent")
-		}
-	})
+	// A ready for another generation is refused; one naming a revision
+	// the Edge never sent is a protocol violation (a Node cannot have
+	// applied it, and counting it as applied would admit by capacity and
+	// models the Node does not hold).
+	for _, tc := range []struct {
+		name   string
+		ready  func(r *iopv1.RegisterResponse) *iopv1.NodeReadyRequest
+		reason wire.CloseReason
+	}{
+		{"ready for another generation", func(r *iopv1.RegisterResponse) *iopv1.NodeReadyRequest {
+			return &iopv1.NodeReadyRequest{Generation: r.GetGeneration() + 1}
+		}, wire.ReasonRejected},
+		{"ready naming a revision never sent", func(r *iopv1.RegisterResponse) *iopv1.NodeReadyRequest {
+			return &iopv1.NodeReadyRequest{Generation: r.GetGeneration(), Revision: r.GetConfig().GetRevision() + 1}
+		}, wire.ReasonProtocolError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sess, st := rawNode(t, e)
+			r := register(t, st, "n1", token)
+			if !r.GetAccepted() {
+				t.Fatalf("registration refused: %v", r)
+			}
+			st.WriteMessage(nodewire.Msg(tc.ready(r)))
+			endedBy(t, sess, tc.reason)
+			if _, ok := e.reg.Current("n1"); ok {
+				t.Fatal("n1 is ready after it")
+			}
+		})
+	}
 	t.Run("acknowledgement naming a revision never sent", func(t *testing.T) {
 		sess, st := rawNode(t, e)
 		r := register(t, st, "n1", token)
@@ -119,11 +120,7 @@ func TestRegistrationProtocolViolations(t *testing.T) {
 		st.WriteMessage(nodewire.Msg(&iopv1.ConfigUpdateAck{Revision: rev + 5, Providers: []*iopv1.ProviderSnapshot{
 			{ProviderId: "p1", Status: iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE, Health: iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY, Capacity: 1},
 		}}))
-		closed(t, sess)
-		var ce *wire.CloseError
-		if !errors.As(sess.Err(), &ce) || ce.Reason != wire.ReasonProtocolError {
-			t.Fatalf("session ended %v, want protocol_error", sess.Err())
-		}
+		endedBy(t, sess, wire.ReasonProtocolError)
 		eventually(t, "n1 fenced", func() bool { _, ok := e.reg.Current("n1"); return !ok })
 	})
 	t.Run("silent after connect", func(t *testing.T) {
@@ -146,11 +143,7 @@ func TestRegistrationProtocolViolations(t *testing.T) {
 		}
 		// An unexpected message on the control stream closes the session.
 		st.WriteMessage(nodewire.Msg(&iopv1.RegisterRequest{NodeId: "n1"}))
-		<-sess.Done()
-		var ce *wire.CloseError
-		if !errors.As(sess.Err(), &ce) || ce.Reason != wire.ReasonProtocolError {
-			t.Fatalf("session ended %v, want protocol_error", sess.Err())
-		}
+		endedBy(t, sess, wire.ReasonProtocolError)
 		eventually(t, "n1 fenced", func() bool { _, ok := e.reg.Current("n1"); return !ok })
 	})
 }
