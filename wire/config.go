@@ -73,10 +73,12 @@ type Config struct {
 	// side queue (heartbeat responses, refusals); beyond it the session
 	// closes with ReasonControlFlood. Zero means DefaultMaxQueuedControl.
 	MaxQueuedControl int
-	// ResetRate and ResetBurst bound the stream resets the peer may send,
-	// as a token bucket (per second, and burst); beyond it the session
-	// closes with ReasonResetFlood. Zero means DefaultResetRate and
-	// DefaultResetBurst.
+	// ResetRate and ResetBurst bound the resets the peer may send of
+	// streams it opened less than a second before (rapid reset), as a
+	// token bucket (per second, and burst); beyond it the session closes
+	// with ReasonResetFlood. Older streams' resets are cancellations of
+	// work under way, bounded by MaxStreams, and not counted. Zero means
+	// DefaultResetRate and DefaultResetBurst.
 	ResetRate  int
 	ResetBurst int
 	// CloseLinger bounds how long closing waits for the final SessionClose

@@ -42,7 +42,9 @@
 //     through Handle run on handler goroutines the session keeps for
 //     reuse.
 //   - Limits: concurrent streams and the accept backlog (beyond them a
-//     stream is reset with ResetRefused), resets per second (rapid reset),
+//     stream is reset with ResetRefused), resets per second of streams
+//     the peer opened under a second before (rapid reset; a cancelled
+//     older stream is work under way, bounded by the stream limit),
 //     control frames the peer can make this side queue, message size.
 //   - Liveness: both sides send a heartbeat every 30 s and close with
 //     ReasonHeartbeatTimeout when one is unanswered 45 s after it was

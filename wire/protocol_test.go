@@ -150,6 +150,50 @@ func TestRapidResetClosesSession(t *testing.T) {
 	wantReason(t, s, ReasonResetFlood, false)
 }
 
+// TestAgedResetsAreNotRapidReset: a peer cancelling streams it opened a
+// while ago (work under way whose client gave up) is not a rapid reset,
+// however many it cancels at once and however low the reset rate; the
+// same resets right after the opens are (TestRapidResetClosesSession).
+func TestAgedResetsAreNotRapidReset(t *testing.T) {
+	p, s := rawClient(t, &Config{ResetRate: 1, ResetBurst: 20})
+	const n = 100
+	accepted := make(chan *Stream, n)
+	go func() {
+		for range n {
+			st, err := s.AcceptStream(context.Background())
+			if err != nil {
+				return
+			}
+			accepted <- st
+		}
+	}()
+	for id := uint64(1); id < 2*n; id += 2 {
+		p.send(header{typ: frameOpen, stream: id}, nil)
+	}
+	var streams []*Stream
+	for range n {
+		streams = append(streams, <-accepted)
+	}
+	time.Sleep(rapidResetAge + 100*time.Millisecond) // the streams age; nothing is timed
+	for id := uint64(1); id < 2*n; id += 2 {
+		p.sendControl(id, ctlReset(ResetCancel, ""))
+	}
+	p.sendControl(0, ctlPing(7))
+	c := p.readUntil(func(_ header, c *iopv1.Control) bool {
+		return c.GetSessionClose() != nil || c.GetHeartbeatResponse().GetId() == 7
+	}, true)
+	if c.GetSessionClose() != nil {
+		t.Fatalf("%d cancellations of aged streams closed the session: %v", n, c.GetSessionClose())
+	}
+	for _, st := range streams {
+		<-st.Done()
+		var se *StreamError
+		if !errors.As(st.Terminal(), &se) || !se.Remote || se.Code != ResetCancel {
+			t.Fatalf("stream %d ended %v, want the peer's cancel", st.ID(), st.Terminal())
+		}
+	}
+}
+
 func TestControlFloodClosesSession(t *testing.T) {
 	// The raw peer floods heartbeat requests and never reads, so the
 	// responses pile up behind a full socket.

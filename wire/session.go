@@ -719,6 +719,7 @@ func (s *Session) handleOpen(id uint64) error {
 		refuse = "accept backlog full"
 	case s.handler != nil:
 		st := newStream(s, id, false)
+		st.opened = time.Now()
 		s.streams[id] = st
 		s.nstreams.Add(1)
 		s.peerActive++
@@ -726,6 +727,7 @@ func (s *Session) handleOpen(id uint64) error {
 		s.dispatch(handoff{s.handler, st})
 	default:
 		st := newStream(s, id, false)
+		st.opened = time.Now()
 		s.acceptQ = append(s.acceptQ, st)
 		s.streams[id] = st
 		s.nstreams.Add(1)
@@ -845,20 +847,32 @@ func (s *Session) handleControl(stream uint64, payload []byte) error {
 		return errClosing
 	case *iopv1.Control_StreamReset:
 		s.stats.resetsRecv.Add(1)
+		st, err := s.lookup(stream)
+		if err != nil {
+			return err
+		}
 		// Rapid reset is the peer opening streams for this side to serve
-		// and resetting them at once; a peer refusing or cancelling this
-		// side's own streams costs nothing here and is not limited.
-		if !s.isLocalID(stream) && !s.takeResetToken() {
+		// and resetting them at once. A peer refusing or cancelling this
+		// side's own streams costs nothing here and is not limited; nor
+		// is a reset of a peer stream older than rapidResetAge: that is
+		// work under way cancelled (an Edge's client that left), and each
+		// such stream held one of MaxStreams for that long, which bounds
+		// them. Counted, those cancellations closed a busy link whose
+		// clients gave up faster than the reset rate.
+		if !s.isLocalID(stream) && (st == nil || time.Since(st.opened) < rapidResetAge) && !s.takeResetToken() {
 			return protoErr(ReasonResetFlood, "more than %.0f stream resets per second", s.cfg.resetRate)
 		}
-		st, err := s.lookup(stream)
-		if err != nil || st == nil {
-			return err
+		if st == nil {
+			return nil
 		}
 		st.terminate(&StreamError{Code: ResetCode(b.StreamReset.GetCode()), Remote: true, Detail: b.StreamReset.GetDetail()})
 	}
 	return nil
 }
+
+// rapidResetAge is the age below which a reset of a peer stream counts
+// against the reset rate (see handleControl).
+const rapidResetAge = time.Second
 
 // takeResetToken charges one peer reset against the token bucket.
 func (s *Session) takeResetToken() bool {

@@ -32,6 +32,8 @@ type Stream struct {
 	sess  *Session
 	id    uint64
 	local bool
+	// opened is when the peer opened it (zero for this side's own).
+	opened time.Time
 
 	// mu guards the receive side and the terminal.
 	mu         sync.Mutex
