@@ -245,8 +245,7 @@ func (h *Hub) ServeEdges(ln net.Listener) error {
 		delete(h.listeners, ln)
 		h.mu.Unlock()
 	}()
-	stopped := func() bool { return h.ctx.Err() != nil }
-	return acceptloop.Serve(ln, h.log, stopped, h.ctx.Done(), ErrClosed, func(nc net.Conn) error {
+	return acceptloop.Serve(ln, h.log, h.ctx.Done(), ErrClosed, func(nc net.Conn) error {
 		h.mu.Lock()
 		if h.closed || h.pending >= orDefault(h.cfg.MaxPending, DefaultMaxPending) {
 			closed := h.closed

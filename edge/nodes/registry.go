@@ -185,7 +185,7 @@ func (r *Registry) Serve(ln net.Listener) error {
 		delete(r.listeners, ln)
 		r.mu.Unlock()
 	}()
-	return acceptloop.Serve(ln, r.log, r.isClosed, r.ctx.Done(), ErrClosed, func(nc net.Conn) error {
+	return acceptloop.Serve(ln, r.log, r.ctx.Done(), ErrClosed, func(nc net.Conn) error {
 		if !r.admitPending() {
 			r.log.Warn("too many unregistered connections; closing one", "remote", nc.RemoteAddr())
 			nc.Close()
@@ -210,12 +210,6 @@ func (r *Registry) goOwned(f func()) bool {
 	}
 	r.wg.Go(f)
 	return true
-}
-
-func (r *Registry) isClosed() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.closed
 }
 
 func (r *Registry) admitPending() bool {
@@ -282,6 +276,9 @@ func (r *Registry) Close() error {
 func (r *Registry) stop() []*wire.Session {
 	r.mu.Lock()
 	r.closed = true
+	// Cancelled before the listeners close, so that an accept loop whose
+	// Accept fails for it knows it was stopped.
+	r.cancel()
 	for ln := range r.listeners {
 		ln.Close()
 	}
@@ -290,7 +287,6 @@ func (r *Registry) stop() []*wire.Session {
 		sessions = append(sessions, s)
 	}
 	r.mu.Unlock()
-	r.cancel()
 	return sessions
 }
 

@@ -38,18 +38,19 @@ func Retryable(err error) bool {
 }
 
 // Serve accepts connections on ln and hands each to handle until Accept
-// fails for good or handle returns an error. Once stopped reports true, a
-// failed Accept (the owner closed ln) returns closed; handle's error is
-// returned as it is. A retryable failure is logged and retried after a
-// delay that stop (closed when the owner stops) cuts short, returning
-// closed.
-func Serve(ln net.Listener, log hclog.Logger, stopped func() bool, stop <-chan struct{}, closed error, handle func(net.Conn) error) error {
+// fails for good or handle returns an error. stop is closed when the owner
+// stops, before it closes ln: a failed Accept then returns closed, and so
+// does a retry delay it cuts short. handle's error is returned as it is. A
+// retryable failure is logged and retried after the delay.
+func Serve(ln net.Listener, log hclog.Logger, stop <-chan struct{}, closed error, handle func(net.Conn) error) error {
 	var delay time.Duration
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if stopped() {
+			select {
+			case <-stop:
 				return closed
+			default:
 			}
 			if !Retryable(err) {
 				return err

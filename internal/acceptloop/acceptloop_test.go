@@ -63,7 +63,7 @@ func TestServeOutlastsPassingFailures(t *testing.T) {
 	defer c.Close()
 	stop := make(chan struct{})
 	handled := 0
-	err = Serve(ln, hclog.NewNullLogger(), func() bool { return false }, stop, errClosed, func(nc net.Conn) error {
+	err = Serve(ln, hclog.NewNullLogger(), stop, errClosed, func(nc net.Conn) error {
 		handled++
 		nc.Close()
 		return errors.New("handler done")
@@ -77,14 +77,16 @@ func TestServeOutlastsPassingFailures(t *testing.T) {
 // with that error, unless the owner stopped, which reads as closed.
 func TestServeEndsOnLastingFailure(t *testing.T) {
 	ln := listen(t, syscall.EINVAL)
-	err := Serve(ln, hclog.NewNullLogger(), func() bool { return false }, nil, errClosed, func(net.Conn) error { return nil })
+	err := Serve(ln, hclog.NewNullLogger(), nil, errClosed, func(net.Conn) error { return nil })
 	if !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("Serve = %v, want the accept error", err)
 	}
 
 	ln = listen(t)
+	stopped := make(chan struct{})
+	close(stopped)
 	ln.Close()
-	err = Serve(ln, hclog.NewNullLogger(), func() bool { return true }, nil, errClosed, func(net.Conn) error { return nil })
+	err = Serve(ln, hclog.NewNullLogger(), stopped, errClosed, func(net.Conn) error { return nil })
 	if err != errClosed {
 		t.Fatalf("Serve on a listener its stopped owner closed = %v, want %v", err, errClosed)
 	}
@@ -101,7 +103,7 @@ func TestServeStopEndsRetries(t *testing.T) {
 	stop := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- Serve(ln, hclog.NewNullLogger(), func() bool { return false }, stop, errClosed, func(net.Conn) error { return nil })
+		done <- Serve(ln, hclog.NewNullLogger(), stop, errClosed, func(net.Conn) error { return nil })
 	}()
 	close(stop)
 	if err := <-done; err != errClosed {
