@@ -719,7 +719,6 @@ func (s *Session) handleOpen(id uint64) error {
 		refuse = "accept backlog full"
 	case s.handler != nil:
 		st := newStream(s, id, false)
-		st.opened = time.Now()
 		s.streams[id] = st
 		s.nstreams.Add(1)
 		s.peerActive++
@@ -727,7 +726,6 @@ func (s *Session) handleOpen(id uint64) error {
 		s.dispatch(handoff{s.handler, st})
 	default:
 		st := newStream(s, id, false)
-		st.opened = time.Now()
 		s.acceptQ = append(s.acceptQ, st)
 		s.streams[id] = st
 		s.nstreams.Add(1)

@@ -75,7 +75,12 @@ type Stream struct {
 }
 
 func newStream(s *Session, id uint64, local bool) *Stream {
+	var opened time.Time
+	if !local {
+		opened = time.Now()
+	}
 	return &Stream{
+		opened:     opened,
 		sess:       s,
 		id:         id,
 		local:      local,
