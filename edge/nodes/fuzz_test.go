@@ -19,10 +19,11 @@ import (
 
 // FuzzNodeControl sends what a registered Node may put on its control
 // stream, any envelope at all, to a real registry over loopback, and holds
-// the registry to what a Node can never do: make it panic, widen its
-// configuration (providers it was not given, capacity above the
-// configured one), have a revision the Edge never sent counted as applied, or
-// keep its node from registering afresh once the connection is gone. The
+// the registry to what a Node can never do: make it panic, have a
+// revision the Edge never sent counted as applied, or keep its node from
+// registering afresh once the connection is gone. (What a Node reports of
+// its providers is not checked: the snapshots and events read here take
+// providers and capacities from the configuration.) The
 // protobuf decoding itself is FuzzSession's and FuzzTunnelCodec's; this
 // target is for the registry's handling of the messages that decode.
 func FuzzNodeControl(f *testing.F) {
@@ -94,10 +95,6 @@ func FuzzNodeControl(f *testing.F) {
 			case nodes.EventConfigApplied:
 				if ev.Revision > rev {
 					t.Fatalf("revision %d counted as applied; the Edge sent %d", ev.Revision, rev)
-				}
-			case nodes.EventProviderHealth:
-				if p := ev.Provider; p == nil || p.ID != "p1" || p.Capacity > 2 {
-					t.Fatalf("a Node widened its configuration: %+v", p)
 				}
 			case nodes.EventDisconnected:
 				return
