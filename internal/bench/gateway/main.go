@@ -1,24 +1,37 @@
 // Command gateway measures, side by side in one run on loopback, a client
-// talking to a fake model server (upstreamtest) four ways:
+// talking to a fake model server (upstreamtest) six ways:
 //
-//	direct    client -> upstream
-//	proxy     client -> httputil.ReverseProxy -> upstream
-//	proxy x2  client -> ReverseProxy (front) -> ReverseProxy (back) -> upstream
-//	iop       client -> Edge -> Node -> upstream
+//	direct       client -> upstream
+//	proxy        client -> httputil.ReverseProxy -> upstream
+//	proxy x2     client -> ReverseProxy (front) -> ReverseProxy (back) -> upstream
+//	relay        client -> byte relay -> upstream
+//	proxy+relay  client -> ReverseProxy (rproxy) -> byte relay (rrelay) -> upstream
+//	iop          client -> Edge -> Node -> upstream
 //
-// Each role runs in its own process (upstream, proxy, front, back, Edge,
-// Node; the client is this process), plaintext. For non-streamed requests
-// and for streams of 200 chunks it prints throughput at a fixed
-// concurrency, p50 and p99 at concurrency 1, time to first chunk, the
-// amortized added cost per streamed chunk, and every figure of iop as a
-// ratio to direct, to proxy and to proxy x2. Proxy x2 is the reference for
-// what a second hop costs when both hops are stdlib HTTP: it has as many
-// processes and connections on the request's way as iop has.
+// Each role runs in its own process (upstream, proxy, front, back, relay,
+// rproxy, rrelay, Edge, Node; the client is this process), plaintext. For
+// non-streamed requests and for streams of 200 chunks it prints throughput
+// at a fixed concurrency, p50 and p99 at concurrency 1, time to first
+// chunk, the amortized added cost per streamed chunk, and every figure of
+// iop as a ratio to direct, to proxy and to proxy x2.
+//
+// The other paths are references. Proxy x2 is what a second hop costs when
+// both hops are stdlib HTTP: it has as many processes and connections on
+// the request's way as iop has. The byte relay copies each connection's
+// bytes to a connection of its own to the upstream and back, and does
+// nothing else (no parsing, one connection per client connection), so
+// relay is what a second process by itself costs on this machine, and
+// proxy+relay is a ReverseProxy's work plus that cost: the reference for
+// a gateway that puts two processes between the client and the upstream
+// and does a net/http proxy's work in them. Its ratio to proxy is printed
+// beside iop's, labelled floor: a two-process path does better only where
+// its processes together spend less than a ReverseProxy and a byte relay.
 //
 // With -placement split (Linux, 2 CPUs or more) the processes are pinned
 // the way the roles are deployed: CPU 0 is the gateway machine (client,
-// proxy, front, Edge), CPU 1 the model machine (upstream, and back and
-// Node, which run beside it). The default, shared, pins nothing.
+// proxy, front, rproxy, Edge), CPU 1 the model machine (upstream, and
+// back, relay, rrelay and Node, which run beside it). The default,
+// shared, pins nothing.
 //
 //	go run ./internal/bench/gateway [-c 32] [-d 5s] [-tls] [-mode all|plain|stream] [-placement shared|split]
 package main
@@ -151,6 +164,8 @@ func runRole(role, arg string, conc int, profile string, pki *benchPKI) {
 			http.NewResponseController(w).EnableFullDuplex()
 			rp.ServeHTTP(w, r)
 		}))
+	case "relay":
+		go relay(listen(), arg)
 	case "edge":
 		var nodeTLS *tls.Config
 		if pki != nil {
@@ -199,6 +214,50 @@ func runRole(role, arg string, conc int, profile string, pki *benchPKI) {
 		fmt.Println("listening none")
 	}
 	<-sig
+}
+
+// relay copies the bytes of every connection accepted on ln to a
+// connection of its own to target, and back. It copies through a buffer
+// with read and write calls, not io.Copy's splice, so that its system
+// calls show in the table as every other process's do. With TLS the bytes
+// it copies are the TLS records: the client's session is with the
+// upstream.
+func relay(ln net.Listener, target string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			go pipe(u, c)
+			pipe(c, u)
+		}()
+	}
+}
+
+// pipe copies src to dst until src ends, then half-closes dst, so the
+// far side sees the end the near side sent.
+func pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				src.Close()
+				return
+			}
+		}
+		if err != nil {
+			dst.(*net.TCPConn).CloseWrite()
+			return
+		}
+	}
 }
 
 // --- orchestration -------------------------------------------------------
@@ -264,13 +323,13 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 	// gateway and model are the CPUs of the two machines a split placement
 	// stands for; -1 pins nothing.
 	gateway, model := -1, -1
-	where := "processes: upstream, proxy, front, back, edge, node, client (this one) share the machine, none pinned"
+	where := "processes: upstream, proxy, front, back, relay, rproxy, rrelay, edge, node, client (this one) share the machine, none pinned"
 	if placement == "split" {
 		gateway, model = 0, 1
 		if err := pinSelf(gateway); err != nil {
 			log.Fatal(err)
 		}
-		where = "processes pinned as the roles deploy, GOMAXPROCS 1 each: CPU 0 (the gateway machine) client (this one), proxy, front, edge; CPU 1 (the model machine) upstream, back, node"
+		where = "processes pinned as the roles deploy, GOMAXPROCS 1 each: CPU 0 (the gateway machine) client (this one), proxy, front, rproxy, edge; CPU 1 (the model machine) upstream, back, relay, rrelay, node"
 	}
 	up := spawn("upstream", "upstream", "", conc, 1, model, tlsDir)
 	defer up.stop()
@@ -281,6 +340,12 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 	defer back.stop()
 	front := spawn("front", "proxy", pki.scheme()+back.addrs[0], conc, 1, gateway, tlsDir)
 	defer front.stop()
+	rl := spawn("relay", "relay", up.addrs[0], conc, 1, model, tlsDir)
+	defer rl.stop()
+	rrelay := spawn("rrelay", "relay", up.addrs[0], conc, 1, model, tlsDir)
+	defer rrelay.stop()
+	rproxy := spawn("rproxy", "proxy", pki.scheme()+rrelay.addrs[0], conc, 1, gateway, tlsDir)
+	defer rproxy.stop()
 	ed := spawn("edge", "edge", "", conc, 2, gateway, tlsDir)
 	defer ed.stop()
 	nd := spawn("node", "node", upURL+","+ed.addrs[1], conc, 1, model, tlsDir)
@@ -291,11 +356,14 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 		{"direct", upURL, "up", false, new(atomic.Int64)},
 		{"proxy", pki.scheme() + px.addrs[0], "up", false, new(atomic.Int64)},
 		{"proxy x2", pki.scheme() + front.addrs[0], "up", false, new(atomic.Int64)},
+		{"relay", pki.scheme() + rl.addrs[0], "up", false, new(atomic.Int64)},
+		{"proxy+relay", pki.scheme() + rproxy.addrs[0], "up", false, new(atomic.Int64)},
 		{"iop", pki.scheme() + ed.addrs[0], "bench", true, new(atomic.Int64)},
 	}
+	iopPath := paths[len(paths)-1]
 	// Wait for the Node to be ready (the first request through iop works).
 	for i := 0; ; i++ {
-		_, err := do(client, paths[3], false)
+		_, err := do(client, iopPath, false)
 		if err == nil {
 			break
 		}
@@ -329,7 +397,7 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 	procs := []struct {
 		name string
 		pid  int
-	}{{"client", os.Getpid()}, {"upstream", up.pid()}, {"proxy", px.pid()}, {"front", front.pid()}, {"back", back.pid()}, {"edge", ed.pid()}, {"node", nd.pid()}}
+	}{{"client", os.Getpid()}, {"upstream", up.pid()}, {"proxy", px.pid()}, {"front", front.pid()}, {"back", back.pid()}, {"relay", rl.pid()}, {"rproxy", rproxy.pid()}, {"rrelay", rrelay.pid()}, {"edge", ed.pid()}, {"node", nd.pid()}}
 	usageNow := func() map[string]usage {
 		m := map[string]usage{}
 		for _, p := range procs {
@@ -379,11 +447,12 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 		r.sp50, r.ttfc = pct(slat[p.name].total, 50), pct(slat[p.name].first, 50)
 	}
 	d, x, x2, i := res["direct"], res["proxy"], res["proxy x2"], res["iop"]
+	rl1, fl := res["relay"], res["proxy+relay"]
 	row := func(name, unit string, get func(*result) float64) {
-		fmt.Printf("%-33s %9.1f %9.1f %9.1f %9.1f %-9s iop/direct %.2f  iop/proxy %.2f  iop/(proxy x2) %.2f\n",
-			name, get(d), get(x), get(x2), get(i), unit, get(i)/get(d), get(i)/get(x), get(i)/get(x2))
+		fmt.Printf("%-33s %9.1f %9.1f %9.1f %9.1f %11.1f %9.1f %-9s iop/direct %.2f  iop/proxy %.2f  iop/(proxy x2) %.2f  floor: (proxy+relay)/proxy %.2f\n",
+			name, get(d), get(x), get(x2), get(rl1), get(fl), get(i), unit, get(i)/get(d), get(i)/get(x), get(i)/get(x2), get(fl)/get(x))
 	}
-	fmt.Printf("%-33s %9s %9s %9s %9s\n", "", "direct", "proxy", "proxy x2", "iop")
+	fmt.Printf("%-33s %9s %9s %9s %9s %11s %9s\n", "", "direct", "proxy", "proxy x2", "relay", "proxy+relay", "iop")
 	row("non-streamed throughput", "req/s", func(r *result) float64 { return r.rps })
 	row("streamed throughput (200 chunks)", "streams/s", func(r *result) float64 { return r.srps })
 	row("non-streamed p50, c=1", "us", func(r *result) float64 { return r.p50 })
@@ -391,23 +460,31 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 	row("time to first chunk p50, c=1", "us", func(r *result) float64 { return r.ttfc })
 	row("200-chunk stream p50, c=1", "us", func(r *result) float64 { return r.sp50 })
 	fmt.Println()
-	fmt.Printf("added p50 at c=1 (non-streamed):   iop %+.0f us over direct, proxy %+.0f us, proxy x2 %+.0f us\n", i.p50-d.p50, x.p50-d.p50, x2.p50-d.p50)
-	fmt.Printf("amortized added cost per chunk:    iop %.2f us, proxy %.2f us, proxy x2 %.2f us  ((stream p50 - direct stream p50) / %d)\n",
-		(i.sp50-d.sp50)/chunks, (x.sp50-d.sp50)/chunks, (x2.sp50-d.sp50)/chunks, chunks)
-	// The same ratio round by round: each round's paths ran back to back,
-	// so the spread of these is the run's own measure of the machine's
-	// noise.
+	fmt.Printf("added p50 at c=1 (non-streamed):   iop %+.0f us over direct; proxy %+.0f us, proxy x2 %+.0f us, relay %+.0f us, proxy+relay %+.0f us\n",
+		i.p50-d.p50, x.p50-d.p50, x2.p50-d.p50, rl1.p50-d.p50, fl.p50-d.p50)
+	perChunk := func(r *result) float64 { return (r.sp50 - d.sp50) / chunks }
+	fmt.Printf("amortized added cost per chunk:    iop %.2f us; proxy %.2f us, proxy x2 %.2f us, relay %.2f us, proxy+relay %.2f us  ((stream p50 - direct stream p50) / %d)\n",
+		perChunk(i), perChunk(x), perChunk(x2), perChunk(rl1), perChunk(fl), chunks)
+	// The same ratios round by round: each round's paths ran back to
+	// back, so the spread of these is the run's own measure of the
+	// machine's noise.
 	for k, what := range []string{"non-streamed", "streamed"} {
-		var parts []string
-		var ratios []float64
-		for j := range i.rounds[k] {
-			if j < len(x.rounds[k]) && x.rounds[k][j] > 0 {
-				ratios = append(ratios, i.rounds[k][j]/x.rounds[k][j])
-				parts = append(parts, fmt.Sprintf("%.2f", ratios[len(ratios)-1]))
+		for _, num := range []*result{i, fl} {
+			var parts []string
+			var ratios []float64
+			for j := range num.rounds[k] {
+				if j < len(x.rounds[k]) && x.rounds[k][j] > 0 {
+					ratios = append(ratios, num.rounds[k][j]/x.rounds[k][j])
+					parts = append(parts, fmt.Sprintf("%.2f", ratios[len(ratios)-1]))
+				}
 			}
-		}
-		if len(parts) > 0 {
-			fmt.Printf("iop/proxy %s throughput by round: %s (median %.2f)\n", what, strings.Join(parts, " "), median(ratios))
+			if len(parts) > 0 {
+				name := "iop/proxy"
+				if num == fl {
+					name = "(proxy+relay)/proxy"
+				}
+				fmt.Printf("%-19s %s throughput by round: %s (median %.2f)\n", name, what, strings.Join(parts, " "), median(ratios))
+			}
 		}
 	}
 	// The processes each path runs through, in the order of procs.
@@ -417,6 +494,8 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 			return proc == "client" || proc == "upstream" || proc == "edge" || proc == "node"
 		case "proxy x2":
 			return proc == "client" || proc == "upstream" || proc == "front" || proc == "back"
+		case "proxy+relay":
+			return proc == "client" || proc == "upstream" || proc == "rproxy" || proc == "rrelay"
 		}
 		return proc == "client" || proc == "upstream" || proc == path
 	}
@@ -454,7 +533,7 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 	}
 	if len(before1) > 0 {
 		fmt.Printf("\nper non-streamed request at c=1, by gateway process (CPU us; context switches of all threads):\n")
-		for _, name := range []string{"proxy", "front", "back", "edge", "node"} {
+		for _, name := range []string{"proxy", "front", "back", "relay", "rproxy", "rrelay", "edge", "node"} {
 			u := used1[name].sub(before1[name])
 			fmt.Printf("  %-6s CPU %.1f, switches %.2f\n", name, float64(u.cpu.Microseconds())/float64(n1), float64(u.switches)/float64(n1))
 		}
