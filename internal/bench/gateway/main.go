@@ -31,9 +31,10 @@
 // the way the roles are deployed: CPU 0 is the gateway machine (client,
 // proxy, front, rproxy, Edge), CPU 1 the model machine (upstream, and
 // back, relay, rrelay and Node, which run beside it). The default,
-// shared, pins nothing.
+// shared, pins nothing; -gomaxprocs1 runs the processes it names (edge,node
+// say) with GOMAXPROCS=1 there.
 //
-//	go run ./internal/bench/gateway [-c 32] [-d 5s] [-tls] [-mode all|plain|stream] [-placement shared|split]
+//	go run ./internal/bench/gateway [-c 32] [-d 5s] [-tls] [-mode all|plain|stream] [-placement shared|split] [-gomaxprocs1 edge,node]
 package main
 
 import (
@@ -78,7 +79,7 @@ const (
 )
 
 func main() {
-	role := flag.String("role", "", "internal: upstream | proxy | edge | node")
+	role := flag.String("role", "", "internal: upstream | proxy | relay | edge | node")
 	arg := flag.String("arg", "", "internal: the address the role needs")
 	conc := flag.Int("c", 32, "concurrency for throughput")
 	dur := flag.Duration("d", 5*time.Second, "duration of each throughput run")
@@ -88,6 +89,7 @@ func main() {
 	useTLS := flag.Bool("tls", false, "TLS on every hop (client, proxy, Edge, Edge-Node link, upstream) instead of plaintext")
 	mode := flag.String("mode", "all", "throughput runs: all | plain (non-streamed only) | stream (streams only), for profiling one")
 	placement := flag.String("placement", "shared", "shared (no process pinned) | split (CPU 0: client, proxy, Edge; CPU 1: upstream, Node)")
+	oneP := flag.String("gomaxprocs1", "", "comma-separated processes to run with GOMAXPROCS=1 (of "+strings.Join(procNames, ", ")+"); split placement runs every one so")
 	flag.Parse()
 	if *role != "" {
 		runRole(*role, *arg, *conc, *cpuprofile, loadPKI(*tlsDir))
@@ -102,6 +104,16 @@ func main() {
 	if *placement == "split" && runtime.NumCPU() < 2 {
 		log.Fatalf("-placement split needs 2 CPUs, this machine has %d", runtime.NumCPU())
 	}
+	one := map[string]bool{}
+	for _, name := range strings.Split(*oneP, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if !slices.Contains(procNames, name) {
+			log.Fatalf("-gomaxprocs1: no process %q (want some of %s)", name, strings.Join(procNames, ", "))
+		}
+		one[name] = true
+	}
 	dir := ""
 	if *useTLS {
 		d, err := os.MkdirTemp("", "gateway-bench-pki")
@@ -112,8 +124,11 @@ func main() {
 		makePKI(d)
 		dir = d
 	}
-	orchestrate(*conc, *dur, *n1, *mode, *placement, dir)
+	orchestrate(launcher{conc: *conc, tlsDir: dir, oneP: one}, *dur, *n1, *mode, *placement)
 }
+
+// procNames are the processes the bench starts besides itself.
+var procNames = []string{"upstream", "proxy", "front", "back", "relay", "rproxy", "rrelay", "edge", "node"}
 
 // --- roles ---------------------------------------------------------------
 
@@ -267,16 +282,28 @@ type proc struct {
 	addrs []string
 }
 
-// spawn starts a role's process, on CPU cpu only when cpu >= 0; name
-// (the role's, or front and back for the chained proxies) picks its
-// profile's environment variable.
-func spawn(name, role, arg string, conc, addrs, cpu int, tlsDir string) *proc {
+// launcher starts the roles' processes.
+type launcher struct {
+	conc   int
+	tlsDir string
+	// oneP names the processes that run with GOMAXPROCS=1.
+	oneP map[string]bool
+}
+
+// spawn starts a role's process, on CPU cpu only when cpu >= 0, and reads
+// the addrs addresses it listens on; name (the role's, or front, back,
+// rproxy and rrelay for the reference paths' second processes) picks its
+// profile's environment variable and its entry in l.oneP.
+func (l launcher) spawn(name, role, arg string, addrs, cpu int) *proc {
 	exe, _ := os.Executable()
-	args := []string{"-role", role, "-arg", arg, "-c", fmt.Sprint(conc), "-tlsdir", tlsDir}
+	args := []string{"-role", role, "-arg", arg, "-c", fmt.Sprint(l.conc), "-tlsdir", l.tlsDir}
 	if p := os.Getenv("GATEWAY_PROFILE_" + strings.ToUpper(name)); p != "" {
 		args = append(args, "-cpuprofile", p)
 	}
 	cmd := exec.Command(exe, args...)
+	if l.oneP[name] {
+		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = childAttr() // never outlive the bench where the OS allows
 	out, _ := cmd.StdoutPipe()
@@ -318,8 +345,9 @@ type path struct {
 	fails *atomic.Int64
 }
 
-func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir string) {
-	pki := loadPKI(tlsDir)
+func orchestrate(l launcher, dur time.Duration, n1 int, mode, placement string) {
+	conc := l.conc
+	pki := loadPKI(l.tlsDir)
 	// gateway and model are the CPUs of the two machines a split placement
 	// stands for; -1 pins nothing.
 	gateway, model := -1, -1
@@ -330,25 +358,33 @@ func orchestrate(conc int, dur time.Duration, n1 int, mode, placement, tlsDir st
 			log.Fatal(err)
 		}
 		where = "processes pinned as the roles deploy, GOMAXPROCS 1 each: CPU 0 (the gateway machine) client (this one), proxy, front, rproxy, edge; CPU 1 (the model machine) upstream, back, relay, rrelay, node"
+	} else if len(l.oneP) > 0 {
+		var names []string
+		for _, name := range procNames {
+			if l.oneP[name] {
+				names = append(names, name)
+			}
+		}
+		where += "; GOMAXPROCS 1 for " + strings.Join(names, ", ")
 	}
-	up := spawn("upstream", "upstream", "", conc, 1, model, tlsDir)
+	up := l.spawn("upstream", "upstream", "", 1, model)
 	defer up.stop()
 	upURL := pki.scheme() + up.addrs[0]
-	px := spawn("proxy", "proxy", upURL, conc, 1, gateway, tlsDir)
+	px := l.spawn("proxy", "proxy", upURL, 1, gateway)
 	defer px.stop()
-	back := spawn("back", "proxy", upURL, conc, 1, model, tlsDir)
+	back := l.spawn("back", "proxy", upURL, 1, model)
 	defer back.stop()
-	front := spawn("front", "proxy", pki.scheme()+back.addrs[0], conc, 1, gateway, tlsDir)
+	front := l.spawn("front", "proxy", pki.scheme()+back.addrs[0], 1, gateway)
 	defer front.stop()
-	rl := spawn("relay", "relay", up.addrs[0], conc, 1, model, tlsDir)
+	rl := l.spawn("relay", "relay", up.addrs[0], 1, model)
 	defer rl.stop()
-	rrelay := spawn("rrelay", "relay", up.addrs[0], conc, 1, model, tlsDir)
+	rrelay := l.spawn("rrelay", "relay", up.addrs[0], 1, model)
 	defer rrelay.stop()
-	rproxy := spawn("rproxy", "proxy", pki.scheme()+rrelay.addrs[0], conc, 1, gateway, tlsDir)
+	rproxy := l.spawn("rproxy", "proxy", pki.scheme()+rrelay.addrs[0], 1, gateway)
 	defer rproxy.stop()
-	ed := spawn("edge", "edge", "", conc, 2, gateway, tlsDir)
+	ed := l.spawn("edge", "edge", "", 2, gateway)
 	defer ed.stop()
-	nd := spawn("node", "node", upURL+","+ed.addrs[1], conc, 1, model, tlsDir)
+	nd := l.spawn("node", "node", upURL+","+ed.addrs[1], 1, model)
 	defer nd.stop()
 
 	client := &http.Client{Transport: pki.transport(2 * conc)}
