@@ -102,8 +102,13 @@ func TestOperatorAuth(t *testing.T) {
 	}
 
 	// A bearer token: reads and commands, no CSRF token needed (a browser
-	// never attaches it by itself).
+	// never attaches it by itself). The scheme's name is matched in any
+	// case.
 	call := list
+	call.header = map[string]string{"Authorization": "bearer " + operatorToken}
+	if a := do(t, c, h.url, call); a.status != 200 {
+		t.Fatalf("lower-case bearer list: %d %s", a.status, a.body)
+	}
 	call.header = bearer(operatorToken)
 	a := do(t, c, h.url, call)
 	if a.status != 200 {

@@ -8,9 +8,10 @@ import (
 	"encoding/hex"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/iop-dev/iop/internal/httpauth"
 )
 
 // Operator authentication. An operator is recognized by, in order:
@@ -85,7 +86,7 @@ func (o *operators) byToken(token string) (string, bool) {
 // authenticate returns the request's operator, if any.
 func (o *operators) authenticate(r *http.Request) (principal, bool) {
 	if auth := r.Header.Get("Authorization"); auth != "" {
-		token, ok := strings.CutPrefix(auth, "Bearer ")
+		token, ok := httpauth.Bearer(auth)
 		if !ok {
 			return principal{}, false
 		}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -19,6 +18,7 @@ import (
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/edge/pool"
 	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/internal/httpauth"
 	"github.com/iop-dev/iop/internal/llmapi"
 )
 
@@ -213,13 +213,13 @@ func apiError(w http.ResponseWriter, status int, msg, typ string, code any) {
 	w.Write(llmapi.OpenAIErrorBody(msg, typ, code))
 }
 
-// presentedKey reads "Authorization: Bearer <key>" (or x-api-key).
+// presentedKey reads "Authorization: Bearer <key>" (the scheme in any
+// case) or, without an Authorization header, x-api-key. An Authorization
+// header of another scheme presents no key, whatever x-api-key says.
 func presentedKey(r *http.Request) string {
 	if h := r.Header.Get("Authorization"); h != "" {
-		if k, ok := strings.CutPrefix(h, "Bearer "); ok {
-			return strings.TrimSpace(k)
-		}
-		return ""
+		k, _ := httpauth.Bearer(h)
+		return k
 	}
 	return r.Header.Get("X-Api-Key")
 }

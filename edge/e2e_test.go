@@ -356,6 +356,51 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestAuthorizationSchemes: the Bearer scheme's name is matched in any
+// case (RFC 9110; clients send "bearer"), an Authorization header of
+// another scheme presents no key even beside a valid x-api-key, and
+// x-api-key alone is read.
+func TestAuthorizationSchemes(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	for _, tc := range []struct {
+		name          string
+		auth, xAPIKey string
+		status        int
+	}{
+		{"Bearer", "Bearer " + apiKey, "", 200},
+		{"bearer", "bearer " + apiKey, "", 200},
+		{"BEARER, padded", "BEARER  " + apiKey + " ", "", 200},
+		{"x-api-key", "", apiKey, 200},
+		{"no space", "Bearer" + apiKey, "", 401},
+		{"empty token", "Bearer ", "", 401},
+		{"another scheme", "Basic " + apiKey, "", 401},
+		{"another scheme beside x-api-key", "Basic YWxpY2U6eA==", apiKey, 401},
+		{"a wrong bearer beside x-api-key", "Bearer sk-wrong", apiKey, 401},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", r.url+"/v1/models", nil)
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			if tc.xAPIKey != "" {
+				req.Header.Set("X-Api-Key", tc.xAPIKey)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, body)
+			}
+			if tc.status == 200 && !strings.Contains(string(body), `"gpt-local"`) {
+				t.Fatalf("models: %s", body)
+			}
+		})
+	}
+}
+
 func TestQueueTimeout(t *testing.T) {
 	release := make(chan struct{})
 	r := newRig(t, rigOpts{capacity: 1, queueTimeout: 50 * time.Millisecond, reply: func(q *upstreamtest.Request) upstreamtest.Script {
