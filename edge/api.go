@@ -140,6 +140,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.Handle("POST /v1/messages/count_tokens", s.wrap(s.countTokens))
 	mux.Handle("GET /v1/responses/{id}", s.wrap(s.getResponse))
 	mux.Handle("GET /v1/models", s.wrap(s.models))
+	mux.Handle("GET /v1/models/{id...}", s.wrap(s.model)) // a model id may hold a slash
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "ok\n")
@@ -224,10 +225,6 @@ func presentedKey(r *http.Request) string {
 	return r.Header.Get("X-Api-Key")
 }
 
-func (s *Server) auth(w http.ResponseWriter, r *http.Request, snap *snapshot) *APIKey {
-	return s.authFor(w, r, snap, apiChat)
-}
-
 func (s *Server) authFor(w http.ResponseWriter, r *http.Request, snap *snapshot, a api) *APIKey {
 	k := snap.authenticate(presentedKey(r))
 	if k == nil {
@@ -290,23 +287,74 @@ func anthropicType(status int, typ string) string {
 	return "invalid_request_error"
 }
 
+// models lists the routes the key may use, in the format of the client
+// asking: Anthropic's when the request carries anthropic-version (its SDKs
+// always send it; the list is whole, so has_more is false), OpenAI's
+// otherwise.
 func (s *Server) models(w http.ResponseWriter, r *http.Request, _ string) {
 	snap := s.snap.Load()
-	key := s.auth(w, r, snap)
+	a := modelsAPI(r)
+	key := s.authFor(w, r, snap, a)
 	if key == nil {
 		return
 	}
-	var data []any
+	data := []any{}
 	for _, rt := range snap.sortedRoutes() {
 		if key.allows(rt.Model) {
-			data = append(data, map[string]any{"id": rt.Model, "object": "model", "created": 0, "owned_by": "iop"})
+			data = append(data, modelObject(rt, a))
 		}
 	}
-	if data == nil {
-		data = []any{}
+	body := map[string]any{"object": "list", "data": data}
+	if a == apiMessages {
+		var first, last any // null for an empty list
+		if n := len(data); n > 0 {
+			first, last = data[0].(map[string]any)["id"], data[n-1].(map[string]any)["id"]
+		}
+		body = map[string]any{"data": data, "has_more": false, "first_id": first, "last_id": last}
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+	json.NewEncoder(w).Encode(body)
+}
+
+// model answers a retrieval of one model (OpenAI's GET /v1/models/{model},
+// Anthropic's GET /v1/models/{model_id}): the route of that name, or 404
+// when there is none or the key may not use it.
+func (s *Server) model(w http.ResponseWriter, r *http.Request, _ string) {
+	snap := s.snap.Load()
+	a := modelsAPI(r)
+	key := s.authFor(w, r, snap, a)
+	if key == nil {
+		return
+	}
+	id := r.PathValue("id")
+	rt := snap.routes[id]
+	if rt == nil || !key.allows(id) {
+		fail(w, a, http.StatusNotFound, "not_found", fmt.Sprintf("The model %q does not exist or you do not have access to it.", id), "model_not_found")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(modelObject(rt, a))
+}
+
+// modelsAPI is the format a models request is answered in: Anthropic's
+// for a request that names an anthropic-version, OpenAI's (apiChat)
+// otherwise.
+func modelsAPI(r *http.Request) api {
+	if r.Header.Get("Anthropic-Version") != "" {
+		return apiMessages
+	}
+	return apiChat
+}
+
+// modelObject is a route as the models API shows it to the client's
+// format. The Edge keeps no creation time for a route, so it reports the
+// epoch (Anthropic's reference allows one for an unknown release date),
+// and a route it lists is in service, so "active".
+func modelObject(rt *Route, a api) map[string]any {
+	if a == apiMessages {
+		return map[string]any{"type": "model", "id": rt.Model, "display_name": rt.Model, "created_at": "1970-01-01T00:00:00Z", "lifecycle": "active"}
+	}
+	return map[string]any{"id": rt.Model, "object": "model", "created": 0, "owned_by": "iop"}
 }
 
 func (snap *snapshot) sortedRoutes() []*Route {

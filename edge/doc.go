@@ -1,7 +1,9 @@
 // Package edge holds edge.Server, the gateway and composition root of an
 // Edge: the client HTTP APIs (OpenAI Chat Completions, Responses,
-// Embeddings and Models; Anthropic Messages and count_tokens; also
-// mountable as an http.Handler in your own server), API keys and
+// Embeddings and Models; Anthropic Messages, count_tokens and Models, the
+// last in Anthropic's shape for a request that names an
+// anthropic-version; also mountable as an http.Handler in your own
+// server), API keys and
 // principals, model routes, admission and leases, the listener for Node
 // sessions, and the one dispatch path every API goes through.
 //

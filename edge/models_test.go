@@ -1,0 +1,86 @@
+package edge_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/iop-dev/iop/edge"
+)
+
+// TestModelRetrieval: one model by id through both SDKs (a route's name
+// may hold a slash, raw or escaped), lists in Anthropic's format for a
+// request naming anthropic-version, and 404 in the client's error shape
+// for an unknown model or one the key may not use.
+func TestModelRetrieval(t *testing.T) {
+	r := newRig(t, rigOpts{mutate: func(c *edge.Config) {
+		c.Routes = append(c.Routes, edge.Route{Model: "org/model-7b", Targets: []edge.Target{{ProviderID: "local", Model: "up-model"}}})
+	}})
+	for _, id := range []string{"gpt-local", "org/model-7b"} {
+		m, err := r.client.Models.Get(ctx(t), id)
+		if err != nil || m.ID != id || m.Object != "model" {
+			t.Fatalf("openai get %q: %+v %v", id, m, err)
+		}
+	}
+	var apiErr *openai.Error
+	if _, err := r.client.Models.Get(ctx(t), "nope"); !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != "model_not_found" {
+		t.Fatalf("openai get of an unknown model: %v", err)
+	}
+	bob := openai.NewClient(option.WithBaseURL(r.url+"/v1/"), option.WithAPIKey(apiKey+"-bob"), option.WithMaxRetries(0))
+	if _, err := bob.Models.Get(ctx(t), "gpt-local"); !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
+		t.Fatalf("bob gets a model he may not use: %v", err)
+	}
+	if m, err := bob.Models.Get(ctx(t), "via-anthropic"); err != nil || m.ID != "via-anthropic" {
+		t.Fatalf("bob gets his model: %+v %v", m, err)
+	}
+	for _, path := range []string{"/v1/models/org/model-7b", "/v1/models/org%2Fmodel-7b"} {
+		req, _ := http.NewRequest("GET", r.url+path, nil)
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"id":"org/model-7b"`) {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+	}
+
+	ac := anthropic.NewClient(aoption.WithBaseURL(r.url), aoption.WithAPIKey(apiKey), aoption.WithMaxRetries(0))
+	page, err := ac.Models.List(ctx(t), anthropic.ModelListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range page.Data {
+		if m.Type != "model" || m.DisplayName != m.ID || m.Lifecycle != anthropic.ModelInfoLifecycleActive {
+			t.Fatalf("anthropic list entry %s", m.RawJSON())
+		}
+		ids = append(ids, m.ID)
+	}
+	if strings.Join(ids, ",") != "gpt-local,org/model-7b,via-anthropic,via-chat,via-responses" || page.HasMore || page.FirstID != "gpt-local" || page.LastID != "via-responses" {
+		t.Fatalf("anthropic list: %s", page.RawJSON())
+	}
+	for _, id := range []string{"via-anthropic", "org/model-7b"} {
+		m, err := ac.Models.Get(ctx(t), id, anthropic.ModelGetParams{})
+		if err != nil || m.ID != id || m.Type != "model" {
+			t.Fatalf("anthropic get %q: %+v %v", id, m, err)
+		}
+	}
+	var aErr *anthropic.Error
+	if _, err := ac.Models.Get(ctx(t), "nope", anthropic.ModelGetParams{}); !errors.As(err, &aErr) || aErr.StatusCode != 404 || !strings.Contains(aErr.RawJSON(), `"not_found_error"`) {
+		t.Fatalf("anthropic get of an unknown model: %v", err)
+	}
+	wrong := anthropic.NewClient(aoption.WithBaseURL(r.url), aoption.WithAPIKey("sk-wrong"), aoption.WithMaxRetries(0))
+	if _, err := wrong.Models.List(ctx(t), anthropic.ModelListParams{}); !errors.As(err, &aErr) || aErr.StatusCode != 401 || !strings.Contains(aErr.RawJSON(), `"authentication_error"`) {
+		t.Fatalf("anthropic list with a wrong key: %v", err)
+	}
+}
