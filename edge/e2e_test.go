@@ -724,6 +724,34 @@ func (f *flushRecorder) Flush() {
 	f.flushes = append(f.flushes, f.body.String())
 }
 
+// unwrapOnly is a middleware's writer that offers Flush only through
+// Unwrap, as http.ResponseController expects of wrappers.
+type unwrapOnly struct{ w http.ResponseWriter }
+
+func (u unwrapOnly) Header() http.Header         { return u.w.Header() }
+func (u unwrapOnly) WriteHeader(code int)        { u.w.WriteHeader(code) }
+func (u unwrapOnly) Write(p []byte) (int, error) { return u.w.Write(p) }
+func (u unwrapOnly) Unwrap() http.ResponseWriter { return u.w }
+
+// TestStreamFlushesThroughUnwrap: the Handler mounted behind a
+// middleware whose writer has no Flush of its own, only Unwrap, still
+// flushes a stream's events as they come.
+func TestStreamFlushesThroughUnwrap(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	req, _ := http.NewRequestWithContext(ctx(t), "POST", "/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":"one two three"}]}`))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	w := &flushRecorder{header: http.Header{}}
+	r.srv.Handler().ServeHTTP(unwrapOnly{w}, req)
+	if w.status != http.StatusOK || !strings.Contains(w.body.String(), "data: [DONE]") {
+		t.Fatalf("status %d, body:\n%s", w.status, w.body.String())
+	}
+	if len(w.flushes) == 0 || !strings.Contains(w.flushes[len(w.flushes)-1], "data: ") {
+		t.Fatalf("%d flushes through Unwrap: %q", len(w.flushes), w.flushes)
+	}
+	r.settled()
+}
+
 // TestFirstEventLeavesAlone: on the raw stream path the Edge coalesces a
 // burst of events into one write, but never the first: it leaves at once,
 // however many events are already behind it.

@@ -195,7 +195,12 @@ func (r *recorder) Write(p []byte) (int, error) {
 func (r *recorder) Flush() {
 	if f, ok := r.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
+		return
 	}
+	// A middleware of the caller's own may wrap the writer and expose
+	// its Flush only through Unwrap; without one, streams would sit in
+	// the server's buffer.
+	http.NewResponseController(r.ResponseWriter).Flush()
 }
 
 func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
