@@ -239,20 +239,39 @@ func (h *Hub) recentEvents(w http.ResponseWriter, r *http.Request) {
 // keepAliveEvery is how often a silent SSE stream gets a comment.
 const keepAliveEvery = 15 * time.Second
 
-func sseStart(w http.ResponseWriter) (http.Flusher, bool) {
-	f, ok := w.(http.Flusher)
-	if !ok {
+// sseStart begins an event stream, or answers 500 when the server's
+// writer cannot flush. It flushes through http.ResponseController, so a
+// middleware's writer that offers Flush only by Unwrap still streams.
+func sseStart(w http.ResponseWriter) (*http.ResponseController, bool) {
+	if !canFlush(w) {
 		apiError(w, http.StatusInternalServerError, "streaming", "this server cannot stream")
 		return nil, false
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	io.WriteString(w, "retry: 2000\n\n")
+	f := http.NewResponseController(w)
 	f.Flush()
 	return f, true
 }
 
-func sseEvent(w http.ResponseWriter, f http.Flusher, typ string, v any) error {
+// canFlush reports whether w, or a writer it unwraps to, can flush, as
+// http.ResponseController's Flush looks for it (FlushError or Flush).
+func canFlush(w http.ResponseWriter) bool {
+	for {
+		switch w.(type) {
+		case interface{ FlushError() error }, http.Flusher:
+			return true
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return false
+		}
+		w = u.Unwrap()
+	}
+}
+
+func sseEvent(w http.ResponseWriter, f *http.ResponseController, typ string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -260,8 +279,7 @@ func sseEvent(w http.ResponseWriter, f http.Flusher, typ string, v any) error {
 	if _, err := w.Write(sse.AppendEvent(nil, typ, b)); err != nil {
 		return err
 	}
-	f.Flush()
-	return nil
+	return f.Flush()
 }
 
 func (h *Hub) streamEvents(w http.ResponseWriter, r *http.Request) {
@@ -279,8 +297,9 @@ func (h *Hub) streamEvents(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, ErrResync):
 			err = sseEvent(w, f, "resync", map[string]string{"note": "events were dropped; re-read /api/edges"})
 		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
-			_, err = io.WriteString(w, ": keep-alive\n\n")
-			f.Flush()
+			if _, err = io.WriteString(w, ": keep-alive\n\n"); err == nil {
+				err = f.Flush()
+			}
 		case err != nil:
 			return
 		default:

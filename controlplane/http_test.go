@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -292,6 +293,59 @@ func TestStatusPageAssets(t *testing.T) {
 	}
 	if a := do(t, c, h.url, apiCall{method: "GET", path: "/index.html"}); a.status != 404 {
 		t.Errorf("/index.html: %d", a.status)
+	}
+}
+
+// unwrapOnly is a middleware's writer that offers Flush only through
+// Unwrap, as http.ResponseController expects of wrappers.
+type unwrapOnly struct{ w http.ResponseWriter }
+
+func (u unwrapOnly) Header() http.Header         { return u.w.Header() }
+func (u unwrapOnly) WriteHeader(code int)        { u.w.WriteHeader(code) }
+func (u unwrapOnly) Write(p []byte) (int, error) { return u.w.Write(p) }
+func (u unwrapOnly) Unwrap() http.ResponseWriter { return u.w }
+
+// TestEventStreamThroughUnwrap: the Handler mounted behind a middleware
+// whose writer flushes only by Unwrap still streams events (it answered
+// 500 "this server cannot stream"), and a writer that cannot flush at all
+// still gets that 500.
+func TestEventStreamThroughUnwrap(t *testing.T) {
+	h := startHub(t, "", nil)
+	for _, tc := range []struct {
+		name   string
+		wrap   func(http.ResponseWriter) http.ResponseWriter
+		status int
+	}{
+		{"unwrap", func(w http.ResponseWriter) http.ResponseWriter { return unwrapOnly{w} }, http.StatusOK},
+		{"no flush", func(w http.ResponseWriter) http.ResponseWriter { return struct{ http.ResponseWriter }{w} }, http.StatusInternalServerError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h.hub.Handler().ServeHTTP(tc.wrap(w), r)
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/events/stream", nil)
+			req.Header.Set("Authorization", "Bearer "+operatorToken)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+			if tc.status != http.StatusOK {
+				return
+			}
+			// The stream's first line arrives while the stream stays open:
+			// it was flushed.
+			line, err := bufio.NewReader(resp.Body).ReadString('\n')
+			if err != nil || line != "retry: 2000\n" {
+				t.Fatalf("first line %q, %v", line, err)
+			}
+		})
 	}
 }
 
