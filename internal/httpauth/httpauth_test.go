@@ -1,6 +1,9 @@
 package httpauth
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestBearer(t *testing.T) {
 	for _, tc := range []struct {
@@ -27,4 +30,28 @@ func TestBearer(t *testing.T) {
 			t.Errorf("Bearer(%q) = %q, %v; want %q, %v", tc.in, token, ok, tc.token, tc.ok)
 		}
 	}
+}
+
+// FuzzBearer holds Bearer to its rule for any header value: a token only
+// after a Bearer scheme in any case and one space, never empty, never
+// padded, and the value's own tail.
+func FuzzBearer(f *testing.F) {
+	for _, s := range []string{"Bearer sk-1", "bearer  sk-1 ", "Basic YWxpY2U6eA==", "Bearer", "BeArEr \t", "Bearer\tx", "Bearer a b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		token, ok := Bearer(in)
+		if !ok {
+			if token != "" {
+				t.Fatalf("Bearer(%q) refused but gave %q", in, token)
+			}
+			return
+		}
+		if len(in) < 7 || !strings.EqualFold(in[:7], "bearer ") {
+			t.Fatalf("Bearer(%q) took a token from another scheme", in)
+		}
+		if token == "" || strings.Trim(token, " \t") != token || !strings.Contains(in[7:], token) || !strings.HasSuffix(strings.TrimRight(in, " \t"), token) {
+			t.Fatalf("Bearer(%q) = %q", in, token)
+		}
+	})
 }
