@@ -49,6 +49,22 @@ func (r *rig) post(t *testing.T, key, body string) (int, http.Header, string) {
 	return resp.StatusCode, resp.Header, string(b)
 }
 
+// get sends a GET with the given headers and returns status and body.
+func (r *rig) get(t *testing.T, path string, header map[string]string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", r.url+path, nil)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 func chatJSON(model, prompt string) string {
 	return fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, model, prompt)
 }

@@ -378,23 +378,18 @@ func TestAuthorizationSchemes(t *testing.T) {
 		{"a wrong bearer beside x-api-key", "Bearer sk-wrong", apiKey, 401},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, _ := http.NewRequest("GET", r.url+"/v1/models", nil)
+			header := map[string]string{}
 			if tc.auth != "" {
-				req.Header.Set("Authorization", tc.auth)
+				header["Authorization"] = tc.auth
 			}
 			if tc.xAPIKey != "" {
-				req.Header.Set("X-Api-Key", tc.xAPIKey)
+				header["X-Api-Key"] = tc.xAPIKey
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
+			status, body := r.get(t, "/v1/models", header)
+			if status != tc.status {
+				t.Fatalf("status %d, want %d: %s", status, tc.status, body)
 			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != tc.status {
-				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, body)
-			}
-			if tc.status == 200 && !strings.Contains(string(body), `"gpt-local"`) {
+			if tc.status == 200 && !strings.Contains(body, `"gpt-local"`) {
 				t.Fatalf("models: %s", body)
 			}
 		})

@@ -2,8 +2,6 @@ package edge_test
 
 import (
 	"errors"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -41,16 +39,9 @@ func TestModelRetrieval(t *testing.T) {
 		t.Fatalf("bob gets his model: %+v %v", m, err)
 	}
 	for _, path := range []string{"/v1/models/org/model-7b", "/v1/models/org%2Fmodel-7b"} {
-		req, _ := http.NewRequest("GET", r.url+path, nil)
-		req.Header.Set("Authorization", "Bearer "+apiKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(body), `"id":"org/model-7b"`) {
-			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		status, body := r.get(t, path, map[string]string{"Authorization": "Bearer " + apiKey})
+		if status != 200 || !strings.Contains(body, `"id":"org/model-7b"`) {
+			t.Fatalf("%s: %d %s", path, status, body)
 		}
 	}
 
