@@ -299,17 +299,18 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, _ string) {
 		return
 	}
 	data := []any{}
+	var first, last any // Anthropic's first_id and last_id (a key always has a route; null for none)
 	for _, rt := range snap.sortedRoutes() {
 		if key.allows(rt.Model) {
 			data = append(data, modelObject(rt, a))
+			if first == nil {
+				first = rt.Model
+			}
+			last = rt.Model
 		}
 	}
 	body := map[string]any{"object": "list", "data": data}
 	if a == apiMessages {
-		var first, last any // null for an empty list
-		if n := len(data); n > 0 {
-			first, last = data[0].(map[string]any)["id"], data[n-1].(map[string]any)["id"]
-		}
 		body = map[string]any{"data": data, "has_more": false, "first_id": first, "last_id": last}
 	}
 	w.Header().Set("Content-Type", "application/json")
