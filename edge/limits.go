@@ -111,6 +111,26 @@ func perMinuteWait(deficit float64, perMinute int) time.Duration {
 	return time.Duration(min(deficit/float64(perMinute)*float64(time.Minute), float64(maxLimitWait)))
 }
 
+// prune forgets the limits of keys the configuration no longer holds, so
+// a long-lived Edge whose keys rotate keeps no state for retired ones. A
+// key with requests still in flight keeps its entry: were it configured
+// again, its new requests must count against the same concurrency.
+func (l *limiter) prune(keep func(name string) bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for name, kl := range l.keys {
+		if keep(name) {
+			continue
+		}
+		kl.mu.Lock()
+		idle := kl.active == 0
+		kl.mu.Unlock()
+		if idle {
+			delete(l.keys, name)
+		}
+	}
+}
+
 // spend debits reported tokens from the key's budget.
 func (l *limiter) spend(k *APIKey, tokens int64) {
 	if k.TokensPerMinute <= 0 || tokens <= 0 {

@@ -35,3 +35,44 @@ func TestLimitWaitBounded(t *testing.T) {
 		t.Fatalf("refusal %+v, want tokens with the longest wait", r)
 	}
 }
+
+// TestLimiterPrune: a reload forgets the limits of keys it no longer
+// holds, keeps a retired key's entry while its requests are in flight (so
+// a key configured again counts those against its concurrency), and
+// keeps every configured key's budget as it was.
+func TestLimiterPrune(t *testing.T) {
+	var l limiter
+	now := time.Now()
+	kept := &APIKey{Name: "kept", RequestsPerMinute: 2}
+	busy := &APIKey{Name: "busy", MaxConcurrent: 1}
+	gone := &APIKey{Name: "gone", RequestsPerMinute: 1}
+	for _, k := range []*APIKey{kept, gone} {
+		kl, r := l.admit(k, now)
+		if r != nil {
+			t.Fatalf("%s refused: %+v", k.Name, r)
+		}
+		kl.release()
+	}
+	inflight, r := l.admit(busy, now)
+	if r != nil {
+		t.Fatalf("busy refused: %+v", r)
+	}
+	l.prune(func(name string) bool { return name == "kept" })
+	if _, ok := l.keys["gone"]; ok {
+		t.Error("a retired idle key's limits stayed")
+	}
+	if _, r := l.admit(busy, now); r == nil || r.kind != "concurrent" {
+		t.Fatalf("busy again while in flight: refusal %+v, want concurrent", r)
+	}
+	inflight.release()
+	if _, r := l.admit(kept, now); r != nil {
+		t.Fatalf("kept: second request refused: %+v", r)
+	}
+	if _, r := l.admit(kept, now); r == nil || r.kind != "requests" {
+		t.Fatalf("kept: third request in the minute: refusal %+v, want requests (its budget survived the prune)", r)
+	}
+	l.prune(func(string) bool { return false })
+	if len(l.keys) != 1 {
+		t.Fatalf("%d entries after pruning everything, want 1 (kept has a request in flight)", len(l.keys))
+	}
+}

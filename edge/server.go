@@ -209,6 +209,11 @@ func (s *Server) reloadLocked(cfg Config) error {
 	st, _ := nodes.NewStaticStore(withWorkspaces(cfg.Nodes, cfg.Workspaces))
 	s.snap.Store(newSnapshot(&cfg))
 	s.configRev.Add(1)
+	keep := make(map[string]bool, len(cfg.APIKeys))
+	for _, k := range cfg.APIKeys {
+		keep[k.Name] = true
+	}
+	s.limits.prune(func(name string) bool { return keep[name] })
 	s.reg.SetLeasePolicy(leasePolicy(&cfg))
 	s.reg.Refresh(st)
 	s.pool.Kick()
