@@ -150,7 +150,7 @@ func (s *Server) routes() *http.ServeMux {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg2, promhttp.HandlerOpts{}))
 	}
 	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request, _ string) {
-		apiError(w, http.StatusNotFound, "Unknown path "+r.Method+" "+r.URL.Path, "invalid_request_error", "not_found")
+		fail(w, clientAPI(r), http.StatusNotFound, "not_found", "Unknown path "+r.Method+" "+r.URL.Path, "not_found")
 	}))
 	return mux
 }
@@ -293,7 +293,7 @@ func anthropicType(status int, typ string) string {
 // otherwise.
 func (s *Server) models(w http.ResponseWriter, r *http.Request, _ string) {
 	snap := s.snap.Load()
-	a := modelsAPI(r)
+	a := clientAPI(r)
 	key := s.authFor(w, r, snap, a)
 	if key == nil {
 		return
@@ -322,7 +322,7 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, _ string) {
 // when there is none or the key may not use it.
 func (s *Server) model(w http.ResponseWriter, r *http.Request, _ string) {
 	snap := s.snap.Load()
-	a := modelsAPI(r)
+	a := clientAPI(r)
 	key := s.authFor(w, r, snap, a)
 	if key == nil {
 		return
@@ -337,10 +337,11 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request, _ string) {
 	json.NewEncoder(w).Encode(modelObject(rt, a))
 }
 
-// modelsAPI is the format a models request is answered in: Anthropic's
-// for a request that names an anthropic-version, OpenAI's (apiChat)
-// otherwise.
-func modelsAPI(r *http.Request) api {
+// clientAPI is the format a request that names no API by its path (a
+// models request, an unknown path) is answered in: Anthropic's for a
+// request that carries anthropic-version, as its SDKs always do, OpenAI's
+// (apiChat) otherwise.
+func clientAPI(r *http.Request) api {
 	if r.Header.Get("Anthropic-Version") != "" {
 		return apiMessages
 	}

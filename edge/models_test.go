@@ -1,12 +1,14 @@
 package edge_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/google/go-cmp/cmp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
@@ -73,5 +75,36 @@ func TestModelRetrieval(t *testing.T) {
 	wrong := anthropic.NewClient(aoption.WithBaseURL(r.url), aoption.WithAPIKey("sk-wrong"), aoption.WithMaxRetries(0))
 	if _, err := wrong.Models.List(ctx(t), anthropic.ModelListParams{}); !errors.As(err, &aErr) || aErr.StatusCode != 401 || !strings.Contains(aErr.RawJSON(), `"authentication_error"`) {
 		t.Fatalf("anthropic list with a wrong key: %v", err)
+	}
+}
+
+// TestUnknownPathShape: a path the Edge does not serve gets 404 in the
+// asking client's error shape, Anthropic's for a request that carries
+// anthropic-version (an Anthropic SDK calling an API the Edge lacks, such
+// as message batches), OpenAI's otherwise.
+func TestUnknownPathShape(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	for _, c := range []struct {
+		path   string
+		header map[string]string
+		want   map[string]any
+	}{
+		{"/v1/messages/batches", map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}, map[string]any{
+			"type":  "error",
+			"error": map[string]any{"type": "not_found_error", "message": "Unknown path GET /v1/messages/batches"},
+		}},
+		{"/v1/files", map[string]string{"Authorization": "Bearer " + apiKey}, map[string]any{
+			"error": map[string]any{"type": "invalid_request_error", "code": "not_found", "param": nil, "message": "Unknown path GET /v1/files"},
+		}},
+	} {
+		status, body := r.get(t, c.path, c.header)
+		var got map[string]any
+		if err := json.Unmarshal([]byte(body), &got); err != nil || status != 404 {
+			t.Fatalf("GET %s: %d %s (%v)", c.path, status, body, err)
+		}
+		delete(got, "request_id")
+		if d := cmp.Diff(c.want, got); d != "" {
+			t.Errorf("GET %s: body (-want +got):\n%s", c.path, d)
+		}
 	}
 }
