@@ -1,6 +1,7 @@
 package llmapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -66,6 +67,20 @@ func imageURL(p Part) string {
 		return p.ImageURL
 	}
 	return "data:" + p.MediaType + ";base64," + p.Data
+}
+
+// openAIFormat is an output format as OpenAI writes it: the json_schema
+// object (name, schema, strict) for a schema, nil for JSON mode. OpenAI
+// requires a name; a format from Anthropic has none, so it gets one.
+func openAIFormat(f *OutputFormat) map[string]any {
+	if f.Schema == nil {
+		return nil
+	}
+	o := map[string]any{"name": cmp.Or(f.Name, "output"), "schema": f.Schema}
+	if f.Strict != nil {
+		o["strict"] = *f.Strict
+	}
+	return o
 }
 
 // EncodeChat renders r as a Chat Completions request for model. Streams
@@ -175,6 +190,13 @@ func EncodeChat(r *Request, model string) ([]byte, error) {
 		}
 		out["tools"] = tools
 	}
+	if f := r.Output; f != nil {
+		if js := openAIFormat(f); js != nil {
+			out["response_format"] = map[string]any{"type": "json_schema", "json_schema": js}
+		} else {
+			out["response_format"] = map[string]any{"type": "json_object"}
+		}
+	}
 	if tc := r.ToolChoice; tc != nil {
 		switch tc.Mode {
 		case "auto", "none":
@@ -198,6 +220,9 @@ const DefaultAnthropicMaxTokens = 4096
 // EncodeAnthropic renders r as an Anthropic Messages request for model.
 // Consecutive turns of one role are merged, as the API requires.
 func EncodeAnthropic(r *Request, model string) ([]byte, error) {
+	if r.Output != nil && r.Output.Schema == nil {
+		return nil, fmt.Errorf("%w: JSON mode without a schema (Anthropic's output_config.format takes a json_schema)", ErrUnsupported)
+	}
 	var msgs []map[string]any
 	for i, m := range r.Messages {
 		var blocks []any
@@ -284,6 +309,9 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 	}
 	if r.User != "" {
 		out["metadata"] = map[string]any{"user_id": r.User}
+	}
+	if f := r.Output; f != nil {
+		out["output_config"] = map[string]any{"format": map[string]any{"type": "json_schema", "schema": f.Schema}}
 	}
 	if len(r.Tools) > 0 {
 		var tools []any
@@ -372,6 +400,14 @@ func EncodeResponses(r *Request, model string) ([]byte, error) {
 	if r.User != "" {
 		out["user"] = r.User
 	}
+	if f := r.Output; f != nil {
+		format := map[string]any{"type": "json_object"}
+		if js := openAIFormat(f); js != nil {
+			format = js
+			format["type"] = "json_schema"
+		}
+		out["text"] = map[string]any{"format": format}
+	}
 	effort := r.ReasoningEffort
 	if effort == "" {
 		effort = effortFor(r.ThinkingBudget)
@@ -451,6 +487,9 @@ func ToInput(r *Request) (execution.Input, execution.Options, error) {
 	opt := execution.Options{MaxOutputTokens: r.MaxTokens, Temperature: r.Temperature, Stream: r.Stream}
 	if len(r.Tools) > 0 {
 		return in, opt, fmt.Errorf("%w: tools", ErrUnsupported)
+	}
+	if r.Output != nil {
+		return in, opt, fmt.Errorf("%w: a JSON output format", ErrUnsupported)
 	}
 	for _, m := range r.Messages {
 		var b strings.Builder

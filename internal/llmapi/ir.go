@@ -95,6 +95,20 @@ type Request struct {
 	ReasoningEffort string
 	// User is an opaque end-user id.
 	User string
+	// Output asks for a JSON answer; nil asks for free text.
+	Output *OutputFormat
+}
+
+// OutputFormat asks the model to answer with JSON: any JSON object
+// (OpenAI's JSON mode) when Schema is nil, one that matches Schema
+// otherwise (structured outputs). Chat Completions carries it as
+// response_format, Responses as text.format and Anthropic Messages as
+// output_config.format, which takes a schema only.
+type OutputFormat struct {
+	// Name and Strict are OpenAI's json_schema name and strict flag.
+	Name   string
+	Strict *bool
+	Schema json.RawMessage
 }
 
 // StopReason is the canonical reason a turn ended.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -24,6 +25,52 @@ func oneOrMany(raw json.RawMessage) []string {
 	var list []string
 	json.Unmarshal(raw, &list)
 	return list
+}
+
+// present reports whether a raw field was sent with a value.
+func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+
+// untranslatable refuses a request field whose meaning no translation
+// carries: dropping it would answer something else than was asked.
+func untranslatable(field, why string) *APIError {
+	return badRequest("%s cannot be translated for this model's providers (%s); use a model whose provider speaks this API natively", field, why)
+}
+
+// jsonFormat decodes an OpenAI output format: Chat's response_format
+// (nested is its json_schema object) or Responses' text.format (flat).
+func jsonFormat(raw json.RawMessage, field string, nested bool) (*OutputFormat, error) {
+	if !present(raw) {
+		return nil, nil
+	}
+	type schema struct {
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+		Strict *bool           `json:"strict"`
+	}
+	var f struct {
+		Type       string  `json:"type"`
+		JSONSchema *schema `json:"json_schema"`
+		schema
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, badRequest("%s must be an object", field)
+	}
+	switch f.Type {
+	case "text":
+		return nil, nil
+	case "json_object":
+		return &OutputFormat{}, nil
+	case "json_schema":
+		sc := &f.schema
+		if nested {
+			sc = f.JSONSchema
+		}
+		if sc == nil || !present(sc.Schema) {
+			return nil, badRequest("%s: json_schema without a schema", field)
+		}
+		return &OutputFormat{Name: sc.Name, Strict: sc.Strict, Schema: sc.Schema}, nil
+	}
+	return nil, badRequest("%s.type %q", field, f.Type)
 }
 
 // --- Anthropic Messages request ------------------------------------------
@@ -131,11 +178,37 @@ func DecodeAnthropicRequest(body []byte) (*Request, error) {
 		Metadata *struct {
 			UserID string `json:"user_id"`
 		} `json:"metadata"`
+		OutputConfig *struct {
+			Format json.RawMessage `json:"format"`
+		} `json:"output_config"`
+		OutputFormat json.RawMessage `json:"output_format"` // the structured-outputs beta's name for output_config.format
+		MCPServers   json.RawMessage `json:"mcp_servers"`
+		Container    json.RawMessage `json:"container"`
 	}
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, badRequest("invalid request body: %v", err)
 	}
+	switch {
+	case present(m.MCPServers) && string(m.MCPServers) != "[]":
+		return nil, untranslatable("mcp_servers", "Anthropic connects to them itself")
+	case present(m.Container):
+		return nil, untranslatable("container", "a code execution container lives at Anthropic")
+	}
 	r := &Request{Model: m.Model, MaxTokens: m.MaxTokens, Temperature: m.Temperature, TopP: m.TopP, Stop: m.StopSequences, Stream: m.Stream}
+	format, field := m.OutputFormat, "output_format"
+	if m.OutputConfig != nil && present(m.OutputConfig.Format) {
+		format, field = m.OutputConfig.Format, "output_config.format"
+	}
+	if present(format) {
+		var f struct {
+			Type   string          `json:"type"`
+			Schema json.RawMessage `json:"schema"`
+		}
+		if json.Unmarshal(format, &f) != nil || f.Type != "json_schema" || !present(f.Schema) {
+			return nil, badRequest("%s must be {\"type\":\"json_schema\",\"schema\":{...}}", field)
+		}
+		r.Output = &OutputFormat{Schema: f.Schema}
+	}
 	if len(m.System) > 0 && string(m.System) != "null" {
 		parts, err := anthropicParts(m.System, "system")
 		if err != nil {
@@ -256,12 +329,36 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 		Stream              bool            `json:"stream"`
 		ReasoningEffort     string          `json:"reasoning_effort"`
 		User                string          `json:"user"`
+		ResponseFormat      json.RawMessage `json:"response_format"`
+		N                   int             `json:"n"`
+		Logprobs            bool            `json:"logprobs"`
+		Functions           json.RawMessage `json:"functions"`
+		FunctionCall        json.RawMessage `json:"function_call"`
+		Modalities          []string        `json:"modalities"`
+		Audio               json.RawMessage `json:"audio"`
+		WebSearchOptions    json.RawMessage `json:"web_search_options"`
 	}
 	if err := json.Unmarshal(body, &c); err != nil {
 		return nil, badRequest("invalid request body: %v", err)
 	}
+	switch {
+	case c.N > 1:
+		return nil, untranslatable("n > 1", "they answer one choice")
+	case c.Logprobs:
+		return nil, untranslatable("logprobs", "they report none")
+	case present(c.Functions) || present(c.FunctionCall):
+		return nil, untranslatable("functions and function_call", "deprecated; send tools and tool_choice")
+	case present(c.Audio) || slices.ContainsFunc(c.Modalities, func(m string) bool { return m != "text" }):
+		return nil, untranslatable("audio output", "they answer text")
+	case present(c.WebSearchOptions):
+		return nil, untranslatable("web_search_options", "OpenAI searches the web itself")
+	}
+	out, err := jsonFormat(c.ResponseFormat, "response_format", true)
+	if err != nil {
+		return nil, err
+	}
 	r := &Request{Model: c.Model, MaxTokens: max(c.MaxTokens, c.MaxCompletionTokens), Temperature: c.Temperature, TopP: c.TopP,
-		Stop: oneOrMany(c.Stop), Stream: c.Stream, ReasoningEffort: c.ReasoningEffort, User: c.User}
+		Stop: oneOrMany(c.Stop), Stream: c.Stream, ReasoningEffort: c.ReasoningEffort, User: c.User, Output: out}
 	for i, m := range c.Messages {
 		where := fmt.Sprintf("messages[%d]", i)
 		switch m.Role {
@@ -406,14 +503,34 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 		} `json:"reasoning"`
 		PreviousResponseID string `json:"previous_response_id"`
 		User               string `json:"user"`
+		Text               *struct {
+			Format json.RawMessage `json:"format"`
+		} `json:"text"`
+		Background   bool            `json:"background"`
+		Conversation json.RawMessage `json:"conversation"`
+		Prompt       json.RawMessage `json:"prompt"`
 	}
 	if err := json.Unmarshal(body, &q); err != nil {
 		return nil, badRequest("invalid request body: %v", err)
 	}
-	if q.PreviousResponseID != "" {
+	switch {
+	case q.PreviousResponseID != "":
 		return nil, &APIError{Status: 400, Type: "invalid_request", Message: ErrStateful.Error()}
+	case q.Background:
+		return nil, untranslatable("background", "a background response is kept and polled at OpenAI")
+	case present(q.Conversation):
+		return nil, untranslatable("conversation", "a conversation is kept at OpenAI")
+	case present(q.Prompt):
+		return nil, untranslatable("prompt", "a prompt template is kept at OpenAI")
 	}
 	r := &Request{Model: q.Model, MaxTokens: q.MaxOutputTokens, Temperature: q.Temperature, TopP: q.TopP, Stream: q.Stream, User: q.User}
+	if q.Text != nil {
+		out, err := jsonFormat(q.Text.Format, "text.format", false)
+		if err != nil {
+			return nil, err
+		}
+		r.Output = out
+	}
 	if q.Instructions != "" {
 		r.System = append(r.System, q.Instructions)
 	}

@@ -3,6 +3,7 @@ package llmapi_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -659,5 +660,127 @@ func TestDecoderReady(t *testing.T) {
 			}
 			dec.Release()
 		}
+	}
+}
+
+// TestOutputFormatTranslation: a JSON output format reaches every
+// provider format that can carry it, in that format's field (Chat's
+// response_format, Responses' text.format, Anthropic's
+// output_config.format), and is refused, never dropped, where it cannot:
+// JSON mode without a schema to Anthropic, any format to a normalized run.
+func TestOutputFormatTranslation(t *testing.T) {
+	schema := `{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]}`
+	type encoder struct {
+		name   string
+		encode func(*llmapi.Request, string) ([]byte, error)
+	}
+	encoders := []encoder{{"chat", llmapi.EncodeChat}, {"responses", llmapi.EncodeResponses}, {"anthropic", llmapi.EncodeAnthropic}}
+	var s any
+	json.Unmarshal([]byte(schema), &s)
+	withSchema := map[string]any{
+		"chat":      map[string]any{"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "thing", "schema": s, "strict": true}}},
+		"responses": map[string]any{"text": map[string]any{"format": map[string]any{"type": "json_schema", "name": "thing", "schema": s, "strict": true}}},
+		"anthropic": map[string]any{"output_config": map[string]any{"format": map[string]any{"type": "json_schema", "schema": s}}},
+	}
+	unnamed := map[string]any{
+		"chat":      map[string]any{"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "output", "schema": s}}},
+		"responses": map[string]any{"text": map[string]any{"format": map[string]any{"type": "json_schema", "name": "output", "schema": s}}},
+		"anthropic": withSchema["anthropic"],
+	}
+	jsonMode := map[string]any{
+		"chat":      map[string]any{"response_format": map[string]any{"type": "json_object"}},
+		"responses": map[string]any{"text": map[string]any{"format": map[string]any{"type": "json_object"}}},
+		"anthropic": nil, // refused
+	}
+	for _, c := range []struct {
+		name   string
+		decode func([]byte) (*llmapi.Request, error)
+		body   string
+		want   map[string]any
+	}{
+		{"chat json_schema", llmapi.DecodeChatRequest, `{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"thing","strict":true,"schema":` + schema + `}}}`, withSchema},
+		{"responses json_schema", llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"thing","strict":true,"schema":` + schema + `}}}`, withSchema},
+		{"anthropic output_config", llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"x"}],"output_config":{"format":{"type":"json_schema","schema":` + schema + `}}}`, unnamed},
+		{"anthropic output_format (beta)", llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"x"}],"output_format":{"type":"json_schema","schema":` + schema + `}}`, unnamed},
+		{"chat json_object", llmapi.DecodeChatRequest, `{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`, jsonMode},
+		{"responses json_object", llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","text":{"format":{"type":"json_object"}}}`, jsonMode},
+	} {
+		ir, err := c.decode([]byte(c.body))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		for _, e := range encoders {
+			b, err := e.encode(ir, "up")
+			want := c.want[e.name]
+			if want == nil {
+				if !errors.Is(err, llmapi.ErrUnsupported) {
+					t.Errorf("%s -> %s: %s %v, want ErrUnsupported", c.name, e.name, b, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s -> %s: %v", c.name, e.name, err)
+			}
+			var got map[string]any
+			json.Unmarshal(b, &got)
+			for k, v := range want.(map[string]any) {
+				if d := cmp.Diff(v, got[k]); d != "" {
+					t.Errorf("%s -> %s: %s (-want +got):\n%s", c.name, e.name, k, d)
+				}
+			}
+		}
+		if _, _, err := llmapi.ToInput(ir); !errors.Is(err, llmapi.ErrUnsupported) {
+			t.Errorf("%s -> normalized run: %v, want ErrUnsupported", c.name, err)
+		}
+	}
+	// The default formats ask for text: nothing is sent.
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"},"n":1,"logprobs":false,"modalities":["text"]}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":null}`,
+	} {
+		ir, err := llmapi.DecodeChatRequest([]byte(body))
+		if err != nil || ir.Output != nil {
+			t.Fatalf("%s: %+v %v", body, ir, err)
+		}
+	}
+}
+
+// TestUntranslatableRefused: a request field whose meaning a translation
+// cannot carry is refused with a 400 that names it, never dropped (the
+// client would get one choice for n=2, free text for a schema, no
+// logprobs), and malformed formats are refused too.
+func TestUntranslatableRefused(t *testing.T) {
+	msgs := `"messages":[{"role":"user","content":"x"}]`
+	for _, c := range []struct {
+		decode func([]byte) (*llmapi.Request, error)
+		body   string
+		want   string
+	}{
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"n":2}`, "n > 1"},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"logprobs":true,"top_logprobs":3}`, "logprobs"},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"functions":[{"name":"f"}]}`, "functions"},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"function_call":"auto"}`, "functions"},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"modalities":["text","audio"],"audio":{"voice":"alloy","format":"wav"}}`, "audio"},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"web_search_options":{}}`, "web_search_options"},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"response_format":{"type":"grammar"}}`, `response_format.type "grammar"`},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"response_format":{"type":"json_schema"}}`, "json_schema without a schema"},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"response_format":"json"}`, "response_format must be an object"},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","background":true}`, "background"},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","conversation":"conv_1"}`, "conversation"},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","prompt":{"id":"pmpt_1"}}`, "prompt"},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"n"}}}`, "json_schema without a schema"},
+		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"mcp_servers":[{"type":"url","url":"https://x","name":"x"}]}`, "mcp_servers"},
+		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"container":"container_1"}`, "container"},
+		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"output_config":{"format":{"type":"json_object"}}}`, "output_config.format must be"},
+	} {
+		_, err := c.decode([]byte(c.body))
+		var ae *llmapi.APIError
+		if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, c.want) {
+			t.Errorf("%s: %v, want a 400 naming %q", c.body, err, c.want)
+		}
+	}
+	// Empty or absent, these ask for nothing and pass.
+	if _, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":9,` + msgs + `,"mcp_servers":[],"container":null,"output_config":{"effort":"high"}}`)); err != nil {
+		t.Fatalf("empty mcp_servers, null container, output_config without a format: %v", err)
 	}
 }
