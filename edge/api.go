@@ -387,6 +387,9 @@ type request struct {
 	// translation or a normalized run; irErr says why it could not be.
 	ir    *llmapi.Request
 	irErr error
+	// prep is the decoded request made ready for each provider that
+	// translates or runs it (nil on the untranslated path).
+	prep *preparation
 	// anthropic carries the client's anthropic-version and -beta headers.
 	anthropic http.Header
 	// pin is the only provider that may serve the request: the one holding
@@ -501,6 +504,10 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 		}
 	}
 
+	if req.ir != nil {
+		req.prepare()
+	}
+
 	x, status, err := s.dispatch(ctx, req)
 	if err != nil {
 		kl.refund(key) // never served: it does not count against the rate
@@ -592,8 +599,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			if !ok || now.nodeID != pi.nodeID {
 				continue // gone from that Node since the request came
 			}
-			p, _ := capability(pi, req.api)
-			if p == pathNone || (p != pathTunnel && req.irErr != nil) {
+			if p, f := capability(pi, req.api); p == pathNone || req.unfit(p, f) != nil {
 				continue
 			}
 			gen, applied, ok := s.reg.Admission(pi.nodeID, t.ProviderID)
@@ -621,10 +627,10 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 		}
 		return out
 	}
-	if req.irErr != nil && len(cands()) == 0 && !req.snap.hasTunnel(req.route, req.api) {
-		// Only providers that need the request translated could serve
-		// this route, and it cannot be translated.
-		return nil, http.StatusBadRequest, req.irErr
+	if err := req.unservable(); err != nil {
+		// No provider of this route can carry the request, however many
+		// are online: waiting for one would not help.
+		return nil, http.StatusBadRequest, err
 	}
 	lease, err := s.pool.Acquire(ctx, pool.Request{
 		Candidates:  cands,
@@ -656,20 +662,21 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 					header[k] = v
 				}
 			}
-		case format == formatChat:
-			body, err = llmapi.EncodeChat(req.ir, t.Model)
-			upPath = apiChat.path()
-			x.format = formatChat
-		case format == formatResponses:
-			body, err = llmapi.EncodeResponses(req.ir, t.Model)
-			upPath = apiResponses.path()
-			x.format = formatResponses
 		default:
-			body, err = llmapi.EncodeAnthropic(req.ir, t.Model)
-			upPath = apiMessages.path()
-			header = header.Clone()
-			header.Set("Anthropic-Version", "2023-06-01")
-			x.format = formatMessages
+			// A candidate's format carries the request (cands): its body
+			// is ready but for the target's model.
+			body = req.prep.enc[format].body.Splice("model", llmapi.Quote(t.Model))
+			x.format = format
+			switch format {
+			case formatChat:
+				upPath = apiChat.path()
+			case formatResponses:
+				upPath = apiResponses.path()
+			default:
+				upPath = apiMessages.path()
+				header = header.Clone()
+				header.Set("Anthropic-Version", "2023-06-01")
+			}
 		}
 		if err != nil {
 			lease.Release()
@@ -691,11 +698,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 		x.tunnel = tn
 		return x, 0, nil
 	}
-	in, opts, err := llmapi.ToInput(req.ir)
-	if err != nil {
-		lease.Release()
-		return nil, http.StatusBadRequest, err
-	}
+	in, opts := req.prep.run.in, req.prep.run.opts
 	opts.Stream = true // a renderer streams or buffers; the provider may always stream
 	g, err := s.grant(ctx, req.snap, req.key.Name, req.route.Model, req.rid, t, lease.NodeID, lease.Generation)
 	if err != nil {
@@ -727,16 +730,104 @@ func (snap *snapshot) needsIR(rt *Route, a api) bool {
 	return false
 }
 
-// hasTunnel reports whether a target of rt serves a untranslated.
-func (snap *snapshot) hasTunnel(rt *Route, a api) bool {
-	for _, t := range rt.Targets {
-		if pi, ok := snap.providers[t.ProviderID]; ok {
-			if p, _ := capability(pi, a); p == pathTunnel {
-				return true
+// preparation is a decoded request made ready before it is queued: enc
+// holds it encoded for each provider format a target of its route
+// translates to, run its conversion for a normalized run. A provider that
+// cannot carry it is no candidate.
+type preparation struct {
+	enc [formatResponses + 1]prepared
+	run struct {
+		done bool
+		in   execution.Input
+		opts execution.Options
+		err  error
+	}
+}
+
+// prepared is a request encoded for one provider format: its fields
+// (scanned for the model, which is empty until dispatch), or why the
+// format cannot carry it.
+type prepared struct {
+	done bool
+	body llmapi.Fields
+	err  error
+}
+
+var encoders = [...]func(*llmapi.Request, string) ([]byte, error){
+	formatChat:      llmapi.EncodeChat,
+	formatMessages:  llmapi.EncodeAnthropic,
+	formatResponses: llmapi.EncodeResponses,
+}
+
+// prepare encodes the decoded request once for each format its route's
+// providers are spoken to in, and converts it for a normalized run if one
+// of them runs it, so that dispatch takes only a provider that can carry
+// it. Call it only with req.ir set, before dispatch.
+func (req *request) prepare() {
+	pr := &preparation{}
+	req.prep = pr
+	for _, t := range req.route.Targets {
+		pi, ok := req.snap.providers[t.ProviderID]
+		if !ok {
+			continue
+		}
+		switch p, f := capability(pi, req.api); {
+		case p == pathTranslate && !pr.enc[f].done:
+			e := &pr.enc[f]
+			e.done = true
+			var body []byte
+			if body, e.err = encoders[f](req.ir, ""); e.err == nil {
+				e.body, e.err = llmapi.Scan(body, "model")
 			}
+		case p == pathRun && !pr.run.done:
+			pr.run.done = true
+			pr.run.in, pr.run.opts, pr.run.err = llmapi.ToInput(req.ir)
 		}
 	}
-	return false
+}
+
+// unfit says why a provider reached by path p (in format f, when it
+// translates) cannot carry the request, or nil when it can.
+func (req *request) unfit(p dispatchPath, f wireFormat) error {
+	switch {
+	case p == pathTunnel:
+		return nil
+	case p == pathNone:
+		return errors.New("edge: the provider does not serve this API")
+	case req.irErr != nil:
+		return req.irErr
+	case req.prep != nil && p == pathTranslate && req.prep.enc[f].done:
+		return req.prep.enc[f].err
+	case req.prep != nil && p == pathRun && req.prep.run.done:
+		return req.prep.run.err
+	}
+	return errors.New("edge: the request was not prepared for this provider")
+}
+
+// unservable says why no provider of the route can carry the request,
+// whatever is online: the first one's reason. It is nil when one can, or
+// when the route names none that serves this API at all (that is no
+// candidate, for the pool to refuse).
+func (req *request) unservable() error {
+	var first error
+	for _, t := range req.route.Targets {
+		pi, ok := req.snap.providers[t.ProviderID]
+		if !ok {
+			continue
+		}
+		p, f := capability(pi, req.api)
+		if p == pathNone {
+			continue
+		}
+		err := req.unfit(p, f)
+		if err == nil {
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // EstimateTokens is the Edge's cheap prompt-size rule, used for

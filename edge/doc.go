@@ -25,6 +25,19 @@
 //     back into the client's;
 //   - a normalized run (cli providers), rendered in the client's format.
 //
+// A translation carries what the provider's format can hold, a JSON output
+// format included (Chat's response_format, Responses' text.format,
+// Anthropic's output_config.format). A field it cannot carry is refused
+// with a 400 that names it, never dropped: n above 1, logprobs, audio
+// output, the deprecated functions, stop sequences to a Responses
+// provider, JSON mode without a schema to Anthropic, state kept at the
+// provider (previous_response_id, background, conversation, prompt,
+// mcp_servers, container). The request is encoded for each provider
+// format of its route before it is queued, and a provider whose format
+// cannot carry it is no candidate: another of the route's providers that
+// can (one that speaks the client's format carries everything) serves it,
+// and the 400 comes only when none can.
+//
 // Errors reach the client in its own format: OpenAI's error object, or
 // Anthropic's with 529 overloaded_error when no provider has room. Every
 // request gets exactly one terminal: a whole answer, an error body, or the

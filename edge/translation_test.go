@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/execution/upstreamtest"
 )
 
@@ -320,6 +321,101 @@ func TestTranslatedAnthropicErrorsCarryTheRequestID(t *testing.T) {
 		if rid == "" || !strings.Contains(b, `"type":"error"`) || !strings.Contains(b, `"request_id":"`+rid+`"`) {
 			t.Fatalf("stream %t: %d %v\n%s", stream, status, h, b)
 		}
+	}
+	r.settled()
+}
+
+// TestJSONOutputThroughTranslation: a Chat Completions client's JSON
+// output format reaches each upstream in that upstream's own field, and
+// what a translation cannot carry is refused with a 400 that names it,
+// with nothing sent upstream; the untranslated path forwards it as sent.
+func TestJSONOutputThroughTranslation(t *testing.T) {
+	r := newRig(t, rigOpts{mutate: func(c *edge.Config) {
+		// Ordered routes whose first provider cannot carry what the
+		// requests below ask for, and whose second can.
+		c.Routes = append(c.Routes,
+			edge.Route{Model: "anthropic-then-responses", Targets: []edge.Target{{ProviderID: "claude", Model: "up-model"}, {ProviderID: "resp-only", Model: "up-model"}}},
+			edge.Route{Model: "responses-then-anthropic", Targets: []edge.Target{{ProviderID: "resp-only", Model: "up-model"}, {ProviderID: "claude", Model: "up-model"}}})
+	}})
+	schema := map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "string"}}}
+	format := openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &openai.ResponseFormatJSONSchemaParam{
+		JSONSchema: openai.ResponseFormatJSONSchemaJSONSchemaParam{Name: "thing", Schema: schema, Strict: openai.Bool(true)},
+	}}
+	upstreamField := map[string][]string{ // where each upstream's body holds the schema
+		"gpt-local":     {"response_format", "json_schema", "schema"},
+		"via-anthropic": {"output_config", "format", "schema"},
+		"via-responses": {"text", "format", "schema"},
+	}
+	for model, path := range upstreamField {
+		before := len(r.calls())
+		_, err := r.client.Chat.Completions.New(ctx(t), openai.ChatCompletionNewParams{
+			Model: model, ResponseFormat: format,
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")},
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", model, err)
+		}
+		calls := r.calls()
+		if len(calls) != before+1 {
+			t.Fatalf("%s: %d upstream calls, want 1", model, len(calls)-before)
+		}
+		var got any
+		json.Unmarshal(calls[len(calls)-1].Body, &got)
+		for _, k := range path {
+			m, _ := got.(map[string]any)
+			got = m[k]
+		}
+		if fmt.Sprint(got) != fmt.Sprint(schema) {
+			t.Errorf("%s: upstream got schema %v in %s", model, got, calls[len(calls)-1].Body)
+		}
+	}
+
+	before := len(r.calls())
+	var apiErr *openai.Error
+	for _, c := range []struct {
+		model string
+		p     openai.ChatCompletionNewParams
+		want  string
+	}{
+		{"via-anthropic", openai.ChatCompletionNewParams{N: openai.Int(2)}, "n > 1"},
+		{"via-responses", openai.ChatCompletionNewParams{Logprobs: openai.Bool(true)}, "logprobs"},
+		{"via-anthropic", openai.ChatCompletionNewParams{ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &openai.ResponseFormatJSONObjectParam{}}}, "JSON mode without a schema"},
+	} {
+		c.p.Model, c.p.Messages = c.model, []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}
+		_, err := r.client.Chat.Completions.New(ctx(t), c.p)
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(apiErr.Message, c.want) {
+			t.Errorf("%s with %s: %v, want 400 naming it", c.model, c.want, err)
+		}
+	}
+	if n := len(r.calls()) - before; n != 0 {
+		t.Fatalf("%d refused requests reached the upstream", n)
+	}
+	// A route's provider that cannot carry the request is no candidate:
+	// another of its providers that can serves it, every time.
+	jsonMode := openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &openai.ResponseFormatJSONObjectParam{}}
+	for _, c := range []struct {
+		model, api string
+		p          openai.ChatCompletionNewParams
+	}{
+		{"anthropic-then-responses", "responses", openai.ChatCompletionNewParams{ResponseFormat: jsonMode}},
+		{"responses-then-anthropic", "messages", openai.ChatCompletionNewParams{Stop: openai.ChatCompletionNewParamsStopUnion{OfString: openai.String("END")}}},
+	} {
+		for range 3 {
+			before := len(r.calls())
+			c.p.Model, c.p.Messages = c.model, []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}
+			if _, err := r.client.Chat.Completions.New(ctx(t), c.p); err != nil {
+				t.Fatalf("%s: %v", c.model, err)
+			}
+			if calls := r.calls(); len(calls) != before+1 || calls[len(calls)-1].API != c.api {
+				t.Fatalf("%s: served by %q, want %q", c.model, calls[len(calls)-1].API, c.api)
+			}
+		}
+	}
+	// Untranslated, the upstream answers n itself.
+	if _, err := r.client.Chat.Completions.New(ctx(t), openai.ChatCompletionNewParams{
+		Model: "gpt-local", N: openai.Int(2), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")},
+	}); err != nil {
+		t.Fatalf("n=2 untranslated: %v", err)
 	}
 	r.settled()
 }
