@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -70,9 +71,9 @@ func TestEdgeStrictness(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := []struct{ name, edit, want string }{
-		{"unknown key names its line", "state_dir: state\nstatedir: oops", "line 5: field statedir not found"},
-		{"unknown nested key", "capacity: 1}", ""},
-		{"inline secret refused", "key: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}", ""},
+		{"unknown key names its line", "state_dir: state\nstatedir: oops", `line 5: unknown key "statedir" at the top level; did you mean "state_dir"?`},
+		{"unknown nested key", "capacity: 1}", `unknown key "gpus" in nodes[0].providers[0]`},
+		{"inline secret refused", "key: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}", "unknown key in api_keys[0].key (it has env, file, sha256)"},
 		{"route to unknown provider", "provider: p1, model: m}", "Routes[0] (pub).Targets[0]: unknown provider"},
 		{"zero capacity", "capacity: 1}", "Capacity must be at least 1"},
 		{"short secret", "key: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}", "at least 128 random bits"},
@@ -193,7 +194,7 @@ operators:
 		t.Fatal(err)
 	}
 	for name, c := range map[string]struct{ old, new, want string }{
-		"unknown key":             {"http:", "htp: {}\nhttp:", "field htp not found"},
+		"unknown key":             {"http:", "htp: {}\nhttp:", `line 3: unknown key "htp" at the top level; did you mean "http"?`},
 		"no operators":            {"operators:\n  - {name: alice, token: {env: IOP_OPERATOR_TOKEN}}", "", "at least one operator"},
 		"edge without identity":   {"{id: e1, token: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}}", "{id: e1}", "no TokenHash"},
 		"bad edge id":             {"id: e1", "id: e/1", "Edges[0].ID"},
@@ -240,7 +241,7 @@ func TestEdgeControlPlaneSection(t *testing.T) {
 		"no identity":              {", token: {env: IOP_EDGE_TOKEN}", "", "token or a tls client certificate"},
 		"no addr":                  {`addr: "127.0.0.1:9450", `, "", "addr is required"},
 		"short token":              {"IOP_EDGE_TOKEN", "IOP_SHORT", "shorter"},
-		"unknown key":              {"edge_id: e1", "edge_id: e1, region: x", "field region not found"},
+		"unknown key":              {"edge_id: e1", "edge_id: e1, region: x", `unknown key "region" in control_plane (it has addr, edge_id, tls, token)`},
 	} {
 		_, err := ParseEdge([]byte(strings.Replace(doc, c.old, c.new, 1)), t.TempDir())
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -426,5 +427,59 @@ func TestFilesAreBounded(t *testing.T) {
 		if _, err := ParseHub([]byte(hub), dir); err == nil {
 			t.Errorf("certificate file %s accepted", p)
 		}
+	}
+}
+
+// TestUnknownKeys: every unknown key of a file is reported at once, each
+// with its line, its section and the key it likely meant (or the keys the
+// section has); a key where a secret's source belongs is never repeated,
+// a long one is cut; keys under an alias are still refused, and an anchor
+// that holds itself is refused, not walked forever.
+func TestUnknownKeys(t *testing.T) {
+	doc := strings.Replace(minimalEdge, "state_dir: state", "state_dir: state\nqueue_timeot: 5s", 1)
+	doc = strings.Replace(doc, "capacity: 1}", "capacity: 1, capacty: 2}", 1)
+	doc = strings.Replace(doc, "token: {sha256:", "token: {sk-live-0123456789abcdefghijklmnopqrstuvwxyz: x, sha256:", 1)
+	doc += "x_" + strings.Repeat("z", 100) + ": 1\n"
+	_, err := ParseEdge([]byte(doc), t.TempDir())
+	var got []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var uk *UnknownKeyError
+		if !errors.As(e, &uk) {
+			t.Fatalf("%T %v, want *UnknownKeyError", e, e)
+		}
+		got = append(got, uk.Error())
+	}
+	want := []string{
+		`line 5: unknown key "queue_timeot" at the top level (it has api, api_keys, control_plane, credentials, lease_ttl, limits, managed, node_tls, nodes, nodes_listen, routes, state_dir, workspaces)`,
+		`line 12: unknown key in nodes[0].token (it has env, file, sha256)`,
+		`line 14: unknown key "capacty" in nodes[0].providers[0]; did you mean "capacity"?`,
+		`line 18: unknown key "x_zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz..." at the top level`,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d errors:\n%s", len(got), strings.Join(got, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("error %d:\n got %s\nwant %s", i, got[i], want[i])
+		}
+	}
+	if strings.Contains(err.Error(), "sk-live") {
+		t.Fatalf("a secret typed as a key was repeated: %v", err)
+	}
+
+	alias := minimalEdge + "x: &bad {capacty: 2}\n"
+	if _, err := ParseEdge([]byte(strings.Replace(minimalEdge, "state_dir: state", "state_dir: state\nlimits: &l {queue_timeout: 1s}", 1)+"routes2: *l\n"), t.TempDir()); err == nil {
+		t.Fatal("an unknown key holding an alias was accepted")
+	}
+	if _, err := ParseEdge([]byte(alias), t.TempDir()); err == nil {
+		t.Fatal("an unknown top-level key with an anchor was accepted")
+	}
+	merged := strings.Replace(minimalEdge, "state_dir: state", "state_dir: state\nlimits: {<<: &l {queue_timeot: 1s}}", 1)
+	if _, err := ParseEdge([]byte(merged), t.TempDir()); err == nil || !strings.Contains(err.Error(), "queue_timeot") {
+		t.Fatalf("an unknown key merged in from an anchor: %v", err)
+	}
+	loop := strings.Replace(minimalEdge, "state_dir: state", "state_dir: state\nlimits: &l {max_body_bytes: *l}", 1)
+	if _, err := ParseEdge([]byte(loop), t.TempDir()); err == nil {
+		t.Fatal("an anchor that holds itself was accepted")
 	}
 }
