@@ -53,7 +53,7 @@ func jsonFormat(raw json.RawMessage, field string, nested bool) (*OutputFormat, 
 		schema
 	}
 	if err := json.Unmarshal(raw, &f); err != nil {
-		return nil, badRequest("%s must be an object", field)
+		return nil, badRequest("%s is malformed: %v", field, err)
 	}
 	switch f.Type {
 	case "text":
@@ -181,15 +181,15 @@ func DecodeAnthropicRequest(body []byte) (*Request, error) {
 		OutputConfig *struct {
 			Format json.RawMessage `json:"format"`
 		} `json:"output_config"`
-		OutputFormat json.RawMessage `json:"output_format"` // the structured-outputs beta's name for output_config.format
-		MCPServers   json.RawMessage `json:"mcp_servers"`
-		Container    json.RawMessage `json:"container"`
+		OutputFormat json.RawMessage   `json:"output_format"` // the structured-outputs beta's name for output_config.format
+		MCPServers   []json.RawMessage `json:"mcp_servers"`
+		Container    json.RawMessage   `json:"container"`
 	}
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, badRequest("invalid request body: %v", err)
 	}
 	switch {
-	case present(m.MCPServers) && string(m.MCPServers) != "[]":
+	case len(m.MCPServers) > 0:
 		return nil, untranslatable("mcp_servers", "Anthropic connects to them itself")
 	case present(m.Container):
 		return nil, untranslatable("container", "a code execution container lives at Anthropic")
@@ -330,7 +330,7 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 		ReasoningEffort     string          `json:"reasoning_effort"`
 		User                string          `json:"user"`
 		ResponseFormat      json.RawMessage `json:"response_format"`
-		N                   int             `json:"n"`
+		N                   float64         `json:"n"`
 		Logprobs            bool            `json:"logprobs"`
 		Functions           json.RawMessage `json:"functions"`
 		FunctionCall        json.RawMessage `json:"function_call"`

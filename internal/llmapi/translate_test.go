@@ -736,7 +736,7 @@ func TestOutputFormatTranslation(t *testing.T) {
 	// The default formats ask for text: nothing is sent.
 	for _, body := range []string{
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"},"n":1,"logprobs":false,"modalities":["text"]}`,
-		`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":null}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":null,"n":1.0,"logprobs":null}`,
 	} {
 		ir, err := llmapi.DecodeChatRequest([]byte(body))
 		if err != nil || ir.Output != nil {
@@ -764,7 +764,7 @@ func TestUntranslatableRefused(t *testing.T) {
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"web_search_options":{}}`, "web_search_options"},
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"response_format":{"type":"grammar"}}`, `response_format.type "grammar"`},
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"response_format":{"type":"json_schema"}}`, "json_schema without a schema"},
-		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"response_format":"json"}`, "response_format must be an object"},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"response_format":"json"}`, "response_format is malformed"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","background":true}`, "background"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","conversation":"conv_1"}`, "conversation"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","prompt":{"id":"pmpt_1"}}`, "prompt"},
@@ -780,7 +780,7 @@ func TestUntranslatableRefused(t *testing.T) {
 		}
 	}
 	// Empty or absent, these ask for nothing and pass.
-	if _, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":9,` + msgs + `,"mcp_servers":[],"container":null,"output_config":{"effort":"high"}}`)); err != nil {
+	if _, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":9,` + msgs + `,"mcp_servers":[ ],"container":null,"output_config":{"effort":"high"}}`)); err != nil {
 		t.Fatalf("empty mcp_servers, null container, output_config without a format: %v", err)
 	}
 }
