@@ -83,8 +83,29 @@ func openAIFormat(f *OutputFormat) map[string]any {
 	return o
 }
 
+// CompletionTokensModel reports whether model names one of OpenAI's
+// reasoning models (the o-series, GPT-5 and later), whose Chat Completions
+// take the output limit as max_completion_tokens and refuse max_tokens.
+// Any other model, an OpenAI-compatible server's included, is sent
+// max_tokens, the field every such server reads (Ollama ignores
+// max_completion_tokens). A vendor prefix such as "openai/" is skipped.
+func CompletionTokensModel(model string) bool {
+	m := strings.ToLower(model[strings.LastIndexByte(model, '/')+1:])
+	digitAt := func(i int) bool { return i < len(m) && m[i] >= '0' && m[i] <= '9' }
+	switch {
+	case strings.HasPrefix(m, "o") && digitAt(1):
+		return true
+	case strings.HasPrefix(m, "gpt-") && digitAt(4) && !digitAt(5):
+		// gpt-5 and later. gpt-4o, gpt-4.1, gpt-oss and Azure's gpt-35-turbo
+		// take max_tokens.
+		return m[4] >= '5'
+	}
+	return false
+}
+
 // EncodeChat renders r as a Chat Completions request for model. Streams
-// always ask for usage.
+// always ask for usage. The output limit is max_tokens, or
+// max_completion_tokens for a model CompletionTokensModel names.
 func EncodeChat(r *Request, model string) ([]byte, error) {
 	var msgs []map[string]any
 	if len(r.System) > 0 {
@@ -156,7 +177,11 @@ func EncodeChat(r *Request, model string) ([]byte, error) {
 		out["stream_options"] = map[string]any{"include_usage": true}
 	}
 	if r.MaxTokens > 0 {
-		out["max_tokens"] = r.MaxTokens
+		if CompletionTokensModel(model) {
+			out["max_completion_tokens"] = r.MaxTokens
+		} else {
+			out["max_tokens"] = r.MaxTokens
+		}
 	}
 	if r.Temperature != nil {
 		out["temperature"] = *r.Temperature

@@ -784,3 +784,35 @@ func TestUntranslatableRefused(t *testing.T) {
 		t.Fatalf("empty mcp_servers, null container, output_config without a format: %v", err)
 	}
 }
+
+// TestChatOutputLimitField: a translated output limit reaches OpenAI's
+// reasoning models as max_completion_tokens (they refuse max_tokens, and
+// Anthropic clients always send a limit) and every other model, an
+// OpenAI-compatible server's, as max_tokens.
+func TestChatOutputLimitField(t *testing.T) {
+	ir, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":300,"messages":[{"role":"user","content":"x"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for model, want := range map[string]string{
+		"o1": "max_completion_tokens", "o3-mini": "max_completion_tokens", "o4-mini-2025-04-16": "max_completion_tokens",
+		"gpt-5": "max_completion_tokens", "GPT-5.1": "max_completion_tokens", "gpt-5-mini": "max_completion_tokens",
+		"openai/gpt-5": "max_completion_tokens", "gpt-6": "max_completion_tokens",
+		"gpt-4o": "max_tokens", "gpt-4.1-mini": "max_tokens", "gpt-35-turbo": "max_tokens", "gpt-oss-20b": "max_tokens",
+		"openai/gpt-oss-120b": "max_tokens", "olmo-2": "max_tokens", "Qwen/Qwen2.5-7B-Instruct": "max_tokens", "llama3.1:8b": "max_tokens", "": "max_tokens",
+	} {
+		b, err := llmapi.EncodeChat(ir, model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		json.Unmarshal(b, &got)
+		other := "max_tokens"
+		if want == other {
+			other = "max_completion_tokens"
+		}
+		if got[want] != float64(300) || got[other] != nil {
+			t.Errorf("%q: %s, want only %s", model, b, want)
+		}
+	}
+}

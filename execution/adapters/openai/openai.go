@@ -16,6 +16,7 @@ import (
 
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/execution/adapters/internal/upstream"
+	"github.com/iop-dev/iop/internal/llmapi"
 	"github.com/iop-dev/iop/internal/sse"
 )
 
@@ -131,7 +132,10 @@ type chatRequest struct {
 	Stream        bool           `json:"stream"`
 	StreamOptions *streamOptions `json:"stream_options,omitempty"`
 	MaxTokens     int            `json:"max_tokens,omitempty"`
-	Temperature   *float64       `json:"temperature,omitempty"`
+	// MaxCompletionTokens replaces MaxTokens for OpenAI's reasoning
+	// models, which refuse max_tokens (llmapi.CompletionTokensModel).
+	MaxCompletionTokens int      `json:"max_completion_tokens,omitempty"`
+	Temperature         *float64 `json:"temperature,omitempty"`
 }
 
 type streamOptions struct {
@@ -140,7 +144,12 @@ type streamOptions struct {
 
 // buildChatRequest maps a normalized run to a Chat Completions request.
 func buildChatRequest(req *execution.RunRequest) chatRequest {
-	cr := chatRequest{Model: req.Target, Stream: req.Options.Stream, MaxTokens: req.Options.MaxOutputTokens, Temperature: req.Options.Temperature}
+	cr := chatRequest{Model: req.Target, Stream: req.Options.Stream, Temperature: req.Options.Temperature}
+	if llmapi.CompletionTokensModel(req.Target) {
+		cr.MaxCompletionTokens = req.Options.MaxOutputTokens
+	} else {
+		cr.MaxTokens = req.Options.MaxOutputTokens
+	}
 	if req.Input.System != "" {
 		cr.Messages = append(cr.Messages, chatMessage{Role: "system", Content: req.Input.System})
 	}

@@ -2,6 +2,7 @@ package openai_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -175,6 +176,27 @@ func TestConfig(t *testing.T) {
 	for _, base := range []string{"", "ftp://x", "http://user:pw@host", "http://host/?q=1"} {
 		if _, err := openai.New(openai.Config{ID: "p", BaseURL: base}); err == nil {
 			t.Errorf("base %q accepted", base)
+		}
+	}
+}
+
+// TestRunOutputLimitField: a run's output limit reaches an OpenAI
+// reasoning model as max_completion_tokens (it refuses max_tokens) and any
+// other model as max_tokens.
+func TestRunOutputLimitField(t *testing.T) {
+	t.Setenv("IOP_TEST_OPENAI_KEY", "node-key")
+	for model, want := range map[string]string{"gpt-5-mini": "max_completion_tokens", "o3": "max_completion_tokens", "m1": "max_tokens", "gpt-4o": "max_tokens"} {
+		srv, a := start(t, upstreamtest.Script{Text: []string{"ok"}})
+		r := req(false)
+		r.Target, r.Options.MaxOutputTokens = model, 77
+		if _, err := a.Run(context.Background(), r, &sink{}); err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]any
+		json.Unmarshal(srv.Requests()[0].Body, &body)
+		other := map[string]string{"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}[want]
+		if body[want] != float64(77) || body[other] != nil {
+			t.Errorf("%s: upstream got %s, want only %s", model, srv.Requests()[0].Body, want)
 		}
 	}
 }
