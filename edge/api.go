@@ -599,7 +599,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			if !ok || now.nodeID != pi.nodeID {
 				continue // gone from that Node since the request came
 			}
-			if p, f := capability(pi, req.api); p == pathNone || req.unfit(p, f) != nil {
+			if p, f := capability(pi, req.api); p == pathNone || req.unfit(p, f, t.Model) != nil {
 				continue
 			}
 			gen, applied, ok := s.reg.Admission(pi.nodeID, t.ProviderID)
@@ -665,7 +665,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 		default:
 			// A candidate's format carries the request (cands): its body
 			// is ready but for the target's model.
-			body = req.prep.enc[format].body.Splice("model", llmapi.Quote(t.Model))
+			body = req.prep.enc[encIndex(format, t.Model)].body.Splice("model", llmapi.Quote(t.Model))
 			x.format = format
 			switch format {
 			case formatChat:
@@ -732,10 +732,10 @@ func (snap *snapshot) needsIR(rt *Route, a api) bool {
 
 // preparation is a decoded request made ready before it is queued: enc
 // holds it encoded for each provider format a target of its route
-// translates to, run its conversion for a normalized run. A provider that
-// cannot carry it is no candidate.
+// translates to (at encIndex), run its conversion for a normalized run. A
+// provider that cannot carry it is no candidate.
 type preparation struct {
-	enc [formatResponses + 1]prepared
+	enc [2 * (formatResponses + 1)]prepared
 	run struct {
 		done bool
 		in   execution.Input
@@ -745,8 +745,8 @@ type preparation struct {
 }
 
 // prepared is a request encoded for one provider format: its fields
-// (scanned for the model, which is empty until dispatch), or why the
-// format cannot carry it.
+// (scanned for the model, which dispatch sets to the target's), or why
+// the format cannot carry it.
 type prepared struct {
 	done bool
 	body llmapi.Fields
@@ -757,6 +757,17 @@ var encoders = [...]func(*llmapi.Request, string) ([]byte, error){
 	formatChat:      llmapi.EncodeChat,
 	formatMessages:  llmapi.EncodeAnthropic,
 	formatResponses: llmapi.EncodeResponses,
+}
+
+// encIndex is where a preparation keeps the request encoded for format f
+// to model: one body a format, but two for Chat Completions, whose output
+// limit field depends on the model (llmapi.CompletionTokensModel).
+func encIndex(f wireFormat, model string) int {
+	i := 2 * int(f)
+	if f == formatChat && llmapi.CompletionTokensModel(model) {
+		i++
+	}
+	return i
 }
 
 // prepare encodes the decoded request once for each format its route's
@@ -772,11 +783,11 @@ func (req *request) prepare() {
 			continue
 		}
 		switch p, f := capability(pi, req.api); {
-		case p == pathTranslate && !pr.enc[f].done:
-			e := &pr.enc[f]
+		case p == pathTranslate && !pr.enc[encIndex(f, t.Model)].done:
+			e := &pr.enc[encIndex(f, t.Model)]
 			e.done = true
 			var body []byte
-			if body, e.err = encoders[f](req.ir, ""); e.err == nil {
+			if body, e.err = encoders[f](req.ir, t.Model); e.err == nil {
 				e.body, e.err = llmapi.Scan(body, "model")
 			}
 		case p == pathRun && !pr.run.done:
@@ -786,9 +797,9 @@ func (req *request) prepare() {
 	}
 }
 
-// unfit says why a provider reached by path p (in format f, when it
-// translates) cannot carry the request, or nil when it can.
-func (req *request) unfit(p dispatchPath, f wireFormat) error {
+// unfit says why a provider reached by path p (in format f to model, when
+// it translates) cannot carry the request, or nil when it can.
+func (req *request) unfit(p dispatchPath, f wireFormat, model string) error {
 	switch {
 	case p == pathTunnel:
 		return nil
@@ -796,8 +807,8 @@ func (req *request) unfit(p dispatchPath, f wireFormat) error {
 		return errors.New("edge: the provider does not serve this API")
 	case req.irErr != nil:
 		return req.irErr
-	case req.prep != nil && p == pathTranslate && req.prep.enc[f].done:
-		return req.prep.enc[f].err
+	case req.prep != nil && p == pathTranslate && req.prep.enc[encIndex(f, model)].done:
+		return req.prep.enc[encIndex(f, model)].err
 	case req.prep != nil && p == pathRun && req.prep.run.done:
 		return req.prep.run.err
 	}
@@ -819,7 +830,7 @@ func (req *request) unservable() error {
 		if p == pathNone {
 			continue
 		}
-		err := req.unfit(p, f)
+		err := req.unfit(p, f, t.Model)
 		if err == nil {
 			return nil
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -416,6 +417,50 @@ func TestJSONOutputThroughTranslation(t *testing.T) {
 		Model: "gpt-local", N: openai.Int(2), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")},
 	}); err != nil {
 		t.Fatalf("n=2 untranslated: %v", err)
+	}
+	r.settled()
+}
+
+// TestReasoningModelOutputLimit: an Anthropic client's max_tokens (the
+// Messages API requires one) reaches an OpenAI reasoning model behind a
+// Chat Completions provider as max_completion_tokens, which such a model
+// requires, and another model as max_tokens; both through one route.
+func TestReasoningModelOutputLimit(t *testing.T) {
+	r := newRig(t, rigOpts{nodeModels: []string{"up-model", "gpt-5-mini"}, mutate: func(c *edge.Config) {
+		for j := range c.Nodes[0].Providers {
+			if p := &c.Nodes[0].Providers[j]; p.ID == "local" {
+				p.Models = append(slices.Clone(p.Models), "gpt-5-mini")
+			}
+		}
+		c.Routes = append(c.Routes, edge.Route{Model: "mixed", Strategy: edge.Weighted, Targets: []edge.Target{
+			{ProviderID: "local", Model: "gpt-5-mini", Weight: 1}, {ProviderID: "local", Model: "up-model", Weight: 1}}})
+	}})
+	ac := anthropic.NewClient(aoption.WithBaseURL(r.url), aoption.WithAPIKey(apiKey), aoption.WithMaxRetries(0))
+	seen := map[string]bool{}
+	for i := 0; i < 40 && len(seen) < 2; i++ {
+		before := len(r.calls())
+		if _, err := ac.Messages.New(ctx(t), anthropic.MessageNewParams{Model: "mixed", MaxTokens: 321,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("x"))}}); err != nil {
+			t.Fatal(err)
+		}
+		calls := r.calls()
+		if len(calls) != before+1 {
+			t.Fatalf("%d upstream calls", len(calls)-before)
+		}
+		q := calls[len(calls)-1]
+		var body map[string]any
+		json.Unmarshal(q.Body, &body)
+		want, other := "max_tokens", "max_completion_tokens"
+		if q.Model == "gpt-5-mini" {
+			want, other = other, want
+		}
+		if q.API != "chat" || body[want] != float64(321) || body[other] != nil {
+			t.Fatalf("%s got %s", q.Model, q.Body)
+		}
+		seen[q.Model] = true
+	}
+	if len(seen) != 2 {
+		t.Fatalf("served by %v; want both targets", seen)
 	}
 	r.settled()
 }
