@@ -105,7 +105,9 @@ func CompletionTokensModel(model string) bool {
 
 // EncodeChat renders r as a Chat Completions request for model. Streams
 // always ask for usage. The output limit is max_tokens, or
-// max_completion_tokens for a model CompletionTokensModel names.
+// max_completion_tokens for a model CompletionTokensModel names. A tool
+// message holds text only, so a tool result's images follow in a user
+// message after the turn's tool messages.
 func EncodeChat(r *Request, model string) ([]byte, error) {
 	var msgs []map[string]any
 	if len(r.System) > 0 {
@@ -122,12 +124,18 @@ func EncodeChat(r *Request, model string) ([]byte, error) {
 					if p.IsError && !strings.HasPrefix(text, "Error") {
 						text = "Error: " + text
 					}
+					msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": p.ToolUseID, "content": text})
+					// A tool message holds text only: a result's images (a
+					// screenshot, an image file read) follow in the user
+					// message that comes after the turn's tool messages,
+					// named by the call they came from.
 					for _, c := range p.Content {
 						if c.Kind == PartImage {
-							return nil, badRequest("messages[%d]: an image inside a tool result cannot be sent to a Chat Completions provider", i)
+							content = append(content,
+								map[string]any{"type": "text", "text": "Image from the result of tool call " + p.ToolUseID + ":"},
+								map[string]any{"type": "image_url", "image_url": map[string]any{"url": imageURL(c)}})
 						}
 					}
-					msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": p.ToolUseID, "content": text})
 				case PartText:
 					content = append(content, map[string]any{"type": "text", "text": p.Text})
 				case PartImage:

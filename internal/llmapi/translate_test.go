@@ -816,3 +816,38 @@ func TestChatOutputLimitField(t *testing.T) {
 		}
 	}
 }
+
+// TestToolResultImageToChat: a tool result's image (Claude Code reading a
+// screenshot) reaches a Chat Completions provider, whose tool messages
+// hold text only, in the user message after the turn's tool messages,
+// named by its call; the turn's own text follows it.
+func TestToolResultImageToChat(t *testing.T) {
+	ir, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":9,"messages":[
+		{"role":"user","content":"look"},
+		{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Read","input":{"path":"a.png"}}]},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"a.png, 1x1"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}]},{"type":"text","text":"what is it?"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := llmapi.EncodeChat(ir, "vision")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Messages []any `json:"messages"`
+	}
+	json.Unmarshal(b, &got)
+	want := []any{
+		map[string]any{"role": "user", "content": "look"},
+		map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{"id": "toolu_1", "type": "function", "function": map[string]any{"name": "Read", "arguments": `{"path":"a.png"}`}}}},
+		map[string]any{"role": "tool", "tool_call_id": "toolu_1", "content": "a.png, 1x1"},
+		map[string]any{"role": "user", "content": []any{
+			map[string]any{"type": "text", "text": "Image from the result of tool call toolu_1:"},
+			map[string]any{"type": "image_url", "image_url": map[string]any{"url": "data:image/png;base64,iVBORw0KGgo="}},
+			map[string]any{"type": "text", "text": "what is it?"},
+		}},
+	}
+	if d := cmp.Diff(want, got.Messages); d != "" {
+		t.Errorf("messages (-want +got):\n%s", d)
+	}
+}
