@@ -276,7 +276,7 @@ func chatParts(raw json.RawMessage, where string) ([]Part, error) {
 		case "text":
 			out = append(out, Part{Kind: PartText, Text: p.Text})
 		case "image_url":
-			if p.ImageURL == nil {
+			if p.ImageURL == nil || p.ImageURL.URL == "" {
 				return nil, badRequest("%s[%d]: image_url without url", where, i)
 			}
 			out = append(out, imagePart(p.ImageURL.URL))
@@ -641,6 +641,10 @@ func responsesContent(raw json.RawMessage, where string) ([]Part, error) {
 		case "input_text", "output_text", "text":
 			out = append(out, Part{Kind: PartText, Text: p.Text})
 		case "input_image":
+			if p.ImageURL == "" {
+				// By file_id: the file lives at OpenAI.
+				return nil, untranslatable(fmt.Sprintf("%s[%d]: an input_image without image_url", where, i), "an uploaded file lives at OpenAI")
+			}
 			out = append(out, imagePart(p.ImageURL))
 		default:
 			return nil, badRequest("%s[%d]: content part %q not supported", where, i, p.Type)

@@ -769,6 +769,8 @@ func TestUntranslatableRefused(t *testing.T) {
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","conversation":"conv_1"}`, "conversation"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","prompt":{"id":"pmpt_1"}}`, "prompt"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"n"}}}`, "json_schema without a schema"},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":[{"role":"user","content":[{"type":"input_image","file_id":"file_1"}]}]}`, "input[0][0]: an input_image without image_url"},
+		{llmapi.DecodeChatRequest, `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":""}}]}]}`, "image_url without url"},
 		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"mcp_servers":[{"type":"url","url":"https://x","name":"x"}]}`, "mcp_servers"},
 		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"container":"container_1"}`, "container"},
 		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"output_config":{"format":{"type":"json_object"}}}`, "output_config.format must be"},
