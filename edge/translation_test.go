@@ -464,3 +464,27 @@ func TestReasoningModelOutputLimit(t *testing.T) {
 	}
 	r.settled()
 }
+
+// TestDocumentThroughTranslation: a PDF an Anthropic client sends (Claude
+// Code reading one) reaches a Chat Completions upstream as a file part and
+// a Responses upstream as an input_file, through the Edge and the Node.
+func TestDocumentThroughTranslation(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	ac := anthropic.NewClient(aoption.WithBaseURL(r.url), aoption.WithAPIKey(apiKey), aoption.WithMaxRetries(0))
+	doc := anthropic.NewDocumentBlock(anthropic.Base64PDFSourceParam{Data: "JVBERi0xLjQK"})
+	for model, want := range map[string]string{
+		"via-chat":      `{"file":{"file_data":"data:application/pdf;base64,JVBERi0xLjQK","filename":"document"},"type":"file"}`,
+		"via-responses": `{"file_data":"data:application/pdf;base64,JVBERi0xLjQK","filename":"document","type":"input_file"}`,
+	} {
+		before := len(r.calls())
+		if _, err := ac.Messages.New(ctx(t), anthropic.MessageNewParams{Model: anthropic.Model(model), MaxTokens: 64,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(doc, anthropic.NewTextBlock("sum up"))}}); err != nil {
+			t.Fatalf("%s: %v", model, err)
+		}
+		calls := r.calls()
+		if len(calls) != before+1 || !strings.Contains(string(calls[len(calls)-1].Body), want) {
+			t.Fatalf("%s: upstream got %s, want %s in it", model, calls[len(calls)-1].Body, want)
+		}
+	}
+	r.settled()
+}

@@ -103,6 +103,23 @@ func CompletionTokensModel(model string) bool {
 	return false
 }
 
+// chatPart is a text, image or document part of a Chat Completions user
+// message. A document goes as a file part, which takes data, not a URL.
+func chatPart(p Part, msg int) (map[string]any, error) {
+	switch p.Kind {
+	case PartText:
+		return map[string]any{"type": "text", "text": p.Text}, nil
+	case PartImage:
+		return map[string]any{"type": "image_url", "image_url": map[string]any{"url": imageURL(p)}}, nil
+	case PartDocument:
+		if p.URL != "" {
+			return nil, badRequest("messages[%d]: a document by URL cannot be sent to a Chat Completions provider (its file part takes data)", msg)
+		}
+		return map[string]any{"type": "file", "file": openAIFilePart(p)}, nil
+	}
+	return nil, badRequest("messages[%d]: %s in a user turn", msg, p.Kind)
+}
+
 // EncodeChat renders r as a Chat Completions request for model. Streams
 // always ask for usage. The output limit is max_tokens, or
 // max_completion_tokens for a model CompletionTokensModel names. A tool
@@ -125,21 +142,26 @@ func EncodeChat(r *Request, model string) ([]byte, error) {
 						text = "Error: " + text
 					}
 					msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": p.ToolUseID, "content": text})
-					// A tool message holds text only: a result's images (a
-					// screenshot, an image file read) follow in the user
-					// message that comes after the turn's tool messages,
-					// named by the call they came from.
+					// A tool message holds text only: a result's images and
+					// documents (a screenshot, a PDF read) follow in the
+					// user message that comes after the turn's tool
+					// messages, named by the call they came from.
 					for _, c := range p.Content {
-						if c.Kind == PartImage {
-							content = append(content,
-								map[string]any{"type": "text", "text": "Image from the result of tool call " + p.ToolUseID + ":"},
-								map[string]any{"type": "image_url", "image_url": map[string]any{"url": imageURL(c)}})
+						if c.Kind != PartImage && c.Kind != PartDocument {
+							continue
 						}
+						part, err := chatPart(c, i)
+						if err != nil {
+							return nil, err
+						}
+						content = append(content, map[string]any{"type": "text", "text": fmt.Sprintf("%s from the result of tool call %s:", map[PartKind]string{PartImage: "Image", PartDocument: "Document"}[c.Kind], p.ToolUseID)}, part)
 					}
-				case PartText:
-					content = append(content, map[string]any{"type": "text", "text": p.Text})
-				case PartImage:
-					content = append(content, map[string]any{"type": "image_url", "image_url": map[string]any{"url": imageURL(p)}})
+				case PartText, PartImage, PartDocument:
+					part, err := chatPart(p, i)
+					if err != nil {
+						return nil, err
+					}
+					content = append(content, part)
 				case PartThinking:
 				default:
 					return nil, badRequest("messages[%d]: %s in a user turn", i, p.Kind)
@@ -267,6 +289,8 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 				}
 			case PartImage:
 				blocks = append(blocks, anthropicImage(p))
+			case PartDocument:
+				blocks = append(blocks, anthropicDocumentBlock(p))
 			case PartToolUse:
 				input := p.Input
 				if len(strings.TrimSpace(string(input))) == 0 {
@@ -281,6 +305,8 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 						content = append(content, map[string]any{"type": "text", "text": c.Text})
 					case PartImage:
 						content = append(content, anthropicImage(c))
+					case PartDocument:
+						content = append(content, anthropicDocumentBlock(c))
 					}
 				}
 				b := map[string]any{"type": "tool_result", "tool_use_id": p.ToolUseID}
@@ -399,6 +425,8 @@ func EncodeResponses(r *Request, model string) ([]byte, error) {
 				}
 			case p.Kind == PartImage && m.Role == RoleUser:
 				content = append(content, map[string]any{"type": "input_image", "image_url": imageURL(p), "detail": "auto"})
+			case p.Kind == PartDocument && m.Role == RoleUser:
+				content = append(content, responsesFile(p))
 			case p.Kind == PartToolUse && m.Role == RoleAssistant:
 				flush()
 				args := string(p.Input)
@@ -476,19 +504,20 @@ func EncodeResponses(r *Request, model string) ([]byte, error) {
 }
 
 // responsesToolOutput is a tool result as function_call_output's output:
-// plain text, or a list of input_text and input_image parts when the
-// result carries an image. An error result is marked in its text, as
+// plain text, or a list of input_text, input_image and input_file parts
+// when the result carries an image or a document. An error result is
+// marked in its text, as
 // Responses has no error flag.
 func responsesToolOutput(p Part) any {
 	text := textOf(p.Content)
 	if p.IsError && !strings.HasPrefix(text, "Error") {
 		text = "Error: " + text
 	}
-	hasImage := false
+	hasMedia := false
 	for _, c := range p.Content {
-		hasImage = hasImage || c.Kind == PartImage
+		hasMedia = hasMedia || c.Kind == PartImage || c.Kind == PartDocument
 	}
-	if !hasImage {
+	if !hasMedia {
 		return text
 	}
 	var parts []any
@@ -501,9 +530,47 @@ func responsesToolOutput(p Part) any {
 			parts = append(parts, map[string]any{"type": "input_text", "text": c.Text})
 		case PartImage:
 			parts = append(parts, map[string]any{"type": "input_image", "image_url": imageURL(c), "detail": "auto"})
+		case PartDocument:
+			parts = append(parts, responsesFile(c))
 		}
 	}
 	return parts
+}
+
+// responsesFile is a document as a Responses input_file: its data or its
+// URL.
+func responsesFile(p Part) map[string]any {
+	if p.URL != "" {
+		f := map[string]any{"type": "input_file", "file_url": p.URL}
+		if p.Title != "" {
+			f["filename"] = p.Title
+		}
+		return f
+	}
+	f := openAIFilePart(p)
+	f["type"] = "input_file"
+	return f
+}
+
+// dataURL is a base64 part as a data URL.
+func dataURL(p Part) string { return "data:" + p.MediaType + ";base64," + p.Data }
+
+// openAIFilePart is a document as OpenAI's file fields: file_data (a data
+// URL) and filename. OpenAI requires a filename with file_data.
+func openAIFilePart(p Part) map[string]any {
+	return map[string]any{"file_data": dataURL(p), "filename": cmp.Or(p.Title, "document")}
+}
+
+func anthropicDocumentBlock(p Part) map[string]any {
+	src := map[string]any{"type": "base64", "media_type": p.MediaType, "data": p.Data}
+	if p.URL != "" {
+		src = map[string]any{"type": "url", "url": p.URL}
+	}
+	b := map[string]any{"type": "document", "source": src}
+	if p.Title != "" {
+		b["title"] = p.Title
+	}
+	return b
 }
 
 func anthropicImage(p Part) map[string]any {

@@ -103,6 +103,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}],"stream":true,"stream_options":{"include_usage":true}}`))
 	f.Add([]byte(`{"model":"m","instructions":"i","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"r"}],"reasoning":{"effort":"high"}}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","strict":true,"schema":{"type":"object"}}},"text":{"format":{"type":"json_object"}},"output_config":{"format":{"type":"json_schema","schema":{}}},"n":1}`))
+	f.Add([]byte(`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":[{"type":"document","title":"t","source":{"type":"base64","media_type":"application/pdf","data":"JVBE"}},{"type":"document","source":{"type":"content","content":[{"type":"text","text":"x"}]}},{"type":"file","file":{"filename":"a","file_data":"data:application/pdf;base64,JVBE"}},{"type":"input_file","file_url":"https://x/a.pdf"}]}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, dec := range []func([]byte) (*llmapi.Request, error){
 			llmapi.DecodeAnthropicRequest, llmapi.DecodeChatRequest, llmapi.DecodeResponsesRequest,

@@ -29,6 +29,9 @@ const (
 	PartToolUse    PartKind = "tool_use"
 	PartToolResult PartKind = "tool_result"
 	PartThinking   PartKind = "thinking"
+	// PartDocument is a file given to the model whole (a PDF): base64 Data
+	// with its MediaType, or a URL, and a Title.
+	PartDocument PartKind = "document"
 )
 
 // Part is one piece of a turn.
@@ -40,6 +43,10 @@ type Part struct {
 	ImageURL  string
 	MediaType string
 	Data      string
+	// Document: base64 Data with its MediaType, or a URL; and its Title
+	// (Anthropic's title, OpenAI's filename).
+	URL   string
+	Title string
 	// Tool use: ID, Name and Input (a JSON object).
 	ID    string
 	Name  string

@@ -88,11 +88,16 @@ type anthropicBlock struct {
 	Content   json.RawMessage `json:"content"`
 	IsError   bool            `json:"is_error"`
 	Source    *struct {
-		Type      string `json:"type"`
-		MediaType string `json:"media_type"`
-		Data      string `json:"data"`
-		URL       string `json:"url"`
+		Type      string          `json:"type"`
+		MediaType string          `json:"media_type"`
+		Data      string          `json:"data"`
+		URL       string          `json:"url"`
+		Content   json.RawMessage `json:"content"`
 	} `json:"source"`
+	Title     string `json:"title"`
+	Citations *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"citations"`
 }
 
 func anthropicParts(raw json.RawMessage, where string) ([]Part, error) {
@@ -121,6 +126,12 @@ func anthropicParts(raw json.RawMessage, where string) ([]Part, error) {
 			default:
 				return nil, badRequest("%s[%d]: image source %q not supported", where, i, b.Source.Type)
 			}
+		case "document":
+			parts, err := anthropicDocument(b, fmt.Sprintf("%s[%d]", where, i))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, parts...)
 		case "tool_use":
 			out = append(out, Part{Kind: PartToolUse, ID: b.ID, Name: b.Name, Input: b.Input})
 		case "tool_result":
@@ -144,6 +155,43 @@ func anthropicParts(raw json.RawMessage, where string) ([]Part, error) {
 		}
 	}
 	return out, nil
+}
+
+// anthropicDocument reads a document block: a PDF (base64 or by URL)
+// stays a document; a plain-text or content-block document becomes its
+// text (after its title) and images, which every format carries. Citations
+// cannot be translated: they are refused, never dropped.
+func anthropicDocument(b anthropicBlock, where string) ([]Part, error) {
+	switch {
+	case b.Source == nil:
+		return nil, badRequest("%s: document without source", where)
+	case b.Citations != nil && b.Citations.Enabled:
+		return nil, untranslatable(where+": citations", "only Anthropic cites its documents")
+	}
+	var out []Part
+	if b.Title != "" && (b.Source.Type == "text" || b.Source.Type == "content") {
+		out = append(out, Part{Kind: PartText, Text: b.Title})
+	}
+	switch b.Source.Type {
+	case "base64":
+		return []Part{{Kind: PartDocument, MediaType: b.Source.MediaType, Data: b.Source.Data, Title: b.Title}}, nil
+	case "url":
+		return []Part{{Kind: PartDocument, URL: b.Source.URL, Title: b.Title}}, nil
+	case "text":
+		return append(out, Part{Kind: PartText, Text: b.Source.Data}), nil
+	case "content":
+		parts, err := anthropicParts(b.Source.Content, where+".source.content")
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range parts {
+			if p.Kind != PartText && p.Kind != PartImage {
+				return nil, badRequest("%s.source.content: %s in a document", where, p.Kind)
+			}
+		}
+		return append(out, parts...), nil
+	}
+	return nil, badRequest("%s: document source %q not supported", where, b.Source.Type)
 }
 
 // DecodeAnthropicRequest decodes an Anthropic Messages request.
@@ -266,6 +314,7 @@ func chatParts(raw json.RawMessage, where string) ([]Part, error) {
 		ImageURL *struct {
 			URL string `json:"url"`
 		} `json:"image_url"`
+		File *openAIFile `json:"file"`
 	}
 	if err := json.Unmarshal(raw, &parts); err != nil {
 		return nil, badRequest("%s: content must be a string or a list of parts", where)
@@ -280,11 +329,45 @@ func chatParts(raw json.RawMessage, where string) ([]Part, error) {
 				return nil, badRequest("%s[%d]: image_url without url", where, i)
 			}
 			out = append(out, imagePart(p.ImageURL.URL))
+		case "file":
+			if p.File == nil {
+				return nil, badRequest("%s[%d]: file part without file", where, i)
+			}
+			d, err := p.File.document(fmt.Sprintf("%s[%d]", where, i))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, d)
 		default:
 			return nil, badRequest("%s[%d]: content part %q not supported", where, i, p.Type)
 		}
 	}
 	return out, nil
+}
+
+// openAIFile is a file given whole: Chat's file part's file object, or
+// the fields of a Responses input_file part.
+type openAIFile struct {
+	FileData string `json:"file_data"`
+	FileURL  string `json:"file_url"`
+	FileID   string `json:"file_id"`
+	Filename string `json:"filename"`
+}
+
+// document reads f as a document part: its data (a base64 data URL) or
+// URL. A file uploaded to OpenAI (file_id) cannot be translated.
+func (f *openAIFile) document(where string) (Part, error) {
+	switch {
+	case f.FileData != "":
+		meta, data, ok := strings.Cut(strings.TrimPrefix(f.FileData, "data:"), ",")
+		if !ok || !strings.HasPrefix(f.FileData, "data:") || !strings.HasSuffix(meta, ";base64") {
+			return Part{}, badRequest("%s: file_data must be a base64 data URL", where)
+		}
+		return Part{Kind: PartDocument, MediaType: strings.TrimSuffix(meta, ";base64"), Data: data, Title: f.Filename}, nil
+	case f.FileURL != "":
+		return Part{Kind: PartDocument, URL: f.FileURL, Title: f.Filename}, nil
+	}
+	return Part{}, untranslatable(where+": a file by file_id", "an uploaded file lives at OpenAI")
 }
 
 // imagePart reads a URL that may be a base64 data URL.
@@ -631,6 +714,7 @@ func responsesContent(raw json.RawMessage, where string) ([]Part, error) {
 		Type     string `json:"type"`
 		Text     string `json:"text"`
 		ImageURL string `json:"image_url"`
+		openAIFile
 	}
 	if err := json.Unmarshal(raw, &parts); err != nil {
 		return nil, badRequest("%s: content must be a string or a list of parts", where)
@@ -646,6 +730,12 @@ func responsesContent(raw json.RawMessage, where string) ([]Part, error) {
 				return nil, untranslatable(fmt.Sprintf("%s[%d]: an input_image without image_url", where, i), "an uploaded file lives at OpenAI")
 			}
 			out = append(out, imagePart(p.ImageURL))
+		case "input_file":
+			d, err := p.document(fmt.Sprintf("%s[%d]", where, i))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, d)
 		default:
 			return nil, badRequest("%s[%d]: content part %q not supported", where, i, p.Type)
 		}

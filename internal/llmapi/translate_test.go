@@ -853,3 +853,112 @@ func TestToolResultImageToChat(t *testing.T) {
 		t.Errorf("messages (-want +got):\n%s", d)
 	}
 }
+
+// TestDocumentTranslation: a PDF given whole reaches each format in that
+// format's own part (Anthropic's document block, Chat's file part,
+// Responses' input_file), in a user turn and inside a tool result; a
+// plain-text document becomes its title and text; what a format cannot
+// take (a document by URL to Chat, a file uploaded to OpenAI, citations)
+// is refused with a 400 naming it.
+func TestDocumentTranslation(t *testing.T) {
+	const pdf = "JVBERi0xLjQK"
+	anth := `{"model":"m","max_tokens":9,"messages":[
+		{"role":"user","content":[{"type":"document","title":"spec.pdf","source":{"type":"base64","media_type":"application/pdf","data":"` + pdf + `"}},{"type":"text","text":"sum up"}]},
+		{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Read","input":{}}]},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"` + pdf + `"}}]},
+			{"type":"document","title":"notes","source":{"type":"text","media_type":"text/plain","data":"plain notes"}}]}]}`
+	ir, err := llmapi.DecodeAnthropicRequest([]byte(anth))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := map[string]any{"file_data": "data:application/pdf;base64," + pdf, "filename": "spec.pdf"}
+	unnamed := map[string]any{"file_data": "data:application/pdf;base64," + pdf, "filename": "document"}
+
+	b, err := llmapi.EncodeChat(ir, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chat struct{ Messages []map[string]any }
+	json.Unmarshal(b, &chat)
+	if d := cmp.Diff([]any{map[string]any{"type": "file", "file": file}, map[string]any{"type": "text", "text": "sum up"}}, chat.Messages[0]["content"]); d != "" {
+		t.Errorf("chat user turn (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]any{
+		map[string]any{"type": "text", "text": "Document from the result of tool call toolu_1:"},
+		map[string]any{"type": "file", "file": unnamed},
+		map[string]any{"type": "text", "text": "notes"},
+		map[string]any{"type": "text", "text": "plain notes"},
+	}, chat.Messages[3]["content"]); d != "" || chat.Messages[2]["role"] != "tool" {
+		t.Errorf("chat tool result (-want +got):\n%s\n%s", d, b)
+	}
+
+	b, err = llmapi.EncodeResponses(ir, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp struct{ Input []map[string]any }
+	json.Unmarshal(b, &resp)
+	if got := resp.Input[0]["content"].([]any)[0]; !cmp.Equal(got, map[string]any{"type": "input_file", "file_data": file["file_data"], "filename": "spec.pdf"}) {
+		t.Errorf("responses user turn: %v", got)
+	}
+	if got := resp.Input[2]["output"]; !cmp.Equal(got, []any{map[string]any{"type": "input_file", "file_data": file["file_data"], "filename": "document"}}) {
+		t.Errorf("responses tool output: %v", got)
+	}
+
+	// Chat and Responses clients' files reach Anthropic as documents.
+	for _, c := range []struct {
+		decode func([]byte) (*llmapi.Request, error)
+		body   string
+	}{
+		{llmapi.DecodeChatRequest, `{"model":"m","messages":[{"role":"user","content":[{"type":"file","file":{"filename":"spec.pdf","file_data":"data:application/pdf;base64,` + pdf + `"}}]}]}`},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":[{"role":"user","content":[{"type":"input_file","filename":"spec.pdf","file_data":"data:application/pdf;base64,` + pdf + `"}]}]}`},
+	} {
+		ir, err := c.decode([]byte(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := llmapi.EncodeAnthropic(ir, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct{ Messages []map[string]any }
+		json.Unmarshal(b, &got)
+		want := []any{map[string]any{"type": "document", "title": "spec.pdf", "source": map[string]any{"type": "base64", "media_type": "application/pdf", "data": pdf}}}
+		if d := cmp.Diff(want, got.Messages[0]["content"]); d != "" {
+			t.Errorf("%s -> anthropic (-want +got):\n%s", c.body, d)
+		}
+		if _, _, err := llmapi.ToInput(ir); !errors.Is(err, llmapi.ErrUnsupported) {
+			t.Errorf("a document to a normalized run: %v", err)
+		}
+	}
+
+	// By URL: Anthropic and Responses take it, Chat's file part does not.
+	ir, err = llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"url","url":"https://example.com/a.pdf"}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := llmapi.EncodeResponses(ir, "m"); err != nil || !strings.Contains(string(b), `"file_url":"https://example.com/a.pdf"`) {
+		t.Errorf("url document -> responses: %s %v", b, err)
+	}
+	var ae *llmapi.APIError
+	if _, err := llmapi.EncodeChat(ir, "m"); !errors.As(err, &ae) || !strings.Contains(ae.Message, "a document by URL") {
+		t.Errorf("url document -> chat: %v", err)
+	}
+	for body, want := range map[string]string{
+		`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":[{"type":"document","citations":{"enabled":true},"source":{"type":"text","data":"x"}}]}]}`: "citations",
+		`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"file","file_id":"file_1"}}]}]}`:                      `document source "file"`,
+	} {
+		if _, err := llmapi.DecodeAnthropicRequest([]byte(body)); !errors.As(err, &ae) || !strings.Contains(ae.Message, want) {
+			t.Errorf("%s: %v, want a 400 naming %s", body, err, want)
+		}
+	}
+	for body, want := range map[string]string{
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"file_1"}}]}]}`:         "a file by file_id",
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"file","file":{"file_data":"JVBERi0="}}]}]}`:     "base64 data URL",
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"file","file":{"file_data":"data:x/y,abc"}}]}]}`: "base64 data URL",
+	} {
+		if _, err := llmapi.DecodeChatRequest([]byte(body)); !errors.As(err, &ae) || !strings.Contains(ae.Message, want) {
+			t.Errorf("%s: %v, want a 400 naming %s", body, err, want)
+		}
+	}
+}
