@@ -95,6 +95,7 @@ type anthropicBlock struct {
 		Content   json.RawMessage `json:"content"`
 	} `json:"source"`
 	Title     string `json:"title"`
+	Context   string `json:"context"` // a document's context, for the model
 	Citations *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"citations"`
@@ -159,8 +160,9 @@ func anthropicParts(raw json.RawMessage, where string) ([]Part, error) {
 
 // anthropicDocument reads a document block: a PDF (base64 or by URL)
 // stays a document; a plain-text or content-block document becomes its
-// text (after its title) and images, which every format carries. Citations
-// cannot be translated: they are refused, never dropped.
+// text (after its title) and images, which every format carries; a
+// document's context comes before it as text. Citations cannot be
+// translated: they are refused, never dropped.
 func anthropicDocument(b anthropicBlock, where string) ([]Part, error) {
 	switch {
 	case b.Source == nil:
@@ -168,15 +170,20 @@ func anthropicDocument(b anthropicBlock, where string) ([]Part, error) {
 	case b.Citations != nil && b.Citations.Enabled:
 		return nil, untranslatable(where+": citations", "only Anthropic cites its documents")
 	}
+	// A document's context reaches the model as text before it; a text
+	// document's title too (a file keeps its title as its name).
 	var out []Part
 	if b.Title != "" && (b.Source.Type == "text" || b.Source.Type == "content") {
 		out = append(out, Part{Kind: PartText, Text: b.Title})
 	}
+	if b.Context != "" {
+		out = append(out, Part{Kind: PartText, Text: b.Context})
+	}
 	switch b.Source.Type {
 	case "base64":
-		return []Part{{Kind: PartDocument, MediaType: b.Source.MediaType, Data: b.Source.Data, Title: b.Title}}, nil
+		return append(out, Part{Kind: PartDocument, MediaType: b.Source.MediaType, Data: b.Source.Data, Title: b.Title}), nil
 	case "url":
-		return []Part{{Kind: PartDocument, URL: b.Source.URL, Title: b.Title}}, nil
+		return append(out, Part{Kind: PartDocument, URL: b.Source.URL, Title: b.Title}), nil
 	case "text":
 		return append(out, Part{Kind: PartText, Text: b.Source.Data}), nil
 	case "content":

@@ -866,7 +866,7 @@ func TestDocumentTranslation(t *testing.T) {
 		{"role":"user","content":[{"type":"document","title":"spec.pdf","source":{"type":"base64","media_type":"application/pdf","data":"` + pdf + `"}},{"type":"text","text":"sum up"}]},
 		{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Read","input":{}}]},
 		{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"` + pdf + `"}}]},
-			{"type":"document","title":"notes","source":{"type":"text","media_type":"text/plain","data":"plain notes"}}]}]}`
+			{"type":"document","title":"notes","context":"from the wiki","source":{"type":"text","media_type":"text/plain","data":"plain notes"}}]}]}`
 	ir, err := llmapi.DecodeAnthropicRequest([]byte(anth))
 	if err != nil {
 		t.Fatal(err)
@@ -887,6 +887,7 @@ func TestDocumentTranslation(t *testing.T) {
 		map[string]any{"type": "text", "text": "Document from the result of tool call toolu_1:"},
 		map[string]any{"type": "file", "file": unnamed},
 		map[string]any{"type": "text", "text": "notes"},
+		map[string]any{"type": "text", "text": "from the wiki"},
 		map[string]any{"type": "text", "text": "plain notes"},
 	}, chat.Messages[3]["content"]); d != "" || chat.Messages[2]["role"] != "tool" {
 		t.Errorf("chat tool result (-want +got):\n%s\n%s", d, b)
