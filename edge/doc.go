@@ -32,7 +32,10 @@
 // output, the deprecated functions, stop sequences to a Responses
 // provider, JSON mode without a schema to Anthropic, state kept at the
 // provider (previous_response_id, background, conversation, prompt,
-// mcp_servers, container). The request is encoded for each provider
+// mcp_servers, container). What only tunes sampling or hints, and that
+// the provider's format lacks, is left out (seed, penalties, logit_bias,
+// top_k, verbosity, service tiers, caching hints, context_management):
+// the answer keeps its shape. The request is encoded for each provider
 // format of its route before it is queued, and a provider whose format
 // cannot carry it is no candidate: another of the route's providers that
 // can (one that speaks the client's format carries everything) serves it,
