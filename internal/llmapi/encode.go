@@ -15,10 +15,11 @@ import (
 //     4,096 tokens), "medium" (under 16,384) or "high"; thinking blocks in
 //     the history are dropped, because Chat Completions has no place for
 //     them and strict servers reject unknown fields;
-//   - to Anthropic, an effort becomes a budget of 2,048 (low), 8,192
-//     (medium) or 24,576 (high) tokens, with max_tokens raised above it
-//     when needed; thinking blocks are kept only with a signature Anthropic
-//     issued, since it rejects any other;
+//   - to Anthropic, an effort becomes a budget of 2,048 (minimal, low),
+//     8,192 (medium), 24,576 (high) or 32,768 (xhigh) tokens, or none
+//     (none), with max_tokens raised above it when needed; an effort of
+//     another name is refused; thinking blocks are kept only with a
+//     signature Anthropic issued, since it rejects any other;
 //   - to Responses, either becomes reasoning.effort (a budget through the
 //     same thresholds as for Chat Completions) with summary "auto", so
 //     the reasoning comes back as text; thinking blocks in the history are
@@ -40,16 +41,23 @@ func effortFor(budget int) string {
 	return "high"
 }
 
-func budgetFor(effort string) int {
+// budgetFor is the thinking budget an OpenAI reasoning effort asks for;
+// false for an effort it does not know, which is refused rather than
+// guessed (or silently run without thinking).
+func budgetFor(effort string) (int, bool) {
 	switch effort {
+	case "", "none":
+		return 0, true
 	case "minimal", "low":
-		return 2048
+		return 2048, true
 	case "medium":
-		return 8192
+		return 8192, true
 	case "high":
-		return 24576
+		return 24576, true
+	case "xhigh":
+		return 32768, true
 	}
-	return 0
+	return 0, false
 }
 
 func textOf(ps []Part) string {
@@ -348,7 +356,10 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 	}
 	budget := r.ThinkingBudget
 	if budget == 0 {
-		budget = budgetFor(r.ReasoningEffort)
+		var ok bool
+		if budget, ok = budgetFor(r.ReasoningEffort); !ok {
+			return nil, fmt.Errorf("%w: reasoning effort %q (Anthropic takes none, minimal, low, medium, high or xhigh as a thinking budget)", ErrUnsupported, r.ReasoningEffort)
+		}
 	}
 	if budget > 0 {
 		budget = max(budget, 1024) // the API's minimum

@@ -963,3 +963,33 @@ func TestDocumentTranslation(t *testing.T) {
 		}
 	}
 }
+
+// TestEffortToAnthropicBudget: each OpenAI reasoning effort reaches
+// Anthropic as its thinking budget (xhigh included, none as no thinking),
+// and an effort of another name is refused, not run without thinking.
+func TestEffortToAnthropicBudget(t *testing.T) {
+	for effort, want := range map[string]any{"minimal": 2048.0, "low": 2048.0, "medium": 8192.0, "high": 24576.0, "xhigh": 32768.0, "none": nil} {
+		ir, err := llmapi.DecodeChatRequest([]byte(`{"model":"m","reasoning_effort":"` + effort + `","messages":[{"role":"user","content":"x"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := llmapi.EncodeAnthropic(ir, "c")
+		if err != nil {
+			t.Fatalf("%s: %v", effort, err)
+		}
+		var got struct {
+			Thinking map[string]any `json:"thinking"`
+		}
+		json.Unmarshal(b, &got)
+		if budget := got.Thinking["budget_tokens"]; budget != want {
+			t.Errorf("%s: budget %v, want %v", effort, budget, want)
+		}
+	}
+	ir, _ := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","input":"x","reasoning":{"effort":"extreme"}}`))
+	if _, err := llmapi.EncodeAnthropic(ir, "c"); !errors.Is(err, llmapi.ErrUnsupported) || !strings.Contains(err.Error(), `"extreme"`) {
+		t.Fatalf("an unknown effort to Anthropic: %v", err)
+	}
+	if b, err := llmapi.EncodeChat(ir, "o3"); err != nil || !strings.Contains(string(b), `"reasoning_effort":"extreme"`) {
+		t.Fatalf("an unknown effort to an OpenAI format passes as sent: %s %v", b, err)
+	}
+}
