@@ -655,7 +655,8 @@ func (u anthropicUsageJSON) canonical() Usage {
 
 func anthropicStop(s string) StopReason {
 	switch s {
-	case "max_tokens":
+	case "max_tokens", "model_context_window_exceeded":
+		// The answer was cut off: by its limit, or by the context window.
 		return StopLength
 	case "tool_use":
 		return StopToolUse

@@ -993,3 +993,21 @@ func TestEffortToAnthropicBudget(t *testing.T) {
 		t.Fatalf("an unknown effort to an OpenAI format passes as sent: %s %v", b, err)
 	}
 }
+
+// TestContextWindowStopIsLength: an Anthropic answer cut off by the
+// context window reaches a Chat client as finish_reason "length" and a
+// Responses client as incomplete, as one cut off by its limit does, not as
+// a finished answer.
+func TestContextWindowStopIsLength(t *testing.T) {
+	body := []byte(`{"id":"msg_1","type":"message","role":"assistant","model":"c","content":[{"type":"text","text":"partial"}],"stop_reason":"model_context_window_exceeded","stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":1}}`)
+	_, _, out := render(t, llmapi.DecodeAnthropic(body), &llmapi.ChatRenderer{ID: "c", Model: "pub"})
+	var c openai.ChatCompletion
+	if err := json.Unmarshal(out, &c); err != nil || c.Choices[0].FinishReason != "length" {
+		t.Fatalf("chat: %s (%v)", out, err)
+	}
+	_, _, out = render(t, llmapi.DecodeAnthropic(body), &llmapi.ResponsesRenderer{ID: "r", Model: "pub"})
+	var r responses.Response
+	if err := json.Unmarshal(out, &r); err != nil || r.Status != "incomplete" {
+		t.Fatalf("responses: %s (%v)", out, err)
+	}
+}
