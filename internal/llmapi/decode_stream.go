@@ -764,7 +764,7 @@ func DecodeResponsesStream(r io.Reader) Decoder {
 			case tools > 0:
 				reason = StopToolUse
 			case m.Type == "response.incomplete":
-				reason = StopLength
+				reason = m.Response.incompleteStop()
 			}
 			seq.out = append(seq.out, Event{Kind: EvStop, Reason: reason})
 		case "response.failed", "error":
@@ -792,12 +792,23 @@ type responsesItem struct {
 }
 
 type responsesBody struct {
-	ID                string           `json:"id"`
-	Model             string           `json:"model"`
-	Status            string           `json:"status"`
-	Output            []responsesItem  `json:"output"`
-	Usage             *responsesUsage  `json:"usage"`
-	IncompleteDetails *json.RawMessage `json:"incomplete_details"`
+	ID                string          `json:"id"`
+	Model             string          `json:"model"`
+	Status            string          `json:"status"`
+	Output            []responsesItem `json:"output"`
+	Usage             *responsesUsage `json:"usage"`
+	IncompleteDetails *struct {
+		Reason string `json:"reason"`
+	} `json:"incomplete_details"`
+}
+
+// incompleteStop is why a Responses answer is incomplete, canonically: a
+// content filter withheld the rest (a refusal), or it was cut off.
+func (r *responsesBody) incompleteStop() StopReason {
+	if r != nil && r.IncompleteDetails != nil && r.IncompleteDetails.Reason == "content_filter" {
+		return StopRefusal
+	}
+	return StopLength
 }
 
 type responsesUsage struct {
@@ -963,7 +974,7 @@ func DecodeResponses(body []byte) Decoder {
 	}
 	a := &answer{id: r.ID, model: r.Model, stop: StopEnd}
 	if r.Status == "incomplete" {
-		a.stop = StopLength
+		a.stop = r.incompleteStop()
 	}
 	for _, it := range r.Output {
 		switch it.Type {

@@ -531,9 +531,23 @@ func (r *ResponsesRenderer) response(status string) map[string]any {
 		}
 	}
 	if status == "incomplete" {
-		resp["incomplete_details"] = map[string]any{"reason": "max_output_tokens"}
+		reason := "max_output_tokens"
+		if r.st.finalStop() == StopRefusal {
+			reason = "content_filter"
+		}
+		resp["incomplete_details"] = map[string]any{"reason": reason}
 	}
 	return resp
+}
+
+// responsesStatus is a finished answer's Responses status: incomplete
+// when it was cut off (by its limit) or withheld (a refusal, a content
+// filter), completed otherwise.
+func responsesStatus(s StopReason) string {
+	if s == StopLength || s == StopRefusal {
+		return "incomplete"
+	}
+	return "completed"
 }
 
 // Event implements Renderer.
@@ -583,10 +597,7 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 		}
 		out = r.ev(out, "response.output_item.done", map[string]any{"output_index": e.Index, "item": r.item(e.Index, true)})
 	case EvStop:
-		status := "completed"
-		if r.st.finalStop() == StopLength {
-			status = "incomplete"
-		}
+		status := responsesStatus(r.st.finalStop())
 		out = r.ev(out, "response."+status, map[string]any{"response": r.response(status)})
 	case EvError:
 		_, body := OpenAIErrorFrom(e.Err)
@@ -607,11 +618,7 @@ func (r *ResponsesRenderer) Body() (int, []byte) {
 	if r.st.err != nil {
 		return OpenAIErrorFrom(r.st.err)
 	}
-	status := "completed"
-	if r.st.finalStop() == StopLength {
-		status = "incomplete"
-	}
-	return http.StatusOK, mustJSON(r.response(status))
+	return http.StatusOK, mustJSON(r.response(responsesStatus(r.st.finalStop())))
 }
 
 // --- normalized runs ---------------------------------------------------

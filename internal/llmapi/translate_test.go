@@ -994,20 +994,48 @@ func TestEffortToAnthropicBudget(t *testing.T) {
 	}
 }
 
-// TestContextWindowStopIsLength: an Anthropic answer cut off by the
-// context window reaches a Chat client as finish_reason "length" and a
-// Responses client as incomplete, as one cut off by its limit does, not as
-// a finished answer.
-func TestContextWindowStopIsLength(t *testing.T) {
-	body := []byte(`{"id":"msg_1","type":"message","role":"assistant","model":"c","content":[{"type":"text","text":"partial"}],"stop_reason":"model_context_window_exceeded","stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":1}}`)
-	_, _, out := render(t, llmapi.DecodeAnthropic(body), &llmapi.ChatRenderer{ID: "c", Model: "pub"})
-	var c openai.ChatCompletion
-	if err := json.Unmarshal(out, &c); err != nil || c.Choices[0].FinishReason != "length" {
-		t.Fatalf("chat: %s (%v)", out, err)
+// TestCutOffAndWithheldAnswers: an answer cut off (by its limit, or by
+// Anthropic's context window) or withheld (Anthropic's refusal, OpenAI's
+// content filter) reaches every client format as such, never as a
+// finished answer: Chat's finish_reason length or content_filter,
+// Responses' incomplete with reason max_output_tokens or content_filter,
+// Anthropic's max_tokens or refusal.
+func TestCutOffAndWithheldAnswers(t *testing.T) {
+	anthropicAnswer := func(stop string) []byte {
+		return []byte(`{"id":"msg_1","type":"message","role":"assistant","model":"c","content":[{"type":"text","text":"partial"}],"stop_reason":"` + stop + `","stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":1}}`)
 	}
-	_, _, out = render(t, llmapi.DecodeAnthropic(body), &llmapi.ResponsesRenderer{ID: "r", Model: "pub"})
-	var r responses.Response
-	if err := json.Unmarshal(out, &r); err != nil || r.Status != "incomplete" {
-		t.Fatalf("responses: %s (%v)", out, err)
+	responsesAnswer := func(reason string) []byte {
+		return []byte(`{"id":"resp_1","object":"response","model":"r","status":"incomplete","incomplete_details":{"reason":"` + reason + `"},"output":[{"type":"message","id":"m","role":"assistant","content":[{"type":"output_text","text":"partial"}]}],"usage":{"input_tokens":5,"output_tokens":1}}`)
+	}
+	for _, c := range []struct {
+		name                       string
+		dec                        func() llmapi.Decoder
+		chat, responses, anthropic string
+	}{
+		{"anthropic max_tokens", func() llmapi.Decoder { return llmapi.DecodeAnthropic(anthropicAnswer("max_tokens")) }, "length", "max_output_tokens", "max_tokens"},
+		{"anthropic context window", func() llmapi.Decoder { return llmapi.DecodeAnthropic(anthropicAnswer("model_context_window_exceeded")) }, "length", "max_output_tokens", "max_tokens"},
+		{"anthropic refusal", func() llmapi.Decoder { return llmapi.DecodeAnthropic(anthropicAnswer("refusal")) }, "content_filter", "content_filter", "refusal"},
+		{"responses max_output_tokens", func() llmapi.Decoder { return llmapi.DecodeResponses(responsesAnswer("max_output_tokens")) }, "length", "max_output_tokens", "max_tokens"},
+		{"responses content_filter", func() llmapi.Decoder { return llmapi.DecodeResponses(responsesAnswer("content_filter")) }, "content_filter", "content_filter", "refusal"},
+		{"responses stream content_filter", func() llmapi.Decoder {
+			return llmapi.DecodeResponsesStream(strings.NewReader("event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"model\":\"r\",\"status\":\"in_progress\",\"output\":[]}}\n\n" +
+				"event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"response\":" + string(responsesAnswer("content_filter")) + "}\n\n"))
+		}, "content_filter", "content_filter", "refusal"},
+	} {
+		_, _, out := render(t, c.dec(), &llmapi.ChatRenderer{ID: "c", Model: "pub"})
+		var cc openai.ChatCompletion
+		if err := json.Unmarshal(out, &cc); err != nil || string(cc.Choices[0].FinishReason) != c.chat {
+			t.Errorf("%s -> chat: %s (%v), want finish_reason %s", c.name, out, err, c.chat)
+		}
+		_, _, out = render(t, c.dec(), &llmapi.ResponsesRenderer{ID: "r", Model: "pub"})
+		var r responses.Response
+		if err := json.Unmarshal(out, &r); err != nil || r.Status != "incomplete" || string(r.IncompleteDetails.Reason) != c.responses {
+			t.Errorf("%s -> responses: %s (%v), want incomplete for %s", c.name, out, err, c.responses)
+		}
+		_, _, out = render(t, c.dec(), &llmapi.AnthropicRenderer{ID: "a", Model: "pub"})
+		var m anthropic.Message
+		if err := json.Unmarshal(out, &m); err != nil || string(m.StopReason) != c.anthropic {
+			t.Errorf("%s -> anthropic: %s (%v), want stop_reason %s", c.name, out, err, c.anthropic)
+		}
 	}
 }
