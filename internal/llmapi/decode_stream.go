@@ -165,6 +165,7 @@ func DecodeChatStream(r io.Reader) Decoder {
 	var seq blockSeq
 	started, finished := false, false
 	finish := ""
+	refused := false // a refusal came in place of content
 	var usage *Usage
 	toolIdx := map[int]bool{}
 	var callIndex = -1
@@ -176,7 +177,11 @@ func DecodeChatStream(r io.Reader) Decoder {
 			if usage != nil {
 				seq.out = append(seq.out, Event{Kind: EvUsage, Usage: *usage})
 			}
-			seq.out = append(seq.out, Event{Kind: EvStop, Reason: chatStop(finish, len(toolIdx))})
+			stop := chatStop(finish, len(toolIdx))
+			if refused && stop != StopToolUse {
+				stop = StopRefusal
+			}
+			seq.out = append(seq.out, Event{Kind: EvStop, Reason: stop})
 			d.events, seq.out = append(d.events, seq.out...), nil
 			return nil
 		}
@@ -214,6 +219,15 @@ func DecodeChatStream(r io.Reader) Decoder {
 					seq.start(BlockText, "", "")
 				}
 				seq.delta(*ch.Delta.Content, "")
+			}
+			if ch.Delta.Refusal != nil && *ch.Delta.Refusal != "" {
+				// The refusal's text is the answer's text; the answer
+				// ends as a refusal.
+				refused = true
+				if !seq.open || seq.kind != BlockText {
+					seq.start(BlockText, "", "")
+				}
+				seq.delta(*ch.Delta.Refusal, "")
 			}
 			for _, tc := range ch.Delta.ToolCalls {
 				if tc.Index < 0 || tc.Index > 1024 {
@@ -262,7 +276,10 @@ type chatChoice struct {
 		Content          *string `json:"content"`
 		ReasoningContent *string `json:"reasoning_content"`
 		Reasoning        *string `json:"reasoning"`
-		ToolCalls        []struct {
+		// Refusal is the model's refusal of a structured-output request,
+		// in place of content.
+		Refusal   *string `json:"refusal"`
+		ToolCalls []struct {
 			Index    int          `json:"index"`
 			ID       string       `json:"id"`
 			Function chatFunction `json:"function"`
@@ -290,7 +307,7 @@ func decodeChatChunk(data []byte, c *chatChunk) error {
 var (
 	chunkKeys  = []string{"id", "model", "choices", "usage", "error"}
 	choiceKeys = []string{"delta", "finish_reason"}
-	deltaKeys  = []string{"content", "reasoning_content", "reasoning", "tool_calls"}
+	deltaKeys  = []string{"content", "reasoning_content", "reasoning", "refusal", "tool_calls"}
 )
 
 // fastChatChunk is decodeChatChunk's walk; it reports false, with c in
@@ -346,6 +363,9 @@ func fastChatChunk(data []byte, c *chatChunk) bool {
 				return false
 			}
 			if ch.Delta.Reasoning, ok = plainStringPtr(df.Raw("reasoning")); !ok {
+				return false
+			}
+			if ch.Delta.Refusal, ok = plainStringPtr(df.Raw("refusal")); !ok {
 				return false
 			}
 		}
@@ -898,6 +918,8 @@ func DecodeChat(body []byte) Decoder {
 			Message struct {
 				Content          *string `json:"content"`
 				ReasoningContent *string `json:"reasoning_content"`
+				Reasoning        *string `json:"reasoning"`
+				Refusal          *string `json:"refusal"`
 				ToolCalls        []struct {
 					ID       string       `json:"id"`
 					Function chatFunction `json:"function"`
@@ -912,11 +934,21 @@ func DecodeChat(body []byte) Decoder {
 	}
 	ch := c.Choices[0]
 	a := &answer{id: c.ID, model: c.Model, stop: chatStop(ch.FinishReason, len(ch.Message.ToolCalls))}
-	if r := ch.Message.ReasoningContent; r != nil && *r != "" {
+	reasoning := ch.Message.ReasoningContent
+	if reasoning == nil {
+		reasoning = ch.Message.Reasoning // Ollama's and newer vLLM's name
+	}
+	if r := reasoning; r != nil && *r != "" {
 		a.blocks = append(a.blocks, Part{Kind: PartThinking, Text: *r})
 	}
 	if t := ch.Message.Content; t != nil && *t != "" {
 		a.blocks = append(a.blocks, Part{Kind: PartText, Text: *t})
+	}
+	if t := ch.Message.Refusal; t != nil && *t != "" {
+		a.blocks = append(a.blocks, Part{Kind: PartText, Text: *t})
+		if a.stop != StopToolUse {
+			a.stop = StopRefusal
+		}
 	}
 	for _, tc := range ch.Message.ToolCalls {
 		a.blocks = append(a.blocks, Part{Kind: PartToolUse, ID: tc.ID, Name: tc.Function.Name, Input: json.RawMessage(tc.Function.Arguments)})

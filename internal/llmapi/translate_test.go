@@ -1039,3 +1039,36 @@ func TestCutOffAndWithheldAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestChatRefusalAndReasoning: a Chat Completions answer's refusal (a
+// structured-output request the model declined; content is null) reaches
+// other formats as its text and a refusal, buffered and streamed, and a
+// buffered answer's reasoning under Ollama's and newer vLLM's name
+// ("reasoning") is kept as thinking, as reasoning_content is.
+func TestChatRefusalAndReasoning(t *testing.T) {
+	buffered := []byte(`{"id":"c1","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":"I can't help with that."},"finish_reason":"stop"}]}`)
+	stream := []byte("data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null,\"refusal\":null}}]}\n\n" +
+		"data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"I can't \"}}]}\n\n" +
+		"data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"help with that.\"}}]}\n\n" +
+		"data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	for name, dec := range map[string]func() llmapi.Decoder{
+		"buffered": func() llmapi.Decoder { return llmapi.DecodeChat(buffered) },
+		"streamed": func() llmapi.Decoder { return llmapi.DecodeChatStream(bytes.NewReader(stream)) },
+	} {
+		_, _, out := render(t, dec(), &llmapi.AnthropicRenderer{ID: "a", Model: "pub"})
+		var m anthropic.Message
+		if err := json.Unmarshal(out, &m); err != nil || m.StopReason != "refusal" || len(m.Content) != 1 || m.Content[0].Text != "I can't help with that." {
+			t.Errorf("%s -> anthropic: %s (%v)", name, out, err)
+		}
+		_, _, out = render(t, dec(), &llmapi.ResponsesRenderer{ID: "r", Model: "pub"})
+		var r responses.Response
+		if err := json.Unmarshal(out, &r); err != nil || r.Status != "incomplete" || r.IncompleteDetails.Reason != "content_filter" || r.OutputText() != "I can't help with that." {
+			t.Errorf("%s -> responses: %s (%v)", name, out, err)
+		}
+	}
+	_, _, out := render(t, llmapi.DecodeChat([]byte(`{"id":"c2","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"42","reasoning":"six times seven"},"finish_reason":"stop"}]}`)), &llmapi.AnthropicRenderer{ID: "a", Model: "pub"})
+	var m anthropic.Message
+	if err := json.Unmarshal(out, &m); err != nil || len(m.Content) != 2 || m.Content[0].Thinking != "six times seven" || m.Content[1].Text != "42" {
+		t.Errorf("reasoning -> anthropic thinking: %s (%v)", out, err)
+	}
+}
