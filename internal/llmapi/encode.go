@@ -19,7 +19,9 @@ import (
 //     8,192 (medium), 24,576 (high) or 32,768 (xhigh) tokens, or none
 //     (none), with max_tokens raised above it when needed; an effort of
 //     another name is refused; thinking blocks are kept only with a
-//     signature Anthropic issued, since it rejects any other;
+//     signature Anthropic issued, since it rejects any other, and a turn
+//     that continues a tool loop whose call has no such block runs without
+//     thinking (see toolLoopWithoutThinking);
 //   - to Responses, either becomes reasoning.effort (a budget through the
 //     same thresholds as for Chat Completions) with summary "auto", so
 //     the reasoning comes back as text; thinking blocks in the history are
@@ -361,6 +363,9 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 			return nil, fmt.Errorf("%w: reasoning effort %q (Anthropic takes none, minimal, low, medium, high or xhigh as a thinking budget)", ErrUnsupported, r.ReasoningEffort)
 		}
 	}
+	if budget > 0 && toolLoopWithoutThinking(msgs) {
+		budget = 0
+	}
 	if budget > 0 {
 		budget = max(budget, 1024) // the API's minimum
 		out["thinking"] = map[string]any{"type": "enabled", "budget_tokens": budget}
@@ -512,6 +517,33 @@ func EncodeResponses(r *Request, model string) ([]byte, error) {
 		}
 	}
 	return json.Marshal(out)
+}
+
+// toolLoopWithoutThinking reports whether thinking must stay off for this
+// request: Anthropic requires the final assistant message, when it called
+// tools, to start with a thinking block it signed, and refuses the request
+// otherwise. A history from Chat Completions or Responses has none to give
+// (they have no place for signatures), so a tool loop with thinking would
+// fail on every turn; the turn that continues it runs without thinking.
+func toolLoopWithoutThinking(msgs []map[string]any) bool {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i]["role"] != "assistant" {
+			continue
+		}
+		blocks, _ := msgs[i]["content"].([]any)
+		called := false
+		for _, b := range blocks {
+			if m, _ := b.(map[string]any); m["type"] == "tool_use" {
+				called = true
+			}
+		}
+		if !called {
+			return false
+		}
+		first, _ := blocks[0].(map[string]any)
+		return first["type"] != "thinking" && first["type"] != "redacted_thinking"
+	}
+	return false
 }
 
 // responsesToolOutput is a tool result as function_call_output's output:

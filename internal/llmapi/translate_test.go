@@ -1072,3 +1072,45 @@ func TestChatRefusalAndReasoning(t *testing.T) {
 		t.Errorf("reasoning -> anthropic thinking: %s (%v)", out, err)
 	}
 }
+
+// TestThinkingInToolLoop: a Chat client's tool loop with a reasoning
+// effort reaches Anthropic without thinking on the turns that continue it
+// (Anthropic refuses thinking when the final assistant message called
+// tools without a signed thinking block first, and Chat has no place for
+// one); a fresh turn keeps thinking, and so does a loop whose call came
+// with Anthropic's own signed thinking.
+func TestThinkingInToolLoop(t *testing.T) {
+	loop := `{"model":"m","reasoning_effort":"high","messages":[{"role":"user","content":"weather?"},
+		{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"w","arguments":"{}"}}]},
+		{"role":"tool","tool_call_id":"c1","content":"sunny"}],"tools":[{"type":"function","function":{"name":"w","parameters":{"type":"object"}}}]}`
+	fresh := `{"model":"m","reasoning_effort":"high","messages":[{"role":"user","content":"weather?"},
+		{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"w","arguments":"{}"}}]},
+		{"role":"tool","tool_call_id":"c1","content":"sunny"},{"role":"assistant","content":"Sunny."},{"role":"user","content":"thanks; tomorrow?"}]}`
+	signed := `{"model":"m","max_tokens":9000,"thinking":{"type":"enabled","budget_tokens":4096},"messages":[{"role":"user","content":"weather?"},
+		{"role":"assistant","content":[{"type":"thinking","thinking":"check","signature":"sig"},{"type":"tool_use","id":"t1","name":"w","input":{}}]},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"sunny"}]}]}`
+	for _, c := range []struct {
+		name     string
+		decode   func([]byte) (*llmapi.Request, error)
+		body     string
+		thinking bool
+	}{
+		{"chat tool loop", llmapi.DecodeChatRequest, loop, false},
+		{"chat fresh turn", llmapi.DecodeChatRequest, fresh, true},
+		{"anthropic signed tool loop", llmapi.DecodeAnthropicRequest, signed, true},
+	} {
+		ir, err := c.decode([]byte(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := llmapi.EncodeAnthropic(ir, "claude")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		json.Unmarshal(b, &got)
+		if _, on := got["thinking"]; on != c.thinking {
+			t.Errorf("%s: thinking %v, want %v: %s", c.name, on, c.thinking, b)
+		}
+	}
+}
