@@ -19,9 +19,10 @@ import (
 //     8,192 (medium), 24,576 (high) or 32,768 (xhigh) tokens, or none
 //     (none), with max_tokens raised above it when needed; an effort of
 //     another name is refused; thinking blocks are kept only with a
-//     signature Anthropic issued, since it rejects any other, and a turn
-//     that continues a tool loop whose call has no such block runs without
-//     thinking (see toolLoopWithoutThinking);
+//     signature Anthropic issued, since it rejects any other; a request
+//     that forces a tool, or a turn that continues a tool loop whose call
+//     has no such block, runs without thinking, which Anthropic refuses
+//     there (see toolLoopWithoutThinking);
 //   - to Responses, either becomes reasoning.effort (a budget through the
 //     same thresholds as for Chat Completions) with summary "auto", so
 //     the reasoning comes back as text; thinking blocks in the history are
@@ -363,7 +364,10 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 			return nil, fmt.Errorf("%w: reasoning effort %q (Anthropic takes none, minimal, low, medium, high or xhigh as a thinking budget)", ErrUnsupported, r.ReasoningEffort)
 		}
 	}
-	if budget > 0 && toolLoopWithoutThinking(msgs) {
+	forced := r.ToolChoice != nil && len(r.Tools) > 0 && (r.ToolChoice.Mode == "any" || r.ToolChoice.Mode == "tool")
+	if budget > 0 && (forced || toolLoopWithoutThinking(msgs)) {
+		// Anthropic refuses thinking beside a forced tool choice, and in a
+		// tool loop whose call has no signed thinking block.
 		budget = 0
 	}
 	if budget > 0 {

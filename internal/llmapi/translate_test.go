@@ -1077,8 +1077,10 @@ func TestChatRefusalAndReasoning(t *testing.T) {
 // effort reaches Anthropic without thinking on the turns that continue it
 // (Anthropic refuses thinking when the final assistant message called
 // tools without a signed thinking block first, and Chat has no place for
-// one); a fresh turn keeps thinking, and so does a loop whose call came
-// with Anthropic's own signed thinking.
+// one), and so does a request that forces a tool (Anthropic refuses
+// thinking beside it); a fresh turn and an auto tool choice keep
+// thinking, and so does a loop whose call came with Anthropic's own
+// signed thinking.
 func TestThinkingInToolLoop(t *testing.T) {
 	loop := `{"model":"m","reasoning_effort":"high","messages":[{"role":"user","content":"weather?"},
 		{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"w","arguments":"{}"}}]},
@@ -1098,6 +1100,9 @@ func TestThinkingInToolLoop(t *testing.T) {
 		{"chat tool loop", llmapi.DecodeChatRequest, loop, false},
 		{"chat fresh turn", llmapi.DecodeChatRequest, fresh, true},
 		{"anthropic signed tool loop", llmapi.DecodeAnthropicRequest, signed, true},
+		{"chat forced tool", llmapi.DecodeChatRequest, `{"model":"m","reasoning_effort":"low","tool_choice":"required","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"w"}}]}`, false},
+		{"chat named tool", llmapi.DecodeChatRequest, `{"model":"m","reasoning_effort":"low","tool_choice":{"type":"function","function":{"name":"w"}},"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"w"}}]}`, false},
+		{"chat auto tool", llmapi.DecodeChatRequest, `{"model":"m","reasoning_effort":"low","tool_choice":"auto","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"w"}}]}`, true},
 	} {
 		ir, err := c.decode([]byte(c.body))
 		if err != nil {
