@@ -680,11 +680,23 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 				}
 				add(RoleAssistant, Part{Kind: PartToolUse, ID: it.CallID, Name: it.Name, Input: json.RawMessage(args)})
 			case "function_call_output":
+				// The output is text, or a list of input_text, input_image
+				// and input_file parts (a screenshot a tool took).
+				var content []Part
 				var out string
-				if json.Unmarshal(it.Output, &out) != nil {
-					out = string(it.Output)
+				switch {
+				case !present(it.Output) || json.Unmarshal(it.Output, &out) == nil:
+					content = []Part{{Kind: PartText, Text: out}}
+				case len(it.Output) > 0 && it.Output[0] == '[':
+					parts, err := responsesContent(it.Output, where+".output")
+					if err != nil {
+						return nil, err
+					}
+					content = parts
+				default:
+					return nil, badRequest("%s: output must be a string or a list of parts", where)
 				}
-				add(RoleUser, Part{Kind: PartToolResult, ToolUseID: it.CallID, Content: []Part{{Kind: PartText, Text: out}}})
+				add(RoleUser, Part{Kind: PartToolResult, ToolUseID: it.CallID, Content: content})
 			case "reasoning":
 				// Provider-held reasoning state; not portable.
 			default:

@@ -1119,3 +1119,39 @@ func TestThinkingInToolLoop(t *testing.T) {
 		}
 	}
 }
+
+// TestResponsesToolOutputParts: a Responses function_call_output given as
+// a list of parts (a tool's text and screenshot) reaches other formats as
+// a tool result with that text and image, not as the list's JSON in text;
+// an output of another shape is refused.
+func TestResponsesToolOutputParts(t *testing.T) {
+	ir, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","input":[{"role":"user","content":"look"},
+		{"type":"function_call","call_id":"c1","name":"shot","arguments":"{}"},
+		{"type":"function_call_output","call_id":"c1","output":[{"type":"input_text","text":"the page"},{"type":"input_image","image_url":"data:image/png;base64,iVBORw0KGgo="}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := llmapi.EncodeAnthropic(ir, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Messages []map[string]any }
+	json.Unmarshal(b, &got)
+	want := []any{map[string]any{"type": "tool_result", "tool_use_id": "c1", "content": []any{
+		map[string]any{"type": "text", "text": "the page"},
+		map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+	}}}
+	if d := cmp.Diff(want, got.Messages[2]["content"]); d != "" {
+		t.Errorf("tool result (-want +got):\n%s", d)
+	}
+	for _, output := range []string{`{"text":"x"}`, `42`} {
+		_, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","input":[{"type":"function_call_output","call_id":"c1","output":` + output + `}]}`))
+		var ae *llmapi.APIError
+		if !errors.As(err, &ae) || !strings.Contains(ae.Message, "output must be a string or a list of parts") {
+			t.Errorf("output %s: %v", output, err)
+		}
+	}
+	if _, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","input":[{"type":"function_call_output","call_id":"c1","output":null}]}`)); err != nil {
+		t.Errorf("a null output: %v", err)
+	}
+}
