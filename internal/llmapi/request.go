@@ -732,6 +732,7 @@ func responsesContent(raw json.RawMessage, where string) ([]Part, error) {
 	var parts []struct {
 		Type     string `json:"type"`
 		Text     string `json:"text"`
+		Refusal  string `json:"refusal"`
 		ImageURL string `json:"image_url"`
 		openAIFile
 	}
@@ -743,6 +744,8 @@ func responsesContent(raw json.RawMessage, where string) ([]Part, error) {
 		switch p.Type {
 		case "input_text", "output_text", "text":
 			out = append(out, Part{Kind: PartText, Text: p.Text})
+		case "refusal": // an earlier answer's refusal, sent back as history
+			out = append(out, Part{Kind: PartText, Text: p.Refusal})
 		case "input_image":
 			if p.ImageURL == "" {
 				// By file_id: the file lives at OpenAI.

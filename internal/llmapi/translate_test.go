@@ -1154,4 +1154,9 @@ func TestResponsesToolOutputParts(t *testing.T) {
 	if _, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","input":[{"type":"function_call_output","call_id":"c1","output":null}]}`)); err != nil {
 		t.Errorf("a null output: %v", err)
 	}
+	// An earlier answer's refusal, sent back in the history, is its text.
+	ir, err = llmapi.DecodeResponsesRequest([]byte(`{"model":"m","input":[{"role":"user","content":"x"},{"type":"message","role":"assistant","content":[{"type":"refusal","refusal":"I can't."}]},{"role":"user","content":"why?"}]}`))
+	if err != nil || len(ir.Messages) != 3 || ir.Messages[1].Parts[0].Text != "I can't." {
+		t.Fatalf("a refusal in the history: %+v %v", ir, err)
+	}
 }
