@@ -400,6 +400,7 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 				Function chatFunction `json:"function"`
 			} `json:"tool_calls"`
 			ToolCallID string `json:"tool_call_id"`
+			Refusal    string `json:"refusal"` // an earlier answer's refusal, in place of content
 		} `json:"messages"`
 		Tools []struct {
 			Type     string `json:"type"`
@@ -473,6 +474,9 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 			parts, err := chatParts(m.Content, where)
 			if err != nil {
 				return nil, err
+			}
+			if m.Refusal != "" {
+				parts = append(parts, Part{Kind: PartText, Text: m.Refusal})
 			}
 			for j, tc := range m.ToolCalls {
 				args := strings.TrimSpace(tc.Function.Arguments)

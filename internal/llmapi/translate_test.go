@@ -1159,4 +1159,8 @@ func TestResponsesToolOutputParts(t *testing.T) {
 	if err != nil || len(ir.Messages) != 3 || ir.Messages[1].Parts[0].Text != "I can't." {
 		t.Fatalf("a refusal in the history: %+v %v", ir, err)
 	}
+	ir, err = llmapi.DecodeChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"refusal":"I can't."},{"role":"user","content":"why?"}]}`))
+	if err != nil || len(ir.Messages) != 3 || len(ir.Messages[1].Parts) != 1 || ir.Messages[1].Parts[0].Text != "I can't." {
+		t.Fatalf("a refusal in a Chat history: %+v %v", ir, err)
+	}
 }
