@@ -161,7 +161,21 @@ func (r *Registry) register(ctx context.Context, sess *wire.Session) *conn {
 		sess.CloseWithReason(wire.ReasonRejected, "expected a ready request for this generation")
 		return nil
 	}
-	switch err := r.markReady(c, ready); {
+	// The ready response is the first thing the Node reads after its
+	// ready request. markReady makes c a connection that config pushes
+	// reach (a reload's, or the one due when the configuration changed
+	// while the Node registered), so the control stream's writes stay
+	// held until the response is out: a push written before it reaches a
+	// Node still waiting for the response, which drops the connection.
+	c.ctlMu.Lock()
+	err = r.markReady(c, ready)
+	var werr error
+	if err == nil {
+		r.hook("ready")
+		werr = c.ctl.WriteMessage(nodewire.Msg(&iopv1.NodeReadyResponse{Accepted: true}))
+	}
+	c.ctlMu.Unlock()
+	switch {
 	case errors.Is(err, errRevisionAhead):
 		r.drop(c, "ready names an unsent revision")
 		sess.CloseWithReason(wire.ReasonProtocolError, "ready: "+err.Error())
@@ -169,8 +183,7 @@ func (r *Registry) register(ctx context.Context, sess *wire.Session) *conn {
 	case err != nil:
 		sess.CloseWithReason(wire.ReasonSuperseded, "fenced before ready")
 		return nil
-	}
-	if err := c.write(nodewire.Msg(&iopv1.NodeReadyResponse{Accepted: true})); err != nil {
+	case werr != nil:
 		r.drop(c, closeReason(sess.Err()))
 		return nil
 	}

@@ -1,0 +1,86 @@
+package nodes
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/internal/nodewire"
+	"github.com/iop-dev/iop/wire"
+	"github.com/iop-dev/iop/wire/iopv1"
+)
+
+// TestReadyResponseBeforePush: a config push due while a Node registers
+// (here a reload between the Edge marking the Node ready and answering its
+// ready request) reaches the Node after the ready response, never before:
+// a Node waiting for the response drops a connection that sends it
+// anything else. The reload's push is given time to overtake the response
+// (the old order let it); the frames must still come in order.
+func TestReadyResponseBeforePush(t *testing.T) {
+	const tok = "test-token-0123456789abcdef"
+	rec := func(capacity int) *StaticStore {
+		s, err := NewStaticStore([]Record{{ID: "n1", TokenHash: HashToken(tok), Providers: []ProviderSpec{
+			{ID: "p1", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"m"}, Capacity: capacity}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	reg, err := New(Config{Store: rec(1), Epoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.testHookReg = func(stage string) {
+		if stage == "ready" {
+			reg.Refresh(rec(2)) // a reload: its push is due to this connection
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- reg.Serve(ln) }()
+	defer func() { reg.Close(); <-done }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	sess, err := wire.Dial(ctx, "tcp", ln.Addr().String(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	st, err := sess.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() *iopv1.Envelope {
+		t.Helper()
+		env, err := st.ReadMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	if err := st.WriteMessage(nodewire.Msg(&iopv1.RegisterRequest{NodeId: "n1", Credential: []byte(tok)})); err != nil {
+		t.Fatal(err)
+	}
+	resp := read().GetRegisterResponse()
+	if !resp.GetAccepted() {
+		t.Fatalf("registration: %v", resp)
+	}
+	ready := &iopv1.NodeReadyRequest{Generation: resp.GetGeneration(), Revision: resp.GetConfig().GetRevision(), Providers: []*iopv1.ProviderSnapshot{
+		{ProviderId: "p1", Status: iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE, Health: iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY, Capacity: 1, Models: []string{"m"}}}}
+	if err := st.WriteMessage(nodewire.Msg(ready)); err != nil {
+		t.Fatal(err)
+	}
+	if first := read(); first.GetNodeReadyResponse() == nil {
+		t.Fatalf("the first message after ready is %T, want the ready response", first.GetBody())
+	}
+	if up := read().GetConfigUpdate(); up == nil || up.GetConfig().GetProviders()[0].GetCapacity() != 2 {
+		t.Fatalf("the push after the ready response: %v", up)
+	}
+}
