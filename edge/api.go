@@ -804,16 +804,25 @@ func (req *request) unfit(p dispatchPath, f wireFormat, model string) error {
 	case p == pathTunnel:
 		return nil
 	case p == pathNone:
-		return errors.New("edge: the provider does not serve this API")
+		return errNoPath
 	case req.irErr != nil:
 		return req.irErr
-	case req.prep != nil && p == pathTranslate && req.prep.enc[encIndex(f, model)].done:
-		return req.prep.enc[encIndex(f, model)].err
-	case req.prep != nil && p == pathRun && req.prep.run.done:
+	case req.prep == nil:
+		return errUnprepared
+	case p == pathTranslate:
+		if e := &req.prep.enc[encIndex(f, model)]; e.done {
+			return e.err
+		}
+	case p == pathRun && req.prep.run.done:
 		return req.prep.run.err
 	}
-	return errors.New("edge: the request was not prepared for this provider")
+	return errUnprepared
 }
+
+var (
+	errNoPath     = errors.New("edge: the provider does not serve this API")
+	errUnprepared = errors.New("edge: the request was not prepared for this provider")
+)
 
 // unservable says why no provider of the route can carry the request,
 // whatever is online: the first one's reason. It is nil when one can, or
