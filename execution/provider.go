@@ -95,6 +95,14 @@ type HealthChecker interface {
 	CheckHealth(ctx context.Context) error
 }
 
+// IdleCloser is implemented by providers that keep idle connections to
+// their upstream. A Node's runtime closes them when it stops, so a
+// stopped runtime holds no socket (a connection the upstream closed while
+// idle would otherwise stay open until the transport's idle timeout).
+type IdleCloser interface {
+	CloseIdleConnections()
+}
+
 // Tunneler is implemented by providers that can relay a raw HTTP exchange
 // with their upstream (the cheapest path when a client speaks the
 // provider's own API format).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/internal/backoff"
 	"github.com/iop-dev/iop/wire/iopv1"
 )
@@ -97,10 +98,13 @@ func (rt *Runtime) setStatus(f func(*Status)) {
 
 // Run connects and stays connected until ctx ends, reconnecting with
 // backoff; the backoff resets after each ready handshake. It returns
-// ctx's error. Run must not be called twice at once.
+// ctx's error, once every run and tunnel it started has ended and the
+// idle upstream connections of its providers (those implementing
+// execution.IdleCloser) are closed. Run must not be called twice at once.
 func (rt *Runtime) Run(ctx context.Context) error {
 	bo := backoff.New(backoff.Config(rt.cfg.Backoff))
 	defer rt.setStatus(func(s *Status) { s.State = StateStopped; s.Generation = 0 })
+	defer rt.closeIdle()
 	for {
 		ready, err := rt.connectOnce(ctx)
 		if ctx.Err() != nil {
@@ -123,6 +127,15 @@ func (rt *Runtime) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
+		}
+	}
+}
+
+// closeIdle closes the providers' idle upstream connections.
+func (rt *Runtime) closeIdle() {
+	for _, h := range rt.cfg.Providers {
+		if c, ok := h.Provider.(execution.IdleCloser); ok {
+			c.CloseIdleConnections()
 		}
 	}
 }

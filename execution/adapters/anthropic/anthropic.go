@@ -83,6 +83,12 @@ func New(cfg Config) (*Adapter, error) {
 // Info implements execution.Provider.
 func (a *Adapter) Info() execution.Info { return a.info }
 
+// CloseIdleConnections closes the idle connections of the adapter's own
+// HTTP transport (none when Config.HTTPClient was given: that client's
+// owner manages it); exchanges in progress are not touched. It implements
+// execution.IdleCloser.
+func (a *Adapter) CloseIdleConnections() { a.c.CloseIdleConnections() }
+
 // CheckHealth implements execution.HealthChecker.
 func (a *Adapter) CheckHealth(ctx context.Context) error {
 	return a.c.CheckGET(ctx, "/v1/models")

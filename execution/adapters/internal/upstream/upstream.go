@@ -112,6 +112,14 @@ func defaultTransport(base *url.URL) http.RoundTripper {
 	return tr
 }
 
+// CloseIdleConnections closes the idle connections of the transport
+// NewClient made; a caller's own client is left to its owner.
+func (c *Client) CloseIdleConnections() {
+	if c.rt != nil {
+		c.HTTP.CloseIdleConnections()
+	}
+}
+
 // URL joins path to the base.
 func (c *Client) URL(path string) string { return c.base + path }
 
