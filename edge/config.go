@@ -114,7 +114,11 @@ type APIKey struct {
 	// them a request gets 429 with Retry-After. Zero means no limit.
 	// RequestsPerMinute counts the requests the Edge dispatched to a
 	// provider, as Usage does: a malformed request (400) or one refused
-	// for want of a slot (503) takes nothing from it.
+	// for want of a slot (503) takes nothing from it. Token counts
+	// (count_tokens) and reads of a stored response (GET
+	// /v1/responses/{id}) are neither limited nor counted and take no
+	// provider slot: they generate nothing, and Anthropic too limits
+	// token counting apart from messages.
 	RequestsPerMinute int
 	TokensPerMinute   int
 	MaxConcurrent     int
