@@ -735,7 +735,7 @@ func (snap *snapshot) needsIR(rt *Route, a api) bool {
 // translates to (at encIndex), run its conversion for a normalized run. A
 // provider that cannot carry it is no candidate.
 type preparation struct {
-	enc [2 * (formatResponses + 1)]prepared
+	enc [modelClasses * (formatResponses + 1)]prepared
 	run struct {
 		done bool
 		in   execution.Input
@@ -759,12 +759,23 @@ var encoders = [...]func(*llmapi.Request, string) ([]byte, error){
 	formatResponses: llmapi.EncodeResponses,
 }
 
+// modelClasses is how many encodings of one request a format may need:
+// besides the model's name, the encoders read only whether the model is
+// one of OpenAI's reasoning models, whose Chat Completions limit field
+// differs (llmapi.CompletionTokensModel), or one that takes no reasoning
+// effort (llmapi.NonReasoningModel).
+const modelClasses = 3
+
 // encIndex is where a preparation keeps the request encoded for format f
-// to model: one body a format, but two for Chat Completions, whose output
-// limit field depends on the model (llmapi.CompletionTokensModel).
+// to model: one body for each class of model the format's encoder tells
+// apart (modelClasses).
 func encIndex(f wireFormat, model string) int {
-	i := 2 * int(f)
-	if f == formatChat && llmapi.CompletionTokensModel(model) {
+	i := modelClasses * int(f)
+	switch {
+	case f == formatMessages:
+	case llmapi.NonReasoningModel(model):
+		i += 2
+	case f == formatChat && llmapi.CompletionTokensModel(model):
 		i++
 	}
 	return i

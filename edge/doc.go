@@ -34,8 +34,9 @@
 // provider (previous_response_id, background, conversation, prompt,
 // mcp_servers, container). What only tunes sampling or hints, and that
 // the provider's format lacks, is left out (seed, penalties, logit_bias,
-// top_k, verbosity, service tiers, caching hints, context_management):
-// the answer keeps its shape. The request is encoded for each provider
+// top_k, verbosity, service tiers, caching hints, context_management), as
+// is a reasoning effort or thinking budget for an OpenAI model that takes
+// none (GPT-4o, GPT-4.1 and older refuse one): the answer keeps its shape. The request is encoded for each provider
 // format of its route before it is queued, and a provider whose format
 // cannot carry it is no candidate: another of the route's providers that
 // can (one that speaks the client's format carries everything) serves it,

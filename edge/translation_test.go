@@ -465,6 +465,55 @@ func TestReasoningModelOutputLimit(t *testing.T) {
 	r.settled()
 }
 
+// TestNoEffortToNonReasoningModel: an Anthropic client's thinking budget
+// (Claude Code with extended thinking) reaches the route's models that
+// reason as reasoning_effort and not GPT-4o, which refuses any effort;
+// each target of the one route gets its own encoding.
+func TestNoEffortToNonReasoningModel(t *testing.T) {
+	models := []string{"up-model", "gpt-5-mini", "gpt-4o"}
+	r := newRig(t, rigOpts{nodeModels: models, mutate: func(c *edge.Config) {
+		for j := range c.Nodes[0].Providers {
+			if p := &c.Nodes[0].Providers[j]; p.ID == "local" {
+				p.Models = models
+			}
+		}
+		var targets []edge.Target
+		for _, m := range models {
+			targets = append(targets, edge.Target{ProviderID: "local", Model: m, Weight: 1})
+		}
+		c.Routes = append(c.Routes, edge.Route{Model: "mixed", Strategy: edge.Weighted, Targets: targets})
+	}})
+	ac := anthropic.NewClient(aoption.WithBaseURL(r.url), aoption.WithAPIKey(apiKey), aoption.WithMaxRetries(0))
+	seen := map[string]bool{}
+	for i := 0; i < 80 && len(seen) < len(models); i++ {
+		before := len(r.calls())
+		if _, err := ac.Messages.New(ctx(t), anthropic.MessageNewParams{Model: "mixed", MaxTokens: 9000,
+			Thinking: anthropic.ThinkingConfigParamOfEnabled(8000),
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("x"))}}); err != nil {
+			t.Fatal(err)
+		}
+		calls := r.calls()
+		if len(calls) != before+1 {
+			t.Fatalf("%d upstream calls", len(calls)-before)
+		}
+		q := calls[len(calls)-1]
+		var body map[string]any
+		json.Unmarshal(q.Body, &body)
+		want := any("medium")
+		if q.Model == "gpt-4o" {
+			want = nil
+		}
+		if q.API != "chat" || body["reasoning_effort"] != want {
+			t.Fatalf("%s got %s", q.Model, q.Body)
+		}
+		seen[q.Model] = true
+	}
+	if len(seen) != len(models) {
+		t.Fatalf("served by %v; want every target", seen)
+	}
+	r.settled()
+}
+
 // TestDocumentThroughTranslation: a PDF an Anthropic client sends (Claude
 // Code reading one) reaches a Chat Completions upstream as a file part and
 // a Responses upstream as an input_file, through the Edge and the Node.

@@ -27,7 +27,10 @@ import (
 //     same thresholds as for Chat Completions) with summary "auto", so
 //     the reasoning comes back as text; thinking blocks in the history are
 //     dropped, because a Responses reasoning item needs the provider's own
-//     item id or encrypted content.
+//     item id or encrypted content;
+//   - to Chat Completions and Responses, no effort goes to a model that
+//     takes none (NonReasoningModel: GPT-4o, GPT-4.1 and older), which
+//     refuses the request with one; the answer comes without reasoning.
 // Translating an answer, thinking or reasoning text becomes the client
 // format's own: Anthropic thinking blocks, Chat Completions
 // reasoning_content, a Responses reasoning item with a summary.
@@ -112,6 +115,35 @@ func CompletionTokensModel(model string) bool {
 		return m[4] >= '5'
 	}
 	return false
+}
+
+// NonReasoningModel reports whether model names one of OpenAI's models
+// that take no reasoning effort (GPT-4, GPT-4o, GPT-4.1, GPT-3.5 and
+// ChatGPT-4o): they refuse reasoning_effort and reasoning.effort with a
+// 400, so a translated effort or thinking budget, a hint, is left out
+// for them. A vendor prefix such as "openai/" is skipped; any other model
+// gets the effort (gpt-oss, Qwen3 and other open models read it, servers
+// that do not ignore it).
+func NonReasoningModel(model string) bool {
+	m := strings.ToLower(model[strings.LastIndexByte(model, '/')+1:])
+	for _, p := range []string{"gpt-4", "gpt-3.5", "gpt-35", "chatgpt-"} {
+		if strings.HasPrefix(m, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// effortOf is the reasoning effort r asks of model: its own, or its
+// thinking budget's, and none for a model NonReasoningModel names.
+func effortOf(r *Request, model string) string {
+	if NonReasoningModel(model) {
+		return ""
+	}
+	if r.ReasoningEffort != "" {
+		return r.ReasoningEffort
+	}
+	return effortFor(r.ThinkingBudget)
 }
 
 // chatPart is a text, image or document part of a Chat Completions user
@@ -236,11 +268,7 @@ func EncodeChat(r *Request, model string) ([]byte, error) {
 	if r.User != "" {
 		out["user"] = r.User
 	}
-	effort := r.ReasoningEffort
-	if effort == "" {
-		effort = effortFor(r.ThinkingBudget)
-	}
-	if effort != "" {
+	if effort := effortOf(r, model); effort != "" {
 		out["reasoning_effort"] = effort
 	}
 	if len(r.Tools) > 0 {
@@ -489,11 +517,7 @@ func EncodeResponses(r *Request, model string) ([]byte, error) {
 		}
 		out["text"] = map[string]any{"format": format}
 	}
-	effort := r.ReasoningEffort
-	if effort == "" {
-		effort = effortFor(r.ThinkingBudget)
-	}
-	if effort != "" {
+	if effort := effortOf(r, model); effort != "" {
 		out["reasoning"] = map[string]any{"effort": effort, "summary": "auto"}
 	}
 	if len(r.Tools) > 0 {

@@ -819,6 +819,60 @@ func TestChatOutputLimitField(t *testing.T) {
 	}
 }
 
+// TestNonReasoningModel: a thinking budget or a reasoning effort reaches
+// a Chat Completions or Responses provider's model as its effort, except
+// OpenAI's models that take none (they refuse the request with one).
+func TestNonReasoningModel(t *testing.T) {
+	for _, src := range []string{
+		`{"model":"m","max_tokens":9000,"thinking":{"type":"enabled","budget_tokens":8000},"messages":[{"role":"user","content":"x"}]}`,
+		`{"model":"m","reasoning_effort":"medium","messages":[{"role":"user","content":"x"}]}`,
+	} {
+		decode := llmapi.DecodeAnthropicRequest
+		if strings.Contains(src, "reasoning_effort") {
+			decode = llmapi.DecodeChatRequest
+		}
+		ir, err := decode([]byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for model, takes := range map[string]bool{
+			"gpt-4o": false, "gpt-4o-mini-2024-07-18": false, "GPT-4.1": false, "openai/gpt-4.1-nano": false,
+			"gpt-4-turbo": false, "gpt-3.5-turbo": false, "gpt-35-turbo": false, "chatgpt-4o-latest": false,
+			"o3": true, "gpt-5-mini": true, "gpt-oss-20b": true, "qwen3:8b": true, "": true,
+		} {
+			want := "medium"
+			if !takes {
+				want = ""
+			}
+			if got := llmapi.NonReasoningModel(model); got == takes {
+				t.Errorf("NonReasoningModel(%q) = %v", model, got)
+			}
+			b, err := llmapi.EncodeChat(ir, model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var chat struct {
+				Effort string `json:"reasoning_effort"`
+			}
+			json.Unmarshal(b, &chat)
+			if chat.Effort != want {
+				t.Errorf("%q to Chat: %s, want effort %q", model, b, want)
+			}
+			b, err = llmapi.EncodeResponses(ir, model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var resp struct {
+				Reasoning *struct{ Effort string } `json:"reasoning"`
+			}
+			json.Unmarshal(b, &resp)
+			if (resp.Reasoning == nil) != !takes || (takes && resp.Reasoning.Effort != want) {
+				t.Errorf("%q to Responses: %s, want effort %q", model, b, want)
+			}
+		}
+	}
+}
+
 // TestToolResultImageToChat: a tool result's image (Claude Code reading a
 // screenshot) reaches a Chat Completions provider, whose tool messages
 // hold text only, in the user message after the turn's tool messages,
