@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +46,8 @@ type rig struct {
 	url      string
 	upstream *upstreamtest.Server
 	client   openai.Client
+	// stopNode stops the Node and returns when its Run has.
+	stopNode func()
 }
 
 type rigOpts struct {
@@ -116,7 +117,8 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	rt, _ := node.New(node.Config{EdgeAddr: nodeLn.Addr().String(), NodeID: "box", Token: nodeToken,
 		Providers: []node.Hosted{{Provider: oa}, {Provider: an}, {Provider: ro}, {Provider: co}}, Backoff: node.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
 	ctx, cancel := context.WithCancel(context.Background())
-	wg.Go(func() { rt.Run(ctx) })
+	nodeDone := make(chan struct{})
+	wg.Go(func() { rt.Run(ctx); close(nodeDone) })
 	t.Cleanup(func() {
 		cancel()
 		srv.Close()
@@ -129,7 +131,7 @@ func newRig(t testing.TB, o rigOpts) *rig {
 		time.Sleep(2 * time.Millisecond)
 	}
 	url := "http://" + apiLn.Addr().String()
-	return &rig{cfg: cfg, t: t, srv: srv, url: url, upstream: up,
+	return &rig{cfg: cfg, t: t, srv: srv, url: url, upstream: up, stopNode: func() { cancel(); <-nodeDone },
 		client: openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey(apiKey), option.WithMaxRetries(0))}
 }
 
@@ -1050,64 +1052,21 @@ func TestStreamOptionsPassThrough(t *testing.T) {
 // instead of leaving them to the idle timeout (90 s), during which a
 // connection the upstream had closed stayed open on the Node's side.
 func TestStoppedNodeClosesUpstreamConnections(t *testing.T) {
-	up := upstreamtest.New(upstreamtest.Config{Models: []string{"up-model"}})
-	var open atomic.Int64
-	hs := &http.Server{Handler: up, ConnState: func(_ net.Conn, s http.ConnState) {
-		switch s {
-		case http.StateNew:
-			open.Add(1)
-		case http.StateClosed, http.StateHijacked:
-			open.Add(-1)
-		}
-	}}
-	upLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	var upWG sync.WaitGroup
-	upWG.Go(func() { hs.Serve(upLn) })
-	defer func() { hs.Close(); upWG.Wait() }()
-
-	oa, _ := oaadapter.New(oaadapter.Config{ID: "local", BaseURL: "http://" + upLn.Addr().String(), Models: []string{"up-model"}})
-	srv, err := edge.New(edge.Config{
-		Epoch:   1,
-		Nodes:   []nodes.Record{{ID: "box", TokenHash: nodes.HashToken(nodeToken), Providers: []nodes.ProviderSpec{{ID: "local", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"up-model"}, Capacity: 4}}}},
-		APIKeys: []edge.APIKey{{Name: "alice", Hash: edge.HashKey(apiKey), Models: []string{"*"}}},
-		Routes:  []edge.Route{{Model: "gpt-local", Targets: []edge.Target{{ProviderID: "local", Model: "up-model"}}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	nodeLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	var wg sync.WaitGroup
-	wg.Go(func() { srv.Serve(apiLn) })
-	wg.Go(func() { srv.ServeNodes(nodeLn) })
-	defer func() { srv.Close(); wg.Wait() }()
-	rt, _ := node.New(node.Config{EdgeAddr: nodeLn.Addr().String(), NodeID: "box", Token: nodeToken, Providers: []node.Hosted{{Provider: oa}}})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stopped := make(chan error, 1)
-	go func() { stopped <- rt.Run(ctx) }()
-	for {
-		if _, ok := srv.Registry().Current("box"); ok {
-			break
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	r := &rig{t: t, srv: srv, url: "http://" + apiLn.Addr().String(), upstream: up}
+	r := newRig(t, rigOpts{})
 	for _, body := range []string{chatJSON("gpt-local", "one"), `{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":"two"}]}`} {
 		if status, _, b := r.post(t, apiKey, body); status != 200 {
 			t.Fatalf("%d %s", status, b)
 		}
 	}
-	if n := open.Load(); n < 1 {
+	if n := r.upstream.OpenConns(); n < 1 {
 		t.Fatalf("upstream connections open before the stop: %d, want the Node's idle ones", n)
 	}
-	cancel()
-	<-stopped
+	r.stopNode()
 	deadline := time.Now().Add(10 * time.Second)
-	for open.Load() != 0 && time.Now().Before(deadline) {
+	for r.upstream.OpenConns() != 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if n := open.Load(); n != 0 {
+	if n := r.upstream.OpenConns(); n != 0 {
 		t.Fatalf("upstream connections open after the Node stopped: %d", n)
 	}
 }

@@ -146,6 +146,7 @@ type Server struct {
 	srv      *http.Server
 	url      string
 	seq      uint64
+	conns    int // open client connections of a started server
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -197,12 +198,32 @@ func (s *Server) Start() string {
 		panic("upstreamtest: listen: " + err.Error())
 	}
 	s.mu.Lock()
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, ConnState: s.connState}
 	s.url = "http://" + ln.Addr().String()
 	srv := s.srv
 	s.mu.Unlock()
 	go srv.Serve(ln)
 	return s.url
+}
+
+func (s *Server) connState(_ net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch st {
+	case http.StateNew:
+		s.conns++
+	case http.StateClosed, http.StateHijacked:
+		s.conns--
+	}
+}
+
+// OpenConns is how many client connections a started server holds open,
+// idle ones included: a client that closes what it no longer needs
+// leaves none.
+func (s *Server) OpenConns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
 }
 
 // URL returns the base URL after Start.
