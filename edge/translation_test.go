@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -421,55 +420,14 @@ func TestJSONOutputThroughTranslation(t *testing.T) {
 	r.settled()
 }
 
-// TestReasoningModelOutputLimit: an Anthropic client's max_tokens (the
-// Messages API requires one) reaches an OpenAI reasoning model behind a
-// Chat Completions provider as max_completion_tokens, which such a model
-// requires, and another model as max_tokens; both through one route.
-func TestReasoningModelOutputLimit(t *testing.T) {
-	r := newRig(t, rigOpts{nodeModels: []string{"up-model", "gpt-5-mini"}, mutate: func(c *edge.Config) {
-		for j := range c.Nodes[0].Providers {
-			if p := &c.Nodes[0].Providers[j]; p.ID == "local" {
-				p.Models = append(slices.Clone(p.Models), "gpt-5-mini")
-			}
-		}
-		c.Routes = append(c.Routes, edge.Route{Model: "mixed", Strategy: edge.Weighted, Targets: []edge.Target{
-			{ProviderID: "local", Model: "gpt-5-mini", Weight: 1}, {ProviderID: "local", Model: "up-model", Weight: 1}}})
-	}})
-	ac := anthropic.NewClient(aoption.WithBaseURL(r.url), aoption.WithAPIKey(apiKey), aoption.WithMaxRetries(0))
-	seen := map[string]bool{}
-	for i := 0; i < 40 && len(seen) < 2; i++ {
-		before := len(r.calls())
-		if _, err := ac.Messages.New(ctx(t), anthropic.MessageNewParams{Model: "mixed", MaxTokens: 321,
-			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("x"))}}); err != nil {
-			t.Fatal(err)
-		}
-		calls := r.calls()
-		if len(calls) != before+1 {
-			t.Fatalf("%d upstream calls", len(calls)-before)
-		}
-		q := calls[len(calls)-1]
-		var body map[string]any
-		json.Unmarshal(q.Body, &body)
-		want, other := "max_tokens", "max_completion_tokens"
-		if q.Model == "gpt-5-mini" {
-			want, other = other, want
-		}
-		if q.API != "chat" || body[want] != float64(321) || body[other] != nil {
-			t.Fatalf("%s got %s", q.Model, q.Body)
-		}
-		seen[q.Model] = true
-	}
-	if len(seen) != 2 {
-		t.Fatalf("served by %v; want both targets", seen)
-	}
-	r.settled()
-}
-
-// TestNoEffortToNonReasoningModel: an Anthropic client's thinking budget
-// (Claude Code with extended thinking) reaches the route's models that
-// reason as reasoning_effort and not GPT-4o, which refuses any effort;
-// each target of the one route gets its own encoding.
-func TestNoEffortToNonReasoningModel(t *testing.T) {
+// TestModelFieldsThroughTranslation: an Anthropic client's max_tokens
+// (the Messages API requires one) and thinking budget (Claude Code with
+// extended thinking) reach each model of one route behind a Chat
+// Completions provider in the fields that model takes: an OpenAI
+// reasoning model gets max_completion_tokens, which it requires, the
+// others max_tokens; GPT-4o gets no reasoning_effort, which it refuses,
+// the others get one. Each class of target has its own encoding.
+func TestModelFieldsThroughTranslation(t *testing.T) {
 	models := []string{"up-model", "gpt-5-mini", "gpt-4o"}
 	r := newRig(t, rigOpts{nodeModels: models, mutate: func(c *edge.Config) {
 		for j := range c.Nodes[0].Providers {
@@ -499,11 +457,14 @@ func TestNoEffortToNonReasoningModel(t *testing.T) {
 		q := calls[len(calls)-1]
 		var body map[string]any
 		json.Unmarshal(q.Body, &body)
-		want := any("medium")
-		if q.Model == "gpt-4o" {
-			want = nil
+		limit, other, effort := "max_tokens", "max_completion_tokens", any("medium")
+		switch q.Model {
+		case "gpt-5-mini":
+			limit, other = other, limit
+		case "gpt-4o":
+			effort = nil
 		}
-		if q.API != "chat" || body["reasoning_effort"] != want {
+		if q.API != "chat" || body[limit] != float64(9000) || body[other] != nil || body["reasoning_effort"] != effort {
 			t.Fatalf("%s got %s", q.Model, q.Body)
 		}
 		seen[q.Model] = true
