@@ -1,0 +1,326 @@
+package sdkconform_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/iop-dev/iop/internal/llmapi"
+	"github.com/iop-dev/iop/internal/llmapi/llmapitest"
+)
+
+// accumulateAnthropic feeds a rendered stream to the Anthropic SDK's own
+// accumulator, checking the event grammar on the way: one message_start
+// first, blocks started in index order without overlap, message_delta
+// then message_stop last.
+func accumulateAnthropic(t *testing.T, stream []byte) anthropic.Message {
+	t.Helper()
+	var msg anthropic.Message
+	evs := llmapitest.Events(t, stream)
+	open := -1
+	next := 0
+	for i, ev := range evs {
+		var u anthropic.MessageStreamEventUnion
+		if err := json.Unmarshal(ev.Data, &u); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if u.Type != ev.Type {
+			t.Fatalf("event %d: SSE type %q, JSON type %q", i, ev.Type, u.Type)
+		}
+		switch u.Type {
+		case "message_start":
+			if i != 0 {
+				t.Fatalf("message_start at position %d", i)
+			}
+		case "content_block_start":
+			if open != -1 || int(u.Index) != next {
+				t.Fatalf("block %d started while %d open (next %d)", u.Index, open, next)
+			}
+			open = int(u.Index)
+			next++
+		case "content_block_delta":
+			if int(u.Index) != open {
+				t.Fatalf("delta for block %d while %d open", u.Index, open)
+			}
+		case "content_block_stop":
+			if int(u.Index) != open {
+				t.Fatalf("stop for block %d while %d open", u.Index, open)
+			}
+			open = -1
+		case "message_delta":
+			if i != len(evs)-2 {
+				t.Fatalf("message_delta at %d of %d", i, len(evs))
+			}
+		case "message_stop":
+			if i != len(evs)-1 {
+				t.Fatalf("message_stop before the end")
+			}
+		}
+		if err := msg.Accumulate(u); err != nil {
+			t.Fatalf("SDK accumulate event %d (%s): %v", i, u.Type, err)
+		}
+	}
+	if len(evs) == 0 || evs[len(evs)-1].Type != "message_stop" {
+		t.Fatalf("stream does not end with message_stop")
+	}
+	return msg
+}
+
+// accumulateChat feeds a rendered stream to openai-go's accumulator.
+func accumulateChat(t *testing.T, stream []byte) (openai.ChatCompletionAccumulator, *openai.CompletionUsage) {
+	t.Helper()
+	acc := openai.ChatCompletionAccumulator{}
+	evs := llmapitest.Events(t, stream)
+	var usage *openai.CompletionUsage
+	for i, ev := range evs {
+		if string(ev.Data) == "[DONE]" {
+			if i != len(evs)-1 {
+				t.Fatalf("[DONE] before the end")
+			}
+			continue
+		}
+		var c openai.ChatCompletionChunk
+		if err := json.Unmarshal(ev.Data, &c); err != nil {
+			t.Fatalf("chunk %d: %v", i, err)
+		}
+		if i == 0 && c.Choices[0].Delta.Role != "assistant" {
+			t.Fatalf("first delta without the role")
+		}
+		if len(c.Choices) == 0 {
+			u := c.Usage
+			usage = &u
+		}
+		if !acc.AddChunk(c) {
+			t.Fatalf("SDK accumulator refused chunk %d: %s", i, ev.Data)
+		}
+	}
+	if len(evs) == 0 || string(evs[len(evs)-1].Data) != "[DONE]" {
+		t.Fatalf("stream does not end with [DONE]")
+	}
+	return acc, usage
+}
+
+// checkResponses checks the Responses event grammar and returns the final
+// response.
+func checkResponses(t *testing.T, stream []byte) responses.Response {
+	t.Helper()
+	evs := llmapitest.Events(t, stream)
+	added := map[string]bool{}
+	var final responses.Response
+	for i, ev := range evs {
+		var u responses.ResponseStreamEventUnion
+		if err := json.Unmarshal(ev.Data, &u); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if int(u.SequenceNumber) != i {
+			t.Fatalf("event %d has sequence_number %d", i, u.SequenceNumber)
+		}
+		switch u.Type {
+		case "response.output_item.added":
+			added[u.Item.ID] = true
+		case "response.output_text.delta", "response.function_call_arguments.delta", "response.reasoning_summary_text.delta":
+			if !added[u.ItemID] {
+				t.Fatalf("%s for item %q before its output_item.added", u.Type, u.ItemID)
+			}
+		case "response.completed", "response.incomplete":
+			if i != len(evs)-1 {
+				t.Fatal("terminal event before the end")
+			}
+			final = u.Response
+		}
+	}
+	if final.ID == "" {
+		t.Fatal("no terminal event with the full response")
+	}
+	return final
+}
+
+func TestChatStreamToAnthropic(t *testing.T) {
+	// Regressions other gateways shipped: tool arguments lost in a streamed
+	// Anthropic answer from an OpenAI-format upstream; end_turn instead of
+	// tool_use when a turn has text and a tool call (the upstream even
+	// said "stop"); only the first of parallel tool calls translated; zero
+	// usage in streams.
+	stream, _, _ := llmapitest.Render(t, llmapi.DecodeChatStream(bytes.NewReader(llmapitest.Fixture(t, "chat_stream_parallel_tools.sse"))), &llmapi.AnthropicRenderer{ID: "msg_x", Model: "pub"})
+	msg := accumulateAnthropic(t, stream)
+	if msg.StopReason != "tool_use" {
+		t.Errorf("stop_reason %q, want tool_use", msg.StopReason)
+	}
+	if len(msg.Content) != 3 || msg.Content[0].Text != "Let me check both cities." {
+		t.Fatalf("content %+v", msg.Content)
+	}
+	for i, want := range []string{`{"city":"Paris"}`, `{"city":"Seoul"}`} {
+		b := msg.Content[i+1]
+		if b.Type != "tool_use" || b.Name != "get_weather" || string(b.Input) != want {
+			t.Errorf("tool call %d: %s %s %s, want %s", i, b.Type, b.Name, b.Input, want)
+		}
+	}
+	if msg.Content[1].ID != "call_paris" || msg.Content[2].ID != "call_seoul" {
+		t.Errorf("tool ids %q %q", msg.Content[1].ID, msg.Content[2].ID)
+	}
+	if msg.Usage.InputTokens != 23 || msg.Usage.CacheReadInputTokens != 8 || msg.Usage.OutputTokens != 40 {
+		t.Errorf("usage %+v", msg.Usage)
+	}
+}
+
+func TestAnthropicStreamToChatAndResponses(t *testing.T) {
+	fx := llmapitest.Fixture(t, "anthropic_stream_thinking_tools.sse")
+	stream, _, body := llmapitest.Render(t, llmapi.DecodeAnthropicStream(bytes.NewReader(fx)), &llmapi.ChatRenderer{ID: "c1", Model: "pub", IncludeUsage: true})
+	acc, usage := accumulateChat(t, stream)
+	m := acc.Choices[0].Message
+	if m.Content != "Checking." || acc.Choices[0].FinishReason != "tool_calls" {
+		t.Fatalf("content %q finish %q", m.Content, acc.Choices[0].FinishReason)
+	}
+	if len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Arguments != `{"city": "San Francisco", "unit": "c"}` || m.ToolCalls[0].ID != "toolu_01A" {
+		t.Fatalf("tool calls %+v", m.ToolCalls)
+	}
+	if usage == nil || usage.PromptTokens != 30 || usage.PromptTokensDetails.CachedTokens != 5 || usage.CompletionTokens != 89 {
+		t.Fatalf("usage chunk %+v", usage)
+	}
+	if !strings.Contains(string(stream), `"reasoning_content":"The user wants "`) {
+		t.Error("thinking did not become reasoning_content")
+	}
+	// The buffered answer says the same.
+	var c openai.ChatCompletion
+	if err := json.Unmarshal(body, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Choices[0].Message.Content != "Checking." || c.Choices[0].Message.ToolCalls[0].Function.Arguments != m.ToolCalls[0].Function.Arguments || c.Usage.TotalTokens != 119 {
+		t.Fatalf("buffered %+v", c)
+	}
+
+	stream, _, _ = llmapitest.Render(t, llmapi.DecodeAnthropicStream(bytes.NewReader(fx)), &llmapi.ResponsesRenderer{ID: "r1", Model: "pub"})
+	final := checkResponses(t, stream)
+	if final.OutputText() != "Checking." || len(final.Output) != 3 || final.Output[2].Arguments.OfString != `{"city": "San Francisco", "unit": "c"}` {
+		t.Fatalf("final response %+v", final.Output)
+	}
+	if final.Usage.InputTokens != 30 || final.Usage.OutputTokens != 89 {
+		t.Fatalf("usage %+v", final.Usage)
+	}
+}
+
+func TestResponsesArgumentsOnlyInDone(t *testing.T) {
+	fx := llmapitest.Fixture(t, "responses_stream_args_in_done.sse")
+	stream, _, _ := llmapitest.Render(t, llmapi.DecodeResponsesStream(bytes.NewReader(fx)), &llmapi.ChatRenderer{ID: "c", Model: "pub"})
+	acc, _ := accumulateChat(t, stream)
+	if tc := acc.Choices[0].Message.ToolCalls; len(tc) != 1 || tc[0].Function.Arguments != `{"q":"iop","limit":3}` || tc[0].ID != "call_only_done" {
+		t.Fatalf("tool calls %+v", tc)
+	}
+	stream, _, _ = llmapitest.Render(t, llmapi.DecodeResponsesStream(bytes.NewReader(fx)), &llmapi.AnthropicRenderer{ID: "m", Model: "pub"})
+	msg := accumulateAnthropic(t, stream)
+	if msg.StopReason != "tool_use" || string(msg.Content[0].Input) != `{"q":"iop","limit":3}` {
+		t.Fatalf("anthropic %+v", msg)
+	}
+}
+
+func TestOverlappingProviderIndices(t *testing.T) {
+	stream, _, _ := llmapitest.Render(t, llmapi.DecodeAnthropicStream(bytes.NewReader(llmapitest.Fixture(t, "anthropic_stream_bad_indices.sse"))), &llmapi.AnthropicRenderer{ID: "m", Model: "pub"})
+	msg := accumulateAnthropic(t, stream) // checks indices 0, 1, non-overlapping
+	if len(msg.Content) != 2 || msg.Content[0].Text+msg.Content[1].Text != "first second" {
+		t.Fatalf("content %+v", msg.Content)
+	}
+}
+
+func TestBufferedAnswers(t *testing.T) {
+	_, status, body := llmapitest.Render(t, llmapi.DecodeChat(llmapitest.Fixture(t, "chat_buffered_tool.json")), &llmapi.AnthropicRenderer{ID: "m", Model: "pub"})
+	var msg anthropic.Message
+	if err := json.Unmarshal(body, &msg); err != nil || status != 200 {
+		t.Fatal(status, err)
+	}
+	if msg.StopReason != "tool_use" || msg.Content[0].Text != "Sure." || string(msg.Content[1].Input) != `{"a":1,"b":2}` || msg.Usage.OutputTokens != 7 {
+		t.Fatalf("%+v", msg)
+	}
+	_, _, body = llmapitest.Render(t, llmapi.DecodeAnthropic(llmapitest.Fixture(t, "anthropic_buffered.json")), &llmapi.ChatRenderer{ID: "c", Model: "pub"})
+	var c openai.ChatCompletion
+	json.Unmarshal(body, &c)
+	if c.Choices[0].Message.Content != "Hi there" || c.Choices[0].FinishReason != "tool_calls" || c.Choices[0].Message.ToolCalls[0].Function.Arguments != `{"a":1}` {
+		t.Fatalf("%+v", c.Choices[0])
+	}
+	if !strings.Contains(string(body), `"reasoning_content":"hmm"`) {
+		t.Error("thinking lost in the buffered chat answer")
+	}
+}
+
+// TestCutOffAndWithheldAnswers: an answer cut off (by its limit, or by
+// Anthropic's context window) or withheld (Anthropic's refusal, OpenAI's
+// content filter) reaches every client format as such, never as a
+// finished answer: Chat's finish_reason length or content_filter,
+// Responses' incomplete with reason max_output_tokens or content_filter,
+// Anthropic's max_tokens or refusal.
+func TestCutOffAndWithheldAnswers(t *testing.T) {
+	anthropicAnswer := func(stop string) []byte {
+		return []byte(`{"id":"msg_1","type":"message","role":"assistant","model":"c","content":[{"type":"text","text":"partial"}],"stop_reason":"` + stop + `","stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":1}}`)
+	}
+	responsesAnswer := func(reason string) []byte {
+		return []byte(`{"id":"resp_1","object":"response","model":"r","status":"incomplete","incomplete_details":{"reason":"` + reason + `"},"output":[{"type":"message","id":"m","role":"assistant","content":[{"type":"output_text","text":"partial"}]}],"usage":{"input_tokens":5,"output_tokens":1}}`)
+	}
+	for _, c := range []struct {
+		name                       string
+		dec                        func() llmapi.Decoder
+		chat, responses, anthropic string
+	}{
+		{"anthropic max_tokens", func() llmapi.Decoder { return llmapi.DecodeAnthropic(anthropicAnswer("max_tokens")) }, "length", "max_output_tokens", "max_tokens"},
+		{"anthropic context window", func() llmapi.Decoder { return llmapi.DecodeAnthropic(anthropicAnswer("model_context_window_exceeded")) }, "length", "max_output_tokens", "max_tokens"},
+		{"anthropic refusal", func() llmapi.Decoder { return llmapi.DecodeAnthropic(anthropicAnswer("refusal")) }, "content_filter", "content_filter", "refusal"},
+		{"responses max_output_tokens", func() llmapi.Decoder { return llmapi.DecodeResponses(responsesAnswer("max_output_tokens")) }, "length", "max_output_tokens", "max_tokens"},
+		{"responses content_filter", func() llmapi.Decoder { return llmapi.DecodeResponses(responsesAnswer("content_filter")) }, "content_filter", "content_filter", "refusal"},
+		{"responses stream content_filter", func() llmapi.Decoder {
+			return llmapi.DecodeResponsesStream(strings.NewReader("event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"model\":\"r\",\"status\":\"in_progress\",\"output\":[]}}\n\n" +
+				"event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"response\":" + string(responsesAnswer("content_filter")) + "}\n\n"))
+		}, "content_filter", "content_filter", "refusal"},
+	} {
+		_, _, out := llmapitest.Render(t, c.dec(), &llmapi.ChatRenderer{ID: "c", Model: "pub"})
+		var cc openai.ChatCompletion
+		if err := json.Unmarshal(out, &cc); err != nil || string(cc.Choices[0].FinishReason) != c.chat {
+			t.Errorf("%s -> chat: %s (%v), want finish_reason %s", c.name, out, err, c.chat)
+		}
+		_, _, out = llmapitest.Render(t, c.dec(), &llmapi.ResponsesRenderer{ID: "r", Model: "pub"})
+		var r responses.Response
+		if err := json.Unmarshal(out, &r); err != nil || r.Status != "incomplete" || string(r.IncompleteDetails.Reason) != c.responses {
+			t.Errorf("%s -> responses: %s (%v), want incomplete for %s", c.name, out, err, c.responses)
+		}
+		_, _, out = llmapitest.Render(t, c.dec(), &llmapi.AnthropicRenderer{ID: "a", Model: "pub"})
+		var m anthropic.Message
+		if err := json.Unmarshal(out, &m); err != nil || string(m.StopReason) != c.anthropic {
+			t.Errorf("%s -> anthropic: %s (%v), want stop_reason %s", c.name, out, err, c.anthropic)
+		}
+	}
+}
+
+// TestChatRefusalAndReasoning: a Chat Completions answer's refusal (a
+// structured-output request the model declined; content is null) reaches
+// other formats as its text and a refusal, buffered and streamed, and a
+// buffered answer's reasoning under Ollama's and newer vLLM's name
+// ("reasoning") is kept as thinking, as reasoning_content is.
+func TestChatRefusalAndReasoning(t *testing.T) {
+	buffered := []byte(`{"id":"c1","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":"I can't help with that."},"finish_reason":"stop"}]}`)
+	stream := []byte("data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null,\"refusal\":null}}]}\n\n" +
+		"data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"I can't \"}}]}\n\n" +
+		"data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"help with that.\"}}]}\n\n" +
+		"data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	for name, dec := range map[string]func() llmapi.Decoder{
+		"buffered": func() llmapi.Decoder { return llmapi.DecodeChat(buffered) },
+		"streamed": func() llmapi.Decoder { return llmapi.DecodeChatStream(bytes.NewReader(stream)) },
+	} {
+		_, _, out := llmapitest.Render(t, dec(), &llmapi.AnthropicRenderer{ID: "a", Model: "pub"})
+		var m anthropic.Message
+		if err := json.Unmarshal(out, &m); err != nil || m.StopReason != "refusal" || len(m.Content) != 1 || m.Content[0].Text != "I can't help with that." {
+			t.Errorf("%s -> anthropic: %s (%v)", name, out, err)
+		}
+		_, _, out = llmapitest.Render(t, dec(), &llmapi.ResponsesRenderer{ID: "r", Model: "pub"})
+		var r responses.Response
+		if err := json.Unmarshal(out, &r); err != nil || r.Status != "incomplete" || r.IncompleteDetails.Reason != "content_filter" || r.OutputText() != "I can't help with that." {
+			t.Errorf("%s -> responses: %s (%v)", name, out, err)
+		}
+	}
+	_, _, out := llmapitest.Render(t, llmapi.DecodeChat([]byte(`{"id":"c2","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"42","reasoning":"six times seven"},"finish_reason":"stop"}]}`)), &llmapi.AnthropicRenderer{ID: "a", Model: "pub"})
+	var m anthropic.Message
+	if err := json.Unmarshal(out, &m); err != nil || len(m.Content) != 2 || m.Content[0].Thinking != "six times seven" || m.Content[1].Text != "42" {
+		t.Errorf("reasoning -> anthropic thinking: %s (%v)", out, err)
+	}
+}
