@@ -248,6 +248,8 @@ type tunnelWriter struct {
 	// holding is set while a streamed answer's head waits for its body;
 	// its timer flushes the head alone if the body is slow.
 	holding *time.Timer
+	// hold, when set, replaces headHold (tests).
+	hold time.Duration
 }
 
 // headHold bounds how long a streamed answer's head waits for its first
@@ -276,7 +278,11 @@ func (w *tunnelWriter) WriteHead(status int, header http.Header) error {
 	// headHold; waiting for send credit flushes earlier.
 	w.st.Hold()
 	if mt, _, _ := strings.Cut(header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
-		w.holding = time.AfterFunc(headHold, w.st.Flush)
+		hold := headHold
+		if w.hold > 0 {
+			hold = w.hold
+		}
+		w.holding = time.AfterFunc(hold, w.st.Flush)
 	}
 	// Only allowed headers leave, whatever the adapter passed.
 	resp := &iopv1.ProviderTunnelResponse{Status: uint32(status),
