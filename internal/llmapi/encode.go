@@ -104,7 +104,7 @@ func openAIFormat(f *OutputFormat) map[string]any {
 // max_tokens, the field every such server reads (Ollama ignores
 // max_completion_tokens). A vendor prefix such as "openai/" is skipped.
 func CompletionTokensModel(model string) bool {
-	m := strings.ToLower(model[strings.LastIndexByte(model, '/')+1:])
+	m := modelName(model)
 	digitAt := func(i int) bool { return i < len(m) && m[i] >= '0' && m[i] <= '9' }
 	switch {
 	case strings.HasPrefix(m, "o") && digitAt(1):
@@ -125,13 +125,21 @@ func CompletionTokensModel(model string) bool {
 // gets the effort (gpt-oss, Qwen3 and other open models read it, servers
 // that do not ignore it).
 func NonReasoningModel(model string) bool {
-	m := strings.ToLower(model[strings.LastIndexByte(model, '/')+1:])
-	for _, p := range []string{"gpt-4", "gpt-3.5", "gpt-35", "chatgpt-"} {
+	m := modelName(model)
+	for _, p := range nonReasoningPrefixes {
 		if strings.HasPrefix(m, p) {
 			return true
 		}
 	}
 	return false
+}
+
+var nonReasoningPrefixes = []string{"gpt-4", "gpt-3.5", "gpt-35", "chatgpt-"}
+
+// modelName is model without a vendor prefix ("openai/"), in lower case,
+// as CompletionTokensModel and NonReasoningModel read it.
+func modelName(model string) string {
+	return strings.ToLower(model[strings.LastIndexByte(model, '/')+1:])
 }
 
 // effortOf is the reasoning effort r asks of model: its own, or its
