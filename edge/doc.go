@@ -36,7 +36,11 @@
 // the provider's format lacks, is left out (seed, penalties, logit_bias,
 // top_k, verbosity, service tiers, caching hints, context_management), as
 // is a reasoning effort or thinking budget for an OpenAI model that takes
-// none (GPT-4o, GPT-4.1 and older refuse one): the answer keeps its shape. The request is encoded for each provider
+// none (GPT-4o, GPT-4.1 and older refuse one): the answer keeps its shape.
+// A Responses custom tool, whose input is free text (Codex's apply_patch),
+// is carried as a function with one string parameter, a grammar it names
+// in that parameter's description, and its calls come back to the client
+// as custom_tool_call items. The request is encoded for each provider
 // format of its route before it is queued, and a provider whose format
 // cannot carry it is no candidate: another of the route's providers that
 // can (one that speaks the client's format carries everything) serves it,

@@ -403,7 +403,11 @@ func renderer(req *request) llmapi.Renderer {
 	case apiMessages:
 		return &llmapi.AnthropicRenderer{ID: "msg_" + req.rid, Model: req.route.Model, RequestID: req.rid}
 	case apiResponses:
-		return &llmapi.ResponsesRenderer{ID: "resp_" + req.rid, Model: req.route.Model, Created: created}
+		r := &llmapi.ResponsesRenderer{ID: "resp_" + req.rid, Model: req.route.Model, Created: created}
+		if req.ir != nil {
+			r.Freeform = req.ir.FreeformTools()
+		}
+		return r
 	}
 	return &llmapi.ChatRenderer{ID: "chatcmpl-" + req.rid, Model: req.route.Model, Created: created, IncludeUsage: req.includeUsage}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/execution/upstreamtest"
@@ -495,6 +496,100 @@ func TestDocumentThroughTranslation(t *testing.T) {
 		if len(calls) != before+1 || !strings.Contains(string(calls[len(calls)-1].Body), want) {
 			t.Fatalf("%s: upstream got %s, want %s in it", model, calls[len(calls)-1].Body, want)
 		}
+	}
+	r.settled()
+}
+
+// TestFreeformToolThroughTranslation: Codex's apply_patch, a Responses
+// custom tool, works against a model reached in another format: the
+// provider gets a function with one string parameter, and the client, with
+// the official SDK, gets a custom_tool_call whose input is the patch,
+// buffered and streamed; the call and its output, sent back as history,
+// reach the provider as a tool call and its result.
+func TestFreeformToolThroughTranslation(t *testing.T) {
+	const patch = "*** Begin Patch\n*** Add File: a.txt\n+\"hi\"\n*** End Patch"
+	args, _ := json.Marshal(map[string]string{"input": patch})
+	r := newRig(t, rigOpts{reply: func(*upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{ToolCalls: []upstreamtest.ToolCall{{ID: "call_p", Name: "apply_patch", Arguments: string(args)}}}
+	}})
+	tool := responses.ToolUnionParam{OfCustom: &responses.CustomToolParam{Name: "apply_patch", Description: openai.String("Edit files."),
+		Format: shared.CustomToolInputFormatUnionParam{OfGrammar: &shared.CustomToolInputFormatGrammarParam{Syntax: "lark", Definition: "start: patch"}}}}
+	params := responses.ResponseNewParams{Model: "via-anthropic", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("add a.txt")},
+		Tools: []responses.ToolUnionParam{tool}}
+	check := func(t *testing.T, resp *responses.Response) {
+		t.Helper()
+		if len(resp.Output) != 1 {
+			t.Fatalf("output %+v", resp.Output)
+		}
+		if c := resp.Output[0].AsCustomToolCall(); c.Type != "custom_tool_call" || c.CallID != "call_p" || c.Name != "apply_patch" || c.Input != patch {
+			t.Fatalf("call %+v", c)
+		}
+	}
+	resp, err := r.client.Responses.New(ctx(t), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, resp)
+	s := r.client.Responses.NewStreaming(ctx(t), params)
+	var final *responses.Response
+	var input string
+	for s.Next() {
+		switch ev := s.Current(); ev.Type {
+		case "response.custom_tool_call_input.delta":
+			input += ev.Delta
+		case "response.completed":
+			c := ev.Response
+			final = &c
+		}
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if final == nil || input != patch {
+		t.Fatalf("streamed input %q, final %v", input, final)
+	}
+	check(t, final)
+
+	// The upstream, asked in Anthropic Messages, got a function tool.
+	calls := r.calls()
+	var up struct {
+		Tools []struct {
+			Name        string
+			InputSchema struct {
+				Properties map[string]struct{ Type, Description string }
+				Required   []string
+			} `json:"input_schema"`
+		}
+	}
+	if err := json.Unmarshal(calls[len(calls)-1].Body, &up); err != nil || calls[len(calls)-1].API != "messages" || len(up.Tools) != 1 {
+		t.Fatalf("upstream request %s: %v", calls[len(calls)-1].Body, err)
+	}
+	if in := up.Tools[0].InputSchema.Properties["input"]; in.Type != "string" || !strings.Contains(in.Description, "lark grammar:\nstart: patch") {
+		t.Errorf("upstream tool %+v", up.Tools[0])
+	}
+
+	// The next turn sends the call and its output back.
+	params.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+		responses.ResponseInputItemParamOfMessage("add a.txt", responses.EasyInputMessageRoleUser),
+		{OfCustomToolCall: &responses.ResponseCustomToolCallParam{CallID: "call_p", Name: "apply_patch", Input: patch}},
+		{OfCustomToolCallOutput: &responses.ResponseCustomToolCallOutputParam{CallID: "call_p", Output: responses.ResponseCustomToolCallOutputOutputUnionParam{OfString: openai.String("Done!")}}},
+	}}
+	if _, err := r.client.Responses.New(ctx(t), params); err != nil {
+		t.Fatal(err)
+	}
+	calls = r.calls()
+	var next struct {
+		Messages []struct {
+			Role    string
+			Content []map[string]any
+		}
+	}
+	json.Unmarshal(calls[len(calls)-1].Body, &next)
+	if len(next.Messages) != 3 || next.Messages[1].Content[0]["type"] != "tool_use" || next.Messages[2].Content[0]["type"] != "tool_result" {
+		t.Fatalf("history upstream: %s", calls[len(calls)-1].Body)
+	}
+	if in, _ := next.Messages[1].Content[0]["input"].(map[string]any); in["input"] != patch {
+		t.Errorf("the call upstream: %v", next.Messages[1].Content[0])
 	}
 	r.settled()
 }

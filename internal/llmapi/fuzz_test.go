@@ -30,6 +30,9 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 		&llmapi.AnthropicRenderer{ID: "msg_1", Model: "m"},
 		&llmapi.ChatRenderer{ID: "c_1", Model: "m", IncludeUsage: true},
 		&llmapi.ResponsesRenderer{ID: "resp_1", Model: "m"},
+		// Calls of these tools (names the seeds use) render as
+		// custom_tool_call items.
+		&llmapi.ResponsesRenderer{ID: "resp_2", Model: "m", Freeform: map[string]bool{"f": true, "get_weather": true, "apply_patch": true}},
 	}
 	for _, r := range renderers {
 		dec := mk()
@@ -76,7 +79,7 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 
 func FuzzDecodeStream(f *testing.F) {
 	seedFiles(f, "chat_stream_parallel_tools.sse", "anthropic_stream_thinking_tools.sse",
-		"anthropic_stream_bad_indices.sse", "responses_stream_args_in_done.sse")
+		"anthropic_stream_bad_indices.sse", "responses_stream_args_in_done.sse", "anthropic_stream_apply_patch.sse")
 	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":7}]}}]}\n\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		drain(t, func() llmapi.Decoder { return llmapi.DecodeChatStream(bytes.NewReader(body)) })
@@ -104,6 +107,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","instructions":"i","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"r"}],"reasoning":{"effort":"high"}}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","strict":true,"schema":{"type":"object"}}},"text":{"format":{"type":"json_object"}},"output_config":{"format":{"type":"json_schema","schema":{}}},"n":1}`))
 	f.Add([]byte(`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":[{"type":"document","title":"t","source":{"type":"base64","media_type":"application/pdf","data":"JVBE"}},{"type":"document","source":{"type":"content","content":[{"type":"text","text":"x"}]}},{"type":"file","file":{"filename":"a","file_data":"data:application/pdf;base64,JVBE"}},{"type":"input_file","file_url":"https://x/a.pdf"}]}]}`))
+	f.Add([]byte(`{"model":"m","input":[{"type":"custom_tool_call","call_id":"c","name":"p","input":"*** Begin Patch"},{"type":"custom_tool_call_output","call_id":"c","output":"ok"}],"tools":[{"type":"custom","name":"p","format":{"type":"grammar","syntax":"lark","definition":"start: x"}},{"type":"custom","name":"q","format":{"type":"text"}}],"tool_choice":{"type":"custom","name":"p"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, dec := range []func([]byte) (*llmapi.Request, error){
 			llmapi.DecodeAnthropicRequest, llmapi.DecodeChatRequest, llmapi.DecodeResponsesRequest,

@@ -71,7 +71,17 @@ type Tool struct {
 	Description string
 	// Schema is the JSON Schema of the input.
 	Schema json.RawMessage
+	// Freeform marks a Responses custom tool, whose input is one string
+	// (Codex's apply_patch): no other format has such tools, so it is
+	// carried as a function whose one parameter, FreeformParam, is that
+	// string, and its calls are rendered back to the Responses client as
+	// custom_tool_call items (ResponsesRenderer.Freeform).
+	Freeform bool
 }
+
+// FreeformParam is the one parameter of the function a freeform tool is
+// carried as; its value is the tool's input.
+const FreeformParam = "input"
 
 // ToolChoice says whether and which tool the model must call.
 type ToolChoice struct {
@@ -104,6 +114,21 @@ type Request struct {
 	User string
 	// Output asks for a JSON answer; nil asks for free text.
 	Output *OutputFormat
+}
+
+// FreeformTools returns the names of r's freeform tools, or nil when it
+// has none.
+func (r *Request) FreeformTools() map[string]bool {
+	var m map[string]bool
+	for _, t := range r.Tools {
+		if t.Freeform {
+			if m == nil {
+				m = map[string]bool{}
+			}
+			m[t.Name] = true
+		}
+	}
+	return m
 }
 
 // OutputFormat asks the model to answer with JSON: any JSON object

@@ -474,10 +474,36 @@ func OpenAIErrorFrom(e *APIError) (int, []byte) {
 type ResponsesRenderer struct {
 	ID, Model string
 	Created   int64
-	st        state
-	seq       int
-	started   bool
-	itemIDs   map[int]string
+	// Freeform names the client's custom tools (Request.FreeformTools).
+	// A call of one is a custom_tool_call item whose input is the string
+	// the model gave as the function's FreeformParam (its whole arguments
+	// when it gave no such string). The input is whole only once the call
+	// is, so it is streamed as one delta, right before its .done event.
+	Freeform map[string]bool
+	st       state
+	seq      int
+	started  bool
+	itemIDs  map[int]string
+}
+
+// custom reports whether block i is a call of a freeform tool.
+func (r *ResponsesRenderer) custom(i int) bool {
+	if i >= len(r.st.blocks) || r.st.blocks[i] == nil {
+		return false
+	}
+	b := r.st.blocks[i]
+	return b.Kind == PartToolUse && r.Freeform[b.Name]
+}
+
+// freeformInput is a freeform tool's input, from the arguments of the
+// function it was carried as.
+func freeformInput(args json.RawMessage) string {
+	var o map[string]json.RawMessage
+	var in string
+	if json.Unmarshal(args, &o) == nil && json.Unmarshal(o[FreeformParam], &in) == nil {
+		return in
+	}
+	return string(args)
 }
 
 var _ Renderer = (*ResponsesRenderer)(nil)
@@ -503,6 +529,12 @@ func (r *ResponsesRenderer) item(i int, final bool) map[string]any {
 		args := ""
 		if final {
 			args = string(r.st.toolInput(i))
+		}
+		if r.Freeform[b.Name] {
+			if final {
+				args = freeformInput(r.st.toolInput(i))
+			}
+			return map[string]any{"type": "custom_tool_call", "id": id, "call_id": b.ID, "name": b.Name, "input": args, "status": status}
 		}
 		return map[string]any{"type": "function_call", "id": id, "call_id": b.ID, "name": b.Name, "arguments": args, "status": status}
 	}
@@ -567,6 +599,9 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 		out = r.ev(out, "response.in_progress", map[string]any{"response": r.response("in_progress")})
 	case EvBlockStart:
 		prefix := map[BlockKind]string{BlockText: "msg", BlockThinking: "rs", BlockToolUse: "fc"}[e.Block]
+		if r.custom(e.Index) {
+			prefix = "ctc"
+		}
 		r.itemIDs[e.Index] = fmt.Sprintf("%s_%s_%d", prefix, r.ID, e.Index)
 		out = r.ev(out, "response.output_item.added", map[string]any{"output_index": e.Index, "item": r.item(e.Index, false)})
 		if e.Block == BlockText {
@@ -583,7 +618,9 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 				out = r.ev(out, "response.reasoning_summary_text.delta", map[string]any{"item_id": id, "output_index": e.Index, "summary_index": 0, "delta": e.Text})
 			}
 		case BlockToolUse:
-			out = r.ev(out, "response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": e.Index, "delta": e.Text})
+			if !r.custom(e.Index) {
+				out = r.ev(out, "response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": e.Index, "delta": e.Text})
+			}
 		}
 	case EvBlockStop:
 		id, b := r.itemIDs[e.Index], r.st.blocks[e.Index]
@@ -593,6 +630,14 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 			out = r.ev(out, "response.output_text.done", map[string]any{"item_id": id, "output_index": e.Index, "content_index": 0, "text": b.Text})
 			out = r.ev(out, "response.content_part.done", map[string]any{"item_id": id, "output_index": e.Index, "content_index": 0, "part": part})
 		case BlockToolUse:
+			if r.custom(e.Index) {
+				in := freeformInput(r.st.toolInput(e.Index))
+				if in != "" {
+					out = r.ev(out, "response.custom_tool_call_input.delta", map[string]any{"item_id": id, "output_index": e.Index, "delta": in})
+				}
+				out = r.ev(out, "response.custom_tool_call_input.done", map[string]any{"item_id": id, "output_index": e.Index, "input": in})
+				break
+			}
 			out = r.ev(out, "response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": e.Index, "arguments": string(r.st.toolInput(e.Index))})
 		}
 		out = r.ev(out, "response.output_item.done", map[string]any{"output_index": e.Index, "item": r.item(e.Index, true)})

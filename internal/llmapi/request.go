@@ -585,6 +585,7 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 			Name        string          `json:"name"`
 			Description string          `json:"description"`
 			Parameters  json.RawMessage `json:"parameters"`
+			Format      json.RawMessage `json:"format"`
 		} `json:"tools"`
 		ToolChoice        json.RawMessage `json:"tool_choice"`
 		ParallelToolCalls *bool           `json:"parallel_tool_calls"`
@@ -642,6 +643,7 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 			CallID  string          `json:"call_id"`
 			Name    string          `json:"name"`
 			Args    string          `json:"arguments"`
+			Input   json.RawMessage `json:"input"`
 			Output  json.RawMessage `json:"output"`
 		}
 		if err := json.Unmarshal(q.Input, &items); err != nil {
@@ -683,7 +685,15 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 					return nil, badRequest("%s: arguments are not JSON", where)
 				}
 				add(RoleAssistant, Part{Kind: PartToolUse, ID: it.CallID, Name: it.Name, Input: json.RawMessage(args)})
-			case "function_call_output":
+			case "custom_tool_call":
+				// A freeform tool's call: its string input becomes the one
+				// parameter of the function the tool is carried as.
+				var in string
+				if json.Unmarshal(it.Input, &in) != nil {
+					return nil, badRequest("%s: input must be a string", where)
+				}
+				add(RoleAssistant, Part{Kind: PartToolUse, ID: it.CallID, Name: it.Name, Input: mustJSON(map[string]string{FreeformParam: in})})
+			case "function_call_output", "custom_tool_call_output":
 				// The output is text, or a list of input_text, input_image
 				// and input_file parts (a screenshot a tool took).
 				var content []Part
@@ -708,11 +718,19 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 			}
 		}
 	}
-	for _, t := range q.Tools {
-		if t.Type != "function" {
+	for i, t := range q.Tools {
+		switch t.Type {
+		case "function":
+			r.Tools = append(r.Tools, Tool{Name: t.Name, Description: t.Description, Schema: t.Parameters})
+		case "custom":
+			schema, err := freeformSchema(t.Format, fmt.Sprintf("tools[%d].format", i))
+			if err != nil {
+				return nil, err
+			}
+			r.Tools = append(r.Tools, Tool{Name: t.Name, Description: t.Description, Schema: schema, Freeform: true})
+		default:
 			return nil, badRequest("tool type %q cannot be translated", t.Type)
 		}
-		r.Tools = append(r.Tools, Tool{Name: t.Name, Description: t.Description, Schema: t.Parameters})
 	}
 	if tc, err := chatToolChoice(q.ToolChoice); err != nil {
 		return nil, err
@@ -726,6 +744,41 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 		r.ToolChoice.DisableParallel = true
 	}
 	return r, nil
+}
+
+// freeformSchema is the JSON Schema of the function a custom tool is
+// carried as: an object whose one property, FreeformParam, is the tool's
+// input. A grammar the input must match (Codex's apply_patch grammar) goes
+// into that property's description: no target enforces it, and the tool
+// itself is left to refuse an input that does not match.
+func freeformSchema(format json.RawMessage, where string) (json.RawMessage, error) {
+	desc := "The tool's whole input, as free-form text."
+	if present(format) {
+		var f struct {
+			Type       string `json:"type"`
+			Syntax     string `json:"syntax"`
+			Definition string `json:"definition"`
+		}
+		if err := json.Unmarshal(format, &f); err != nil {
+			return nil, badRequest("%s must be an object", where)
+		}
+		switch f.Type {
+		case "text":
+		case "grammar":
+			if (f.Syntax != "lark" && f.Syntax != "regex") || strings.TrimSpace(f.Definition) == "" {
+				return nil, badRequest(`%s: a grammar needs syntax "lark" or "regex" and a definition`, where)
+			}
+			desc += " It must match this " + f.Syntax + " grammar:\n" + f.Definition
+		default:
+			return nil, badRequest("%s.type %q", where, f.Type)
+		}
+	}
+	return mustJSON(map[string]any{
+		"type":                 "object",
+		"properties":           map[string]any{FreeformParam: map[string]any{"type": "string", "description": desc}},
+		"required":             []string{FreeformParam},
+		"additionalProperties": false,
+	}), nil
 }
 
 func responsesContent(raw json.RawMessage, where string) ([]Part, error) {

@@ -856,3 +856,151 @@ func TestResponsesToolOutputParts(t *testing.T) {
 		t.Fatalf("a refusal in a Chat history: %+v %v", ir, err)
 	}
 }
+
+// TestFreeformTool: a Responses custom tool (Codex's apply_patch, whose
+// input is a patch, not JSON) reaches a provider without custom tools as a
+// function with one string parameter, its history as tool calls and
+// results, and its calls come back to the client as custom_tool_call items.
+func TestFreeformTool(t *testing.T) {
+	const grammar = "start: begin_patch hunk+ end_patch"
+	ir, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"gpt-5","input":[
+		{"role":"user","content":"fix it"},
+		{"type":"custom_tool_call","call_id":"call_1","name":"apply_patch","input":"*** Begin Patch\n*** End Patch"},
+		{"type":"custom_tool_call_output","call_id":"call_1","output":"Done!"}],
+		"tools":[{"type":"custom","name":"apply_patch","description":"Edit files.","format":{"type":"grammar","syntax":"lark","definition":"` + grammar + `"}},
+			{"type":"custom","name":"note"},
+			{"type":"function","name":"shell","parameters":{"type":"object"}}],
+		"tool_choice":{"type":"custom","name":"apply_patch"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ir.FreeformTools(); len(got) != 2 || !got["apply_patch"] || !got["note"] {
+		t.Fatalf("freeform tools %v", got)
+	}
+	b, err := llmapi.EncodeAnthropic(ir, "claude-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Tools      []map[string]any
+		ToolChoice map[string]any `json:"tool_choice"`
+		Messages   []struct{ Content []map[string]any }
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	param := func(desc string) map[string]any {
+		return map[string]any{"type": "object", "required": []any{"input"}, "additionalProperties": false,
+			"properties": map[string]any{"input": map[string]any{"type": "string", "description": desc}}}
+	}
+	const free = "The tool's whole input, as free-form text."
+	wantTools := []map[string]any{
+		{"name": "apply_patch", "description": "Edit files.", "input_schema": param(free + " It must match this lark grammar:\n" + grammar)},
+		{"name": "note", "description": "", "input_schema": param(free)},
+		{"name": "shell", "description": "", "input_schema": map[string]any{"type": "object"}},
+	}
+	if d := cmp.Diff(wantTools, got.Tools); d != "" {
+		t.Errorf("tools (-want +got):\n%s", d)
+	}
+	if got.ToolChoice["type"] != "tool" || got.ToolChoice["name"] != "apply_patch" {
+		t.Errorf("tool_choice %v", got.ToolChoice)
+	}
+	wantHistory := []map[string]any{
+		{"type": "tool_use", "id": "call_1", "name": "apply_patch", "input": map[string]any{"input": "*** Begin Patch\n*** End Patch"}},
+	}
+	if len(got.Messages) != 3 {
+		t.Fatalf("%d messages: %s", len(got.Messages), b)
+	}
+	if d := cmp.Diff(wantHistory, got.Messages[1].Content); d != "" {
+		t.Errorf("the call in the history (-want +got):\n%s", d)
+	}
+	if c := got.Messages[2].Content; len(c) != 1 || c[0]["type"] != "tool_result" || c[0]["tool_use_id"] != "call_1" {
+		t.Errorf("the call's output in the history: %v", c)
+	}
+
+	for _, tc := range []struct{ body, want string }{
+		{`"input":"x","tools":[{"type":"custom","name":"a","format":{"type":"grammar","syntax":"ebnf","definition":"x"}}]`, `tools[0].format: a grammar needs syntax "lark" or "regex"`},
+		{`"input":"x","tools":[{"type":"custom","name":"a","format":{"type":"grammar","syntax":"lark"}}]`, `tools[0].format: a grammar needs`},
+		{`"input":"x","tools":[{"type":"custom","name":"a","format":{"type":"json"}}]`, `tools[0].format.type "json"`},
+		{`"input":"x","tools":[{"type":"custom","name":"a","format":"text"}]`, `tools[0].format must be an object`},
+		{`"input":[{"type":"custom_tool_call","call_id":"c","name":"a","input":{"patch":"x"}}]`, `input[0]: input must be a string`},
+		{`"input":[{"type":"custom_tool_call","call_id":"c","name":"a"}]`, `input[0]: input must be a string`},
+	} {
+		_, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m",` + tc.body + `}`))
+		var ae *llmapi.APIError
+		if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, tc.want) {
+			t.Errorf("%s: %v, want a 400 with %q", tc.body, err, tc.want)
+		}
+	}
+}
+
+// TestFreeformCallRendered: a call of a freeform tool is a
+// custom_tool_call in the stream and the buffered body, its input the
+// string the model gave, whole; a call of any other tool is unchanged.
+func TestFreeformCallRendered(t *testing.T) {
+	const patch = "*** Begin Patch\n*** Update File: hello.go\n@@\n-\tfmt.Println(\"helo\")\n+\tfmt.Println(\"hello é\")\n*** End Patch"
+	fx := llmapitest.Fixture(t, "anthropic_stream_apply_patch.sse")
+	stream, status, body := llmapitest.Render(t, llmapi.DecodeAnthropicStream(bytes.NewReader(fx)),
+		&llmapi.ResponsesRenderer{ID: "r1", Model: "pub", Freeform: map[string]bool{"apply_patch": true}})
+	var types []string
+	var delta, done string
+	for _, ev := range llmapitest.Events(t, stream) {
+		var e struct {
+			Type  string `json:"type"`
+			Delta string `json:"delta"`
+			Input string `json:"input"`
+			Item  struct {
+				Type, ID string
+			} `json:"item"`
+		}
+		if err := json.Unmarshal(ev.Data, &e); err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, e.Type)
+		switch e.Type {
+		case "response.custom_tool_call_input.delta":
+			delta += e.Delta
+		case "response.custom_tool_call_input.done":
+			done = e.Input
+		case "response.output_item.added":
+			if e.Item.Type == "custom_tool_call" && !strings.HasPrefix(e.Item.ID, "ctc_") {
+				t.Errorf("custom_tool_call item id %q", e.Item.ID)
+			}
+		}
+		if strings.HasPrefix(e.Type, "response.function_call") {
+			t.Errorf("%s for a freeform tool", e.Type)
+		}
+	}
+	if delta != patch || done != patch {
+		t.Errorf("input in the deltas %q and in .done %q, want %q", delta, done, patch)
+	}
+	tail := types[len(types)-4:]
+	if d := cmp.Diff([]string{"response.custom_tool_call_input.delta", "response.custom_tool_call_input.done", "response.output_item.done", "response.completed"}, tail); d != "" {
+		t.Errorf("the call's last events (-want +got):\n%s", d)
+	}
+	var resp struct {
+		Output []map[string]any
+	}
+	if err := json.Unmarshal(body, &resp); status != 200 || err != nil || len(resp.Output) != 2 {
+		t.Fatalf("buffered %d %s", status, body)
+	}
+	want := map[string]any{"type": "custom_tool_call", "id": "ctc_r1_1", "call_id": "toolu_01P", "name": "apply_patch", "input": patch, "status": "completed"}
+	if d := cmp.Diff(want, resp.Output[1]); d != "" {
+		t.Errorf("buffered call (-want +got):\n%s", d)
+	}
+
+	// The model gave no "input" string: the client gets its whole
+	// arguments, for the tool to refuse in its own words.
+	fx = llmapitest.Fixture(t, "anthropic_stream_thinking_tools.sse")
+	_, _, body = llmapitest.Render(t, llmapi.DecodeAnthropicStream(bytes.NewReader(fx)),
+		&llmapi.ResponsesRenderer{ID: "r2", Model: "pub", Freeform: map[string]bool{"get_weather": true}})
+	if !strings.Contains(string(body), `"input":"{\"city\": \"San Francisco\", \"unit\": \"c\"}"`) {
+		t.Errorf("arguments without an input string: %s", body)
+	}
+	// A freeform set that names another tool leaves the call a function.
+	_, _, body = llmapitest.Render(t, llmapi.DecodeAnthropicStream(bytes.NewReader(fx)),
+		&llmapi.ResponsesRenderer{ID: "r3", Model: "pub", Freeform: map[string]bool{"apply_patch": true}})
+	if !strings.Contains(string(body), `"type":"function_call"`) || strings.Contains(string(body), "custom_tool_call") {
+		t.Errorf("a function call rendered as custom: %s", body)
+	}
+}

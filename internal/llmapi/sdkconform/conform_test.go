@@ -123,7 +123,8 @@ func checkResponses(t *testing.T, stream []byte) responses.Response {
 		switch u.Type {
 		case "response.output_item.added":
 			added[u.Item.ID] = true
-		case "response.output_text.delta", "response.function_call_arguments.delta", "response.reasoning_summary_text.delta":
+		case "response.output_text.delta", "response.function_call_arguments.delta", "response.reasoning_summary_text.delta",
+			"response.custom_tool_call_input.delta":
 			if !added[u.ItemID] {
 				t.Fatalf("%s for item %q before its output_item.added", u.Type, u.ItemID)
 			}
@@ -215,6 +216,42 @@ func TestResponsesArgumentsOnlyInDone(t *testing.T) {
 	msg := accumulateAnthropic(t, stream)
 	if msg.StopReason != "tool_use" || string(msg.Content[0].Input) != `{"q":"iop","limit":3}` {
 		t.Fatalf("anthropic %+v", msg)
+	}
+}
+
+// TestFreeformCall: the openai SDK reads a call of a freeform tool
+// (Codex's apply_patch) from a translated stream and buffered body as a
+// custom_tool_call with the patch as its input.
+func TestFreeformCall(t *testing.T) {
+	const patch = "*** Begin Patch\n*** Update File: hello.go\n@@\n-\tfmt.Println(\"helo\")\n+\tfmt.Println(\"hello é\")\n*** End Patch"
+	fx := llmapitest.Fixture(t, "anthropic_stream_apply_patch.sse")
+	stream, _, body := llmapitest.Render(t, llmapi.DecodeAnthropicStream(bytes.NewReader(fx)),
+		&llmapi.ResponsesRenderer{ID: "r1", Model: "pub", Freeform: map[string]bool{"apply_patch": true}})
+	var buffered responses.Response
+	if err := json.Unmarshal(body, &buffered); err != nil {
+		t.Fatal(err)
+	}
+	for name, resp := range map[string]responses.Response{"streamed": checkResponses(t, stream), "buffered": buffered} {
+		if len(resp.Output) != 2 || resp.OutputText() != "Fixing the greeting." {
+			t.Fatalf("%s: output %+v", name, resp.Output)
+		}
+		c := resp.Output[1].AsCustomToolCall()
+		if c.Type != "custom_tool_call" || c.Name != "apply_patch" || c.CallID != "toolu_01P" || c.Input != patch {
+			t.Errorf("%s: call %+v", name, c)
+		}
+	}
+	var input string
+	for _, ev := range llmapitest.Events(t, stream) {
+		var u responses.ResponseStreamEventUnion
+		if err := json.Unmarshal(ev.Data, &u); err != nil {
+			t.Fatal(err)
+		}
+		if u.Type == "response.custom_tool_call_input.done" {
+			input = u.AsResponseCustomToolCallInputDone().Input
+		}
+	}
+	if input != patch {
+		t.Errorf("custom_tool_call_input.done has %q", input)
 	}
 }
 
