@@ -604,6 +604,8 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 		Background   bool            `json:"background"`
 		Conversation json.RawMessage `json:"conversation"`
 		Prompt       json.RawMessage `json:"prompt"`
+		TopLogprobs  int             `json:"top_logprobs"`
+		Include      []string        `json:"include"`
 	}
 	if err := json.Unmarshal(body, &q); err != nil {
 		return nil, badRequest("invalid request body: %v", err)
@@ -617,6 +619,8 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 		return nil, untranslatable("conversation", "a conversation is kept at OpenAI")
 	case present(q.Prompt):
 		return nil, untranslatable("prompt", "a prompt template is kept at OpenAI")
+	case q.TopLogprobs > 0 || slices.Contains(q.Include, "message.output_text.logprobs"):
+		return nil, untranslatable("logprobs", "they report none")
 	}
 	r := &Request{Model: q.Model, MaxTokens: q.MaxOutputTokens, Temperature: q.Temperature, TopP: q.TopP, Stream: q.Stream, User: q.User}
 	if q.Text != nil {

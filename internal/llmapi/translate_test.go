@@ -485,6 +485,8 @@ func TestUntranslatableRefused(t *testing.T) {
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","background":true}`, "background"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","conversation":"conv_1"}`, "conversation"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","prompt":{"id":"pmpt_1"}}`, "prompt"},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","top_logprobs":2}`, "logprobs"},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","include":["reasoning.encrypted_content","message.output_text.logprobs"]}`, "logprobs"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"n"}}}`, "json_schema without a schema"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":[{"role":"user","content":[{"type":"input_image","file_id":"file_1"}]}]}`, "input[0][0]: an input_image without image_url"},
 		{llmapi.DecodeChatRequest, `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":""}}]}]}`, "image_url without url"},
@@ -501,6 +503,10 @@ func TestUntranslatableRefused(t *testing.T) {
 	// Empty or absent, these ask for nothing and pass.
 	if _, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":9,` + msgs + `,"mcp_servers":[ ],"container":null,"output_config":{"effort":"high"}}`)); err != nil {
 		t.Fatalf("empty mcp_servers, null container, output_config without a format: %v", err)
+	}
+	// What Codex sends: encrypted reasoning it may not get back.
+	if _, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","input":"x","top_logprobs":0,"include":["reasoning.encrypted_content"]}`)); err != nil {
+		t.Fatalf("include without logprobs: %v", err)
 	}
 }
 
