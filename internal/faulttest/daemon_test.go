@@ -45,7 +45,9 @@ func binaries(t *testing.T) (edgeBin, nodeBin string) {
 		}
 		for _, b := range []struct{ out, pkg string }{{"edge", "./examples/edge"}, {"node", "./examples/node"}} {
 			cmd := exec.Command(goBin, "build", "-o", filepath.Join(bins.dir, b.out), b.pkg)
-			cmd.Dir = repoRoot()
+			// The repository's root, from this package's directory (the
+			// test's working directory), which -trimpath builds keep.
+			cmd.Dir = filepath.Join("..", "..")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				bins.err = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
 				return
@@ -57,11 +59,6 @@ func binaries(t *testing.T) (edgeBin, nodeBin string) {
 		t.Fatal(bins.err)
 	}
 	return bins.edge, bins.node
-}
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
 func init() {

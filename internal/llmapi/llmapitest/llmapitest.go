@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/iop-dev/iop/internal/llmapi"
@@ -17,14 +16,25 @@ import (
 
 // Fixture returns llmapi's testdata file name: a provider's answer, written
 // by hand from the provider's published API reference, never captured
-// from llmapi's output.
+// from llmapi's output. It finds the module's root from the test's working
+// directory (its package's directory), so it works under -trimpath too.
 func Fixture(t testing.TB, name string) []byte {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("llmapitest: no source path for the fixtures")
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "testdata", name))
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("llmapitest: no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "internal", "llmapi", "testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
