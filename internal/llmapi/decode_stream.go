@@ -703,11 +703,13 @@ func errorTypeFromAnthropic(t string) string {
 // --- Responses stream ----------------------------------------------------
 
 // DecodeResponsesStream decodes a Responses SSE stream. A function call's
-// arguments that arrive only in the .done event become one delta.
+// arguments that arrive only in the .done event become one delta. A
+// refusal's text is the answer's text, and the answer ends as a refusal
+// (as a Chat Completions refusal does).
 func DecodeResponsesStream(r io.Reader) Decoder {
 	rd := sse.NewReader(r, 0)
 	var seq blockSeq
-	started := false
+	started, refused := false, false
 	got := map[string]bool{} // item id -> saw argument or text deltas
 	openItem := ""
 	tools := 0
@@ -723,6 +725,7 @@ func DecodeResponsesStream(r io.Reader) Decoder {
 			Delta    string          `json:"delta"`
 			Text     string          `json:"text"`
 			Args     string          `json:"arguments"`
+			Refusal  string          `json:"refusal"`
 			Item     responsesItem   `json:"item"`
 			Response *responsesBody  `json:"response"`
 			Message  string          `json:"message"`
@@ -755,6 +758,22 @@ func DecodeResponsesStream(r io.Reader) Decoder {
 			}
 			got[m.ItemID] = true
 			seq.delta(m.Delta, "")
+		case "response.refusal.delta", "response.refusal.done":
+			if m.ItemID != openItem || !seq.open {
+				return errUpstream("delta for an item that is not open")
+			}
+			refused = true
+			text := m.Delta
+			if m.Type == "response.refusal.done" {
+				if got[m.ItemID] {
+					break // the deltas had it
+				}
+				text = m.Refusal // it came only whole
+			}
+			got[m.ItemID] = true
+			if text != "" {
+				seq.delta(text, "")
+			}
 		case "response.function_call_arguments.done":
 			if m.ItemID == openItem && seq.open && !got[m.ItemID] && m.Args != "" {
 				seq.delta(m.Args, "") // the arguments came only whole
@@ -771,6 +790,16 @@ func DecodeResponsesStream(r io.Reader) Decoder {
 					seq.delta(m.Item.Arguments, "")
 					got[m.Item.ID] = true
 				}
+				if m.Item.Type == "message" && !got[m.Item.ID] && seq.open {
+					// The text came only in the finished item.
+					for _, c := range m.Item.Content {
+						if t := c.Text + c.Refusal; t != "" {
+							seq.delta(t, "")
+						}
+						refused = refused || c.Type == "refusal"
+					}
+					got[m.Item.ID] = true
+				}
 				seq.stop()
 				openItem = ""
 			}
@@ -785,6 +814,8 @@ func DecodeResponsesStream(r io.Reader) Decoder {
 				reason = StopToolUse
 			case m.Type == "response.incomplete":
 				reason = m.Response.incompleteStop()
+			case refused:
+				reason = StopRefusal
 			}
 			seq.out = append(seq.out, Event{Kind: EvStop, Reason: reason})
 		case "response.failed", "error":
@@ -802,9 +833,12 @@ type responsesItem struct {
 	CallID    string `json:"call_id"`
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
-	Content   []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
+	// Content is a message's output_text and refusal parts, or a
+	// reasoning item's reasoning_text parts.
+	Content []struct {
+		Type    string `json:"type"`
+		Text    string `json:"text"`
+		Refusal string `json:"refusal"`
 	} `json:"content"`
 	Summary []struct {
 		Text string `json:"text"`
@@ -1005,6 +1039,7 @@ func DecodeResponses(body []byte) Decoder {
 		return &listDecoder{events: []Event{{Kind: EvError, Err: errUpstream("malformed answer")}}}
 	}
 	a := &answer{id: r.ID, model: r.Model, stop: StopEnd}
+	refused := false
 	if r.Status == "incomplete" {
 		a.stop = r.incompleteStop()
 	}
@@ -1014,18 +1049,35 @@ func DecodeResponses(body []byte) Decoder {
 			var b strings.Builder
 			for _, c := range it.Content {
 				b.WriteString(c.Text)
+				if c.Type == "refusal" {
+					// The refusal's text is the answer's text; the
+					// answer ends as a refusal.
+					b.WriteString(c.Refusal)
+					refused = true
+				}
 			}
 			a.blocks = append(a.blocks, Part{Kind: PartText, Text: b.String()})
 		case "reasoning":
+			// The summary, or else the reasoning itself (open-weight
+			// models served in Responses format send it as
+			// reasoning_text content).
 			var b strings.Builder
 			for _, s := range it.Summary {
 				b.WriteString(s.Text)
+			}
+			if b.Len() == 0 {
+				for _, c := range it.Content {
+					b.WriteString(c.Text)
+				}
 			}
 			a.blocks = append(a.blocks, Part{Kind: PartThinking, Text: b.String()})
 		case "function_call":
 			a.blocks = append(a.blocks, Part{Kind: PartToolUse, ID: it.CallID, Name: it.Name, Input: json.RawMessage(it.Arguments)})
 			a.stop = StopToolUse
 		}
+	}
+	if refused && a.stop == StopEnd {
+		a.stop = StopRefusal
 	}
 	if r.Usage != nil {
 		a.usage = r.Usage.canonical()

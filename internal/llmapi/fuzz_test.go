@@ -81,6 +81,10 @@ func FuzzDecodeStream(f *testing.F) {
 	seedFiles(f, "chat_stream_parallel_tools.sse", "anthropic_stream_thinking_tools.sse",
 		"anthropic_stream_bad_indices.sse", "responses_stream_args_in_done.sse", "anthropic_stream_apply_patch.sse")
 	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":7}]}}]}\n\n"))
+	f.Add([]byte("data: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"message\",\"id\":\"m\"}}\n\n" +
+		"data: {\"type\":\"response.refusal.delta\",\"item_id\":\"m\",\"delta\":\"no\"}\n\n" +
+		"data: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"message\",\"id\":\"m\",\"content\":[{\"type\":\"refusal\",\"refusal\":\"no\"}]}}\n\n" +
+		"data: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"status\":\"completed\"}}\n\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		drain(t, func() llmapi.Decoder { return llmapi.DecodeChatStream(bytes.NewReader(body)) })
 		drain(t, func() llmapi.Decoder { return llmapi.DecodeAnthropicStream(bytes.NewReader(body)) })

@@ -361,3 +361,59 @@ func TestChatRefusalAndReasoning(t *testing.T) {
 		t.Errorf("reasoning -> anthropic thinking: %s (%v)", out, err)
 	}
 }
+
+// TestResponsesRefusalAndReasoning: a refusal from a Responses provider,
+// buffered, streamed in deltas, only in its .done event or only in its
+// finished item, reaches the client as the answer's text with the
+// client's refusal reason, as a Chat Completions refusal does; it was
+// dropped, and the client got an empty answer that ended normally. A
+// reasoning item with reasoning_text content and no summary (an
+// open-weight model's) becomes thinking.
+func TestResponsesRefusalAndReasoning(t *testing.T) {
+	const refusal = "I can't help with that."
+	ev := func(data string) string {
+		var m struct{ Type string }
+		json.Unmarshal([]byte(data), &m)
+		return "event: " + m.Type + "\ndata: " + data + "\n\n"
+	}
+	head := ev(`{"type":"response.created","sequence_number":0,"response":{"id":"resp_1","object":"response","model":"m","status":"in_progress","output":[]}}`) +
+		ev(`{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"type":"message","id":"msg_1","role":"assistant","status":"in_progress","content":[]}}`) +
+		ev(`{"type":"response.content_part.added","sequence_number":2,"item_id":"msg_1","output_index":0,"content_index":0,"part":{"type":"refusal","refusal":""}}`)
+	item := `{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"refusal","refusal":"` + refusal + `"}]}`
+	tail := ev(`{"type":"response.output_item.done","sequence_number":7,"output_index":0,"item":`+item+`}`) +
+		ev(`{"type":"response.completed","sequence_number":8,"response":{"id":"resp_1","object":"response","model":"m","status":"completed","output":[`+item+`],"usage":{"input_tokens":9,"output_tokens":6,"total_tokens":15}}}`)
+	done := ev(`{"type":"response.refusal.done","sequence_number":5,"item_id":"msg_1","output_index":0,"content_index":0,"refusal":"` + refusal + `"}`)
+	streams := map[string]string{
+		"deltas": head + ev(`{"type":"response.refusal.delta","sequence_number":3,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"I can't "}`) +
+			ev(`{"type":"response.refusal.delta","sequence_number":4,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"help with that."}`) + done + tail,
+		"done only": head + done + tail,
+		"item only": head + tail,
+	}
+	decoders := map[string]func() llmapi.Decoder{
+		"buffered": func() llmapi.Decoder {
+			return llmapi.DecodeResponses([]byte(`{"id":"resp_1","object":"response","model":"m","status":"completed","output":[` + item + `]}`))
+		},
+	}
+	for name, s := range streams {
+		decoders["streamed, "+name] = func() llmapi.Decoder { return llmapi.DecodeResponsesStream(strings.NewReader(s)) }
+	}
+	for name, dec := range decoders {
+		_, _, out := llmapitest.Render(t, dec(), &llmapi.AnthropicRenderer{ID: "a", Model: "pub"})
+		var m anthropic.Message
+		if err := json.Unmarshal(out, &m); err != nil || m.StopReason != "refusal" || len(m.Content) != 1 || m.Content[0].Text != refusal {
+			t.Errorf("%s -> anthropic: %s (%v)", name, out, err)
+		}
+		_, _, out = llmapitest.Render(t, dec(), &llmapi.ChatRenderer{ID: "c", Model: "pub"})
+		var c openai.ChatCompletion
+		if err := json.Unmarshal(out, &c); err != nil || c.Choices[0].FinishReason != "content_filter" || c.Choices[0].Message.Content != refusal {
+			t.Errorf("%s -> chat: %s (%v)", name, out, err)
+		}
+	}
+	_, _, out := llmapitest.Render(t, llmapi.DecodeResponses([]byte(`{"id":"r2","model":"m","status":"completed","output":[
+		{"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":"six times seven"}]},
+		{"type":"message","id":"msg_2","role":"assistant","content":[{"type":"output_text","text":"42","annotations":[]}]}]}`)), &llmapi.AnthropicRenderer{ID: "a", Model: "pub"})
+	var m anthropic.Message
+	if err := json.Unmarshal(out, &m); err != nil || len(m.Content) != 2 || m.Content[0].Thinking != "six times seven" || m.Content[1].Text != "42" || m.StopReason != "end_turn" {
+		t.Errorf("reasoning_text -> anthropic thinking: %s (%v)", out, err)
+	}
+}
