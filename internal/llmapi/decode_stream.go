@@ -726,6 +726,7 @@ func DecodeResponsesStream(r io.Reader) Decoder {
 			Text     string          `json:"text"`
 			Args     string          `json:"arguments"`
 			Refusal  string          `json:"refusal"`
+			Summary  int             `json:"summary_index"`
 			Item     responsesItem   `json:"item"`
 			Response *responsesBody  `json:"response"`
 			Message  string          `json:"message"`
@@ -758,6 +759,12 @@ func DecodeResponsesStream(r io.Reader) Decoder {
 			}
 			got[m.ItemID] = true
 			seq.delta(m.Delta, "")
+		case "response.reasoning_summary_part.added":
+			// A summary's parts are paragraphs (each a titled step);
+			// in one thinking block they are kept apart.
+			if m.ItemID == openItem && seq.open && seq.kind == BlockThinking && m.Summary > 0 {
+				seq.delta("\n\n", "")
+			}
 		case "response.refusal.delta", "response.refusal.done":
 			if m.ItemID != openItem || !seq.open {
 				return errUpstream("delta for an item that is not open")
@@ -1062,7 +1069,10 @@ func DecodeResponses(body []byte) Decoder {
 			// models served in Responses format send it as
 			// reasoning_text content).
 			var b strings.Builder
-			for _, s := range it.Summary {
+			for i, s := range it.Summary {
+				if i > 0 {
+					b.WriteString("\n\n")
+				}
 				b.WriteString(s.Text)
 			}
 			if b.Len() == 0 {

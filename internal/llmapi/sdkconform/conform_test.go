@@ -3,6 +3,7 @@ package sdkconform_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -415,5 +416,32 @@ func TestResponsesRefusalAndReasoning(t *testing.T) {
 	var m anthropic.Message
 	if err := json.Unmarshal(out, &m); err != nil || len(m.Content) != 2 || m.Content[0].Thinking != "six times seven" || m.Content[1].Text != "42" || m.StopReason != "end_turn" {
 		t.Errorf("reasoning_text -> anthropic thinking: %s (%v)", out, err)
+	}
+
+	// A summary's parts stay apart in one thinking block.
+	const summary = "**Plan**\n\nMultiply.\n\n**Check**\n\nSix sevens are 42."
+	reasoning := `{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"**Plan**\n\nMultiply."},{"type":"summary_text","text":"**Check**\n\nSix sevens are 42."}]}`
+	stream := ev(`{"type":"response.created","sequence_number":0,"response":{"id":"r3","object":"response","model":"m","status":"in_progress","output":[]}}`) +
+		ev(`{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"type":"reasoning","id":"rs_1","summary":[]}}`)
+	seq := 2
+	for i, part := range []string{`**Plan**\n\n`, `Multiply.`, `**Check**\n\n`, `Six sevens are 42.`} {
+		if i%2 == 0 {
+			stream += ev(fmt.Sprintf(`{"type":"response.reasoning_summary_part.added","sequence_number":%d,"item_id":"rs_1","output_index":0,"summary_index":%d,"part":{"type":"summary_text","text":""}}`, seq, i/2))
+			seq++
+		}
+		stream += ev(fmt.Sprintf(`{"type":"response.reasoning_summary_text.delta","sequence_number":%d,"item_id":"rs_1","output_index":0,"summary_index":%d,"delta":"%s"}`, seq, i/2, part))
+		seq++
+	}
+	stream += ev(`{"type":"response.output_item.done","sequence_number":9,"output_index":0,"item":`+reasoning+`}`) +
+		ev(`{"type":"response.completed","sequence_number":10,"response":{"id":"r3","object":"response","model":"m","status":"completed","output":[`+reasoning+`]}}`)
+	for name, dec := range map[string]llmapi.Decoder{
+		"streamed": llmapi.DecodeResponsesStream(strings.NewReader(stream)),
+		"buffered": llmapi.DecodeResponses([]byte(`{"id":"r3","model":"m","status":"completed","output":[` + reasoning + `]}`)),
+	} {
+		_, _, out := llmapitest.Render(t, dec, &llmapi.AnthropicRenderer{ID: "a", Model: "pub"})
+		var m anthropic.Message
+		if err := json.Unmarshal(out, &m); err != nil || len(m.Content) != 1 || m.Content[0].Thinking != summary {
+			t.Errorf("%s summary parts -> anthropic thinking: %s (%v)", name, out, err)
+		}
 	}
 }
