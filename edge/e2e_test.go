@@ -263,28 +263,45 @@ func TestResponses(t *testing.T) {
 			}
 		})
 		t.Run(model+"/streamed", func(t *testing.T) {
-			s := r.client.Responses.NewStreaming(ctx(t), responses.ResponseNewParams{Model: model, Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("stream responses")}})
 			var text string
-			var completed *responses.Response
-			for s.Next() {
-				ev := s.Current()
-				switch ev.Type {
-				case "response.output_text.delta":
-					text += ev.Delta
-				case "response.completed":
-					c := ev.Response
-					completed = &c
-				}
-			}
-			if err := s.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if text != "echo: stream responses" || completed == nil || completed.OutputText() != text {
+			completed := r.streamResponses(t, responses.ResponseNewParams{Model: model, Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("stream responses")}},
+				func(ev responses.ResponseStreamEventUnion) {
+					if ev.Type == "response.output_text.delta" {
+						text += ev.Delta
+					}
+				})
+			if text != "echo: stream responses" || completed.OutputText() != text {
 				t.Fatalf("streamed %q completed %v", text, completed)
 			}
 		})
 	}
 	r.settled()
+}
+
+// streamResponses streams a Responses request through the official SDK and
+// returns the response its response.completed event carries, failing the
+// test without one; each, when not nil, sees every event.
+func (r *rig) streamResponses(t *testing.T, params responses.ResponseNewParams, each func(responses.ResponseStreamEventUnion)) *responses.Response {
+	t.Helper()
+	s := r.client.Responses.NewStreaming(ctx(t), params)
+	var final *responses.Response
+	for s.Next() {
+		ev := s.Current()
+		if each != nil {
+			each(ev)
+		}
+		if ev.Type == "response.completed" {
+			c := ev.Response
+			final = &c
+		}
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if final == nil {
+		t.Fatal("no response.completed")
+	}
+	return final
 }
 
 func TestEmbeddingsAndModels(t *testing.T) {

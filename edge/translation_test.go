@@ -145,21 +145,7 @@ func TestEveryClientFormatAgainstEveryUpstreamFormat(t *testing.T) {
 				t.Fatal(err)
 			}
 			check(t, resp)
-			s := r.client.Responses.NewStreaming(ctx(t), params)
-			var final *responses.Response
-			for s.Next() {
-				if ev := s.Current(); ev.Type == "response.completed" {
-					c := ev.Response
-					final = &c
-				}
-			}
-			if err := s.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if final == nil {
-				t.Fatal("no response.completed")
-			}
-			check(t, final)
+			check(t, r.streamResponses(t, params, nil))
 		})
 	}
 	// Which way each went: same-format pairs were relayed untranslated.
@@ -530,23 +516,14 @@ func TestFreeformToolThroughTranslation(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(t, resp)
-	s := r.client.Responses.NewStreaming(ctx(t), params)
-	var final *responses.Response
 	var input string
-	for s.Next() {
-		switch ev := s.Current(); ev.Type {
-		case "response.custom_tool_call_input.delta":
+	final := r.streamResponses(t, params, func(ev responses.ResponseStreamEventUnion) {
+		if ev.Type == "response.custom_tool_call_input.delta" {
 			input += ev.Delta
-		case "response.completed":
-			c := ev.Response
-			final = &c
 		}
-	}
-	if err := s.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if final == nil || input != patch {
-		t.Fatalf("streamed input %q, final %v", input, final)
+	})
+	if input != patch {
+		t.Fatalf("streamed input %q", input)
 	}
 	check(t, final)
 
