@@ -1,6 +1,7 @@
 package llmapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -510,10 +511,8 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 		}
 		r.Tools = append(r.Tools, Tool{Name: t.Function.Name, Description: t.Function.Description, Schema: t.Function.Parameters})
 	}
-	if tc, err := chatToolChoice(c.ToolChoice); err != nil {
+	if err := r.setToolChoice(c.ToolChoice); err != nil {
 		return nil, err
-	} else if tc != nil {
-		r.ToolChoice = tc
 	}
 	if c.ParallelToolCalls != nil && !*c.ParallelToolCalls {
 		if r.ToolChoice == nil {
@@ -531,6 +530,64 @@ func allToolResults(ps []Part) bool {
 		}
 	}
 	return len(ps) > 0
+}
+
+// setToolChoice decodes an OpenAI tool_choice (Chat's or Responses') into
+// r, whose tools are decoded. An allowed_tools choice, which lets the model
+// call only some of the tools, is carried by sending only those: the model
+// can call the same tools, and the others only leave the prompt.
+func (r *Request) setToolChoice(raw json.RawMessage) error {
+	type named struct {
+		Type     string `json:"type"`
+		Name     string `json:"name"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	type allowed struct {
+		Mode  string  `json:"mode"`
+		Tools []named `json:"tools"`
+	}
+	var o struct {
+		Type string `json:"type"`
+		allowed
+		Chat *allowed `json:"allowed_tools"` // Chat nests it
+	}
+	if !present(raw) || raw[0] != '{' || json.Unmarshal(raw, &o) != nil || o.Type != "allowed_tools" {
+		tc, err := chatToolChoice(raw)
+		if err != nil {
+			return err
+		}
+		if tc != nil {
+			r.ToolChoice = tc
+		}
+		return nil
+	}
+	a := o.allowed
+	if o.Chat != nil {
+		a = *o.Chat
+	}
+	mode := map[string]string{"auto": "auto", "required": "any"}[a.Mode]
+	if mode == "" {
+		return badRequest("tool_choice.mode %q (allowed_tools takes auto or required)", a.Mode)
+	}
+	keep := map[string]bool{}
+	for i, t := range a.Tools {
+		name := cmp.Or(t.Name, t.Function.Name)
+		if (t.Type != "function" && t.Type != "custom") || name == "" {
+			return badRequest("tool_choice.tools[%d]: only function and custom tools can be translated, by name", i)
+		}
+		if !slices.ContainsFunc(r.Tools, func(d Tool) bool { return d.Name == name }) {
+			return badRequest("tool_choice.tools[%d] names %q, which is not among the tools", i, name)
+		}
+		keep[name] = true
+	}
+	if len(keep) == 0 {
+		return badRequest("tool_choice: allowed_tools names no tool")
+	}
+	r.Tools = slices.DeleteFunc(r.Tools, func(d Tool) bool { return !keep[d.Name] })
+	r.ToolChoice = &ToolChoice{Mode: mode}
+	return nil
 }
 
 func chatToolChoice(raw json.RawMessage) (*ToolChoice, error) {
@@ -736,10 +793,8 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 			return nil, badRequest("tool type %q cannot be translated", t.Type)
 		}
 	}
-	if tc, err := chatToolChoice(q.ToolChoice); err != nil {
+	if err := r.setToolChoice(q.ToolChoice); err != nil {
 		return nil, err
-	} else if tc != nil {
-		r.ToolChoice = tc
 	}
 	if q.ParallelToolCalls != nil && !*q.ParallelToolCalls {
 		if r.ToolChoice == nil {

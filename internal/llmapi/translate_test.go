@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -1008,5 +1009,67 @@ func TestFreeformCallRendered(t *testing.T) {
 		&llmapi.ResponsesRenderer{ID: "r3", Model: "pub", Freeform: map[string]bool{"apply_patch": true}})
 	if !strings.Contains(string(body), `"type":"function_call"`) || strings.Contains(string(body), "custom_tool_call") {
 		t.Errorf("a function call rendered as custom: %s", body)
+	}
+}
+
+// TestAllowedTools: an allowed_tools choice (the model may call only some
+// of the tools) reaches a provider without it as just those tools, with
+// auto or required carried as the choice; names outside the tools, other
+// tool kinds and other modes are refused.
+func TestAllowedTools(t *testing.T) {
+	const obj = `{"type":"object"}`
+	chatTools := `"tools":[{"type":"function","function":{"name":"a","parameters":` + obj + `}},{"type":"function","function":{"name":"b","parameters":` + obj + `}},{"type":"function","function":{"name":"c","parameters":` + obj + `}}]`
+	respTools := `"tools":[{"type":"function","name":"a","parameters":` + obj + `},{"type":"custom","name":"b"},{"type":"function","name":"c","parameters":` + obj + `}]`
+	chat := func(choice string) string {
+		return `{"model":"m","messages":[{"role":"user","content":"x"}],` + chatTools + `,"tool_choice":` + choice + `}`
+	}
+	resp := func(choice string) string {
+		return `{"model":"m","input":"x",` + respTools + `,"tool_choice":` + choice + `}`
+	}
+	for _, c := range []struct {
+		decode func([]byte) (*llmapi.Request, error)
+		body   string
+		tools  []string
+		choice string
+	}{
+		{llmapi.DecodeChatRequest, chat(`{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"c"}},{"type":"function","function":{"name":"a"}}]}}`), []string{"a", "c"}, "any"},
+		{llmapi.DecodeResponsesRequest, resp(`{"type":"allowed_tools","mode":"auto","tools":[{"type":"custom","name":"b"}]}`), []string{"b"}, "auto"},
+	} {
+		ir, err := c.decode([]byte(c.body))
+		if err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		b, err := llmapi.EncodeAnthropic(ir, "claude")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Tools      []struct{ Name string }
+			ToolChoice struct{ Type string } `json:"tool_choice"`
+		}
+		json.Unmarshal(b, &got)
+		var names []string
+		for _, tl := range got.Tools {
+			names = append(names, tl.Name)
+		}
+		if !slices.Equal(names, c.tools) || got.ToolChoice.Type != c.choice {
+			t.Errorf("%s\n-> tools %v, tool_choice %q; want %v, %q", c.body, names, got.ToolChoice.Type, c.tools, c.choice)
+		}
+	}
+	for _, c := range []struct{ body, want string }{
+		{chat(`{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"z"}}]}}`), `tool_choice.tools[0] names "z"`},
+		{resp(`{"type":"allowed_tools","mode":"auto","tools":[{"type":"mcp","server_label":"s"}]}`), "only function and custom tools"},
+		{resp(`{"type":"allowed_tools","mode":"none","tools":[{"type":"function","name":"a"}]}`), `tool_choice.mode "none"`},
+		{resp(`{"type":"allowed_tools","mode":"auto","tools":[]}`), "names no tool"},
+	} {
+		decode := llmapi.DecodeResponsesRequest
+		if strings.Contains(c.body, `"messages"`) {
+			decode = llmapi.DecodeChatRequest
+		}
+		_, err := decode([]byte(c.body))
+		var ae *llmapi.APIError
+		if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, c.want) {
+			t.Errorf("%s: %v, want a 400 with %q", c.body, err, c.want)
+		}
 	}
 }
