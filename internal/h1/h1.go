@@ -53,6 +53,9 @@ const (
 	defaultDialTimeout            = 30 * time.Second
 	maxInformational              = 8 // 1xx answers skipped before the final one
 	bufSize                       = 4 << 10
+	// sweepInterval is how often idle connections are checked for an
+	// upstream's close (a shorter IdleConnTimeout is used instead).
+	sweepInterval = 5 * time.Second
 )
 
 // Transport is an http.RoundTripper for "http" URLs. The zero value is
@@ -66,7 +69,8 @@ type Transport struct {
 	// (0: DefaultMaxIdleConnsPerHost; negative: keep none).
 	MaxIdleConnsPerHost int
 	// IdleConnTimeout closes a connection idle this long (0:
-	// DefaultIdleConnTimeout).
+	// DefaultIdleConnTimeout). One the upstream closes while idle is
+	// closed here too, within 5 s.
 	IdleConnTimeout time.Duration
 	// MaxResponseHeaderBytes bounds a response head (0:
 	// DefaultMaxResponseHeaderBytes). A chunked body's trailer must fit
@@ -77,6 +81,10 @@ type Transport struct {
 	idle   map[string][]*conn // per host:port, oldest first
 	nidle  int
 	reaper *time.Timer // armed while any connection is idle
+	// sweep, when set, replaces sweepInterval, and sweeps counts reap's
+	// runs (tests).
+	sweep  time.Duration
+	sweeps int
 }
 
 // conn is one connection. Its buffered reader lives only while an exchange
@@ -284,35 +292,43 @@ func (t *Transport) put(c *conn) {
 	t.idle[c.key] = append(s, c)
 	t.nidle++
 	if t.reaper == nil {
-		t.reaper = time.AfterFunc(t.idleTimeout(), t.reap)
+		t.reaper = time.AfterFunc(t.sweepEvery(), t.reap)
 	}
 	t.mu.Unlock()
 }
 
-// reap closes the connections idle longer than IdleConnTimeout, and runs
-// again while any stay idle.
+// reap closes the idle connections that have been idle longer than
+// IdleConnTimeout, or that the upstream has closed (or sent something
+// unasked on) since: a server that closes idle connections after a few
+// seconds (uvicorn under vLLM closes after 5) would otherwise leave them
+// open here, in CLOSE_WAIT, until the timeout. It runs again while any
+// connection stays idle, at most every sweepInterval; each run peeks at
+// every idle connection once, without blocking.
 func (t *Transport) reap() {
-	timeout := t.idleTimeout()
-	cutoff := time.Now().Add(-timeout)
+	cutoff := time.Now().Add(-t.idleTimeout())
 	var old []*conn
 	t.mu.Lock()
+	t.sweeps++
 	for key, s := range t.idle {
-		i := 0
-		for i < len(s) && s[i].idleAt.Before(cutoff) {
-			old = append(old, s[i])
-			i++
+		kept := s[:0] // the order, oldest first, is kept
+		for _, c := range s {
+			// The idle list owns c: nothing else reads it or its peek.
+			if c.idleAt.Before(cutoff) || !c.peek.alive() {
+				old = append(old, c)
+				continue
+			}
+			kept = append(kept, c)
 		}
-		if i > 0 {
-			rest := append(s[:0:0], s[i:]...)
-			t.idle[key] = rest
-			t.nidle -= i
-		}
-		if len(t.idle[key]) == 0 {
+		clear(s[len(kept):])
+		t.nidle -= len(s) - len(kept)
+		if len(kept) == 0 {
 			delete(t.idle, key)
+		} else {
+			t.idle[key] = kept
 		}
 	}
 	if t.nidle > 0 {
-		t.reaper.Reset(timeout)
+		t.reaper.Reset(t.sweepEvery())
 	} else {
 		t.reaper = nil
 	}
@@ -320,6 +336,14 @@ func (t *Transport) reap() {
 	for _, c := range old {
 		c.nc.Close()
 	}
+}
+
+// sweepEvery is how often reap runs while connections are idle.
+func (t *Transport) sweepEvery() time.Duration {
+	if t.sweep > 0 {
+		return t.sweep
+	}
+	return min(t.idleTimeout(), sweepInterval)
 }
 
 // CloseIdleConnections closes every idle connection; exchanges in

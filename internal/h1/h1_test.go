@@ -631,3 +631,53 @@ func TestIdleConnectionsReaped(t *testing.T) {
 		return tr.nidle == 0 && tr.reaper == nil
 	})
 }
+
+// TestDeadIdleConnectionsSwept: an idle connection the upstream closed is
+// closed here at the next sweep, long before IdleConnTimeout, and a live
+// one stays for the next exchange however many sweeps pass.
+func TestDeadIdleConnectionsSwept(t *testing.T) {
+	t.Run("closed by the upstream", func(t *testing.T) {
+		url := scripted(t, func(_ int, c net.Conn) {
+			readRequest(bufio.NewReader(c))
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			c.Close() // the client keeps it as idle
+		})
+		tr := &Transport{sweep: time.Millisecond}
+		c := newClient(t, tr)
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		waitFor(t, func() bool {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			return tr.nidle == 0 && tr.reaper == nil
+		})
+	})
+	t.Run("alive", func(t *testing.T) {
+		srv, conns := countingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+		tr := &Transport{sweep: time.Millisecond}
+		c := newClient(t, tr)
+		for i := range 2 {
+			resp, err := c.Get(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, resp)
+			if i == 0 {
+				tr.mu.Lock()
+				from := tr.sweeps
+				tr.mu.Unlock()
+				waitFor(t, func() bool {
+					tr.mu.Lock()
+					defer tr.mu.Unlock()
+					return tr.sweeps >= from+3
+				})
+			}
+		}
+		if n := conns.Load(); n != 1 {
+			t.Fatalf("%d connections for two exchanges three sweeps apart, want 1", n)
+		}
+	})
+}
