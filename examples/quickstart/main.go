@@ -242,12 +242,13 @@ Try it:
     -d '{"model":"iop-echo","messages":[{"role":"user","content":"Hello, IOP!"}]}'
 
 Any OpenAI client works too: set its base URL to %s/v1 and its API key to the one above.
+Anthropic clients (and Claude Code) take the base URL %s, without /v1, and the same key.
 
   Status page            %s/#token=%s
   Operator API           curl -H "Authorization: Bearer %s" '%s/api/edges?nodes=1'
 
 Press Ctrl+C to stop.
-`, url, apiKey, models, url, apiKey, url, "http://"+statusLn.Addr().String(), operatorToken, operatorToken, "http://"+statusLn.Addr().String())
+`, url, apiKey, models, url, apiKey, url, url, "http://"+statusLn.Addr().String(), operatorToken, operatorToken, "http://"+statusLn.Addr().String())
 	<-ctx.Done()
 	fmt.Fprintln(out, "stopping: requests in flight finish first")
 	return nil
