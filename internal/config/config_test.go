@@ -139,6 +139,7 @@ plaintext: true
 providers:
   - {id: p1, adapter: openai, base_url: "http://127.0.0.1:8000", models: [m]}
   - {id: c1, adapter: cli, argv: [/bin/cat], models: [m]}
+  - {id: g1, adapter: openai, base_url: "https://generativelanguage.googleapis.com", api_path: /v1beta/openai, models: [m]}
 `
 	nf, err := ParseNode([]byte(doc), dir)
 	if err != nil {
@@ -148,7 +149,7 @@ providers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Token != "node-token-0123456789abcdef" || len(cfg.Providers) != 2 {
+	if cfg.Token != "node-token-0123456789abcdef" || len(cfg.Providers) != 3 {
 		t.Fatalf("node config %+v", cfg)
 	}
 	bad := map[string]string{
@@ -156,6 +157,8 @@ providers:
 		"cli field on openai":  strings.Replace(doc, `models: [m]}`, `models: [m], argv: [/bin/sh]}`, 1),
 		"unknown adapter":      strings.Replace(doc, "adapter: openai", "adapter: gpt", 1),
 		"relative argv":        strings.Replace(doc, "argv: [/bin/cat]", "argv: [cat]", 1),
+		"api_path on cli":      strings.Replace(doc, "argv: [/bin/cat]", "argv: [/bin/cat], api_path: /v1", 1),
+		"api_path escapes":     strings.Replace(doc, "api_path: /v1beta/openai", "api_path: /v1beta/../admin", 1),
 		"unknown key":          doc + "gpu: true\n",
 	}
 	for name, d := range bad {

@@ -66,6 +66,7 @@ type NodeFile struct {
 		Adapter  string   `yaml:"adapter"`
 		Category string   `yaml:"category"`
 		BaseURL  string   `yaml:"base_url"`
+		APIPath  string   `yaml:"api_path"` // openai only
 		APIKey   *Secret  `yaml:"api_key"`
 		Models   []string `yaml:"models"`
 		// cli only
@@ -171,9 +172,12 @@ func (f *NodeFile) Config() (node.Config, error) {
 		if p.Adapter != cli.Kind && cliOnly {
 			return cfg, fmt.Errorf("providers[%d]: argv, placeholder, env, dir and max_output_bytes are for adapter cli only", i)
 		}
+		if p.Adapter != openai.Kind && p.APIPath != "" {
+			return cfg, fmt.Errorf("providers[%d]: api_path is for adapter openai only", i)
+		}
 		switch p.Adapter {
 		case openai.Kind:
-			prov, err = openai.New(openai.Config{ID: p.ID, BaseURL: p.BaseURL, Credential: cred, Category: execution.Category(p.Category), Models: p.Models})
+			prov, err = openai.New(openai.Config{ID: p.ID, BaseURL: p.BaseURL, APIPath: p.APIPath, Credential: cred, Category: execution.Category(p.Category), Models: p.Models})
 		case ollama.Kind:
 			prov, err = ollama.New(ollama.Config{ID: p.ID, BaseURL: p.BaseURL, Credential: cred, Models: p.Models})
 		case anthropic.Kind:

@@ -31,6 +31,12 @@ type Config struct {
 	// BaseURL is the server's root, without /v1 (for example
 	// "http://127.0.0.1:8000" or "https://api.openai.com"). Required.
 	BaseURL string
+	// APIPath is where the server's OpenAI API lives under BaseURL, when
+	// not at /v1: every path this adapter sends (runs, health, the
+	// tunnel's Routes) has it in place of "/v1". Gemini's OpenAI-compatible
+	// endpoint is BaseURL "https://generativelanguage.googleapis.com" with
+	// APIPath "/v1beta/openai". Empty means "/v1".
+	APIPath string
 	// Credential is the API key, sent as a Bearer token. Nil means none (a
 	// local server).
 	Credential execution.Credential
@@ -76,6 +82,11 @@ func New(cfg Config) (*Adapter, error) {
 	c, err := upstream.NewClient(cfg.BaseURL, cfg.HTTPClient)
 	if err != nil {
 		return nil, fmt.Errorf("openai: provider %q: %w", cfg.ID, err)
+	}
+	if cfg.APIPath != "" {
+		if err := c.SetAPIPath(cfg.APIPath); err != nil {
+			return nil, fmt.Errorf("openai: provider %q: %w", cfg.ID, err)
+		}
 	}
 	c.Auth = upstream.BearerAuth(cfg.Credential)
 	return &Adapter{info: info, c: c}, nil

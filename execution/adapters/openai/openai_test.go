@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -200,3 +204,69 @@ func TestRunOutputLimitField(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIPath: a server whose OpenAI API lives under another path than
+// /v1 (Gemini's, under /v1beta/openai) gets runs, model discovery and
+// tunnelled requests there; without APIPath the same server is not found.
+func TestAPIPath(t *testing.T) {
+	up := upstreamtest.New(upstreamtest.Config{Models: []string{"gemini-x"}, Reply: func(*upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{Text: []string{"hi"}}
+	}})
+	t.Cleanup(up.Close)
+	var paths []string
+	var mu sync.Mutex
+	gem := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.RequestURI())
+		mu.Unlock()
+		rest, ok := strings.CutPrefix(r.URL.Path, "/v1beta/openai/")
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		r.URL.Path = "/v1/" + rest
+		up.ServeHTTP(w, r)
+	}))
+	t.Cleanup(gem.Close)
+
+	a, err := openai.New(openai.Config{ID: "gemini", BaseURL: gem.URL, APIPath: "/v1beta/openai"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.CloseIdleConnections)
+	if ids, err := a.ListModels(context.Background()); err != nil || !cmp.Equal(ids, []string{"gemini-x"}) {
+		t.Fatalf("ListModels = %v, %v", ids, err)
+	}
+	var s sink
+	if _, err := a.Run(context.Background(), &execution.RunRequest{RunID: "r", ProviderID: "gemini", Target: "gemini-x", Options: execution.Options{Stream: true},
+		Input: execution.Input{Messages: []execution.Message{{Role: "user", Content: "hi"}}}}, &s); err != nil || s.text(false) != "hi" {
+		t.Fatalf("run: %q, %v", s.text(false), err)
+	}
+	rec := &tunnelRecorder{}
+	if err := a.Tunnel(context.Background(), &execution.TunnelRequest{ProviderID: "gemini", Method: "POST", Path: "/v1/chat/completions",
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: strings.NewReader(`{"model":"gemini-x","messages":[{"role":"user","content":"x"}]}`)}, rec); err != nil || rec.status != 200 {
+		t.Fatalf("tunnel: %d, %v", rec.status, err)
+	}
+	want := []string{"/v1beta/openai/models", "/v1beta/openai/chat/completions", "/v1beta/openai/chat/completions"}
+	if d := cmp.Diff(want, paths); d != "" {
+		t.Errorf("paths at the server (-want +got):\n%s", d)
+	}
+
+	plain, err := openai.New(openai.Config{ID: "gemini", BaseURL: gem.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(plain.CloseIdleConnections)
+	if err := plain.CheckHealth(context.Background()); err == nil {
+		t.Fatal("healthy without APIPath, at /v1/models")
+	}
+	if _, err := openai.New(openai.Config{ID: "gemini", BaseURL: gem.URL, APIPath: "/../admin"}); err == nil {
+		t.Fatal("a dot segment in APIPath accepted")
+	}
+}
+
+// tunnelRecorder keeps a tunnelled answer's status.
+type tunnelRecorder struct{ status int }
+
+func (r *tunnelRecorder) WriteHead(status int, _ http.Header) error { r.status = status; return nil }
+func (r *tunnelRecorder) Write(p []byte) (int, error)               { return len(p), nil }

@@ -72,6 +72,45 @@ type Client struct {
 	rt http.RoundTripper
 	// Auth sets the credential on a request (for example a Bearer token).
 	Auth func(ctx context.Context, r *http.Request) error
+	// v1, when set, replaces the "/v1" that begins a request's path (see
+	// SetAPIPath).
+	v1 string
+}
+
+// SetAPIPath says where the API whose paths begin with "/v1" lives under
+// Base on this server: every such path is sent with p in place of its
+// "/v1" ("/" puts the API at Base itself). Gemini's OpenAI-compatible
+// API, for one, lives under /v1beta/openai. p must be an absolute path
+// without query, fragment, dot segments or escapes.
+func (c *Client) SetAPIPath(p string) error {
+	if !validAPIPath(p) {
+		return fmt.Errorf("upstream: API path %q must be an absolute path like /v1beta/openai: segments of letters, digits and - _ . ~, no dot segments, query or escapes", p)
+	}
+	c.v1 = strings.TrimSuffix(p, "/")
+	if c.v1 == "" {
+		c.v1 = "/" // the API at Base: the "/" that follows "/v1" stays
+	}
+	return nil
+}
+
+func validAPIPath(p string) bool {
+	if p == "/" {
+		return true
+	}
+	if !strings.HasPrefix(p, "/") {
+		return false
+	}
+	for _, seg := range strings.Split(strings.TrimSuffix(p[1:], "/"), "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		for _, r := range seg {
+			if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("-_.~", r)) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // NewClient parses base (scheme http or https, no query) and returns a
@@ -121,7 +160,20 @@ func (c *Client) CloseIdleConnections() {
 }
 
 // URL joins path to the base.
-func (c *Client) URL(path string) string { return c.base + path }
+func (c *Client) URL(path string) string {
+	if c.v1 != "" {
+		if rest, ok := strings.CutPrefix(path, "/v1"); ok && (rest == "" || rest[0] == '/' || rest[0] == '?') {
+			if c.v1 == "/" {
+				if rest == "" || rest[0] == '?' {
+					rest = "/" + rest
+				}
+				return c.base + rest
+			}
+			return c.base + c.v1 + rest
+		}
+	}
+	return c.base + path
+}
 
 // Do sends a request with the Node's credential.
 func (c *Client) Do(ctx context.Context, method, path string, header http.Header, body io.Reader) (*http.Response, error) {

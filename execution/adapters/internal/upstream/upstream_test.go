@@ -103,3 +103,38 @@ func TestRedirectNotFollowed(t *testing.T) {
 		t.Errorf("the redirect target got %d requests", n)
 	}
 }
+
+// TestAPIPath: a server whose API does not live at /v1 gets every /v1 path
+// under its own; other paths, and paths that only begin with the letters
+// "/v1", are sent as they are; a malformed API path is refused.
+func TestAPIPath(t *testing.T) {
+	for _, c := range []struct{ apiPath, path, want string }{
+		{"/v1beta/openai", "/v1/chat/completions", "https://g.example/base/v1beta/openai/chat/completions"},
+		{"/v1beta/openai/", "/v1/models?limit=2", "https://g.example/base/v1beta/openai/models?limit=2"},
+		{"/v1beta/openai", "/v1", "https://g.example/base/v1beta/openai"},
+		{"/v1beta/openai", "/v10/x", "https://g.example/base/v10/x"},
+		{"/v1beta/openai", "/api/tags", "https://g.example/base/api/tags"},
+		{"/", "/v1/chat/completions", "https://g.example/base/chat/completions"},
+		{"/", "/v1?x=1", "https://g.example/base/?x=1"},
+		{"", "/v1/chat/completions", "https://g.example/base/v1/chat/completions"},
+	} {
+		cl, err := NewClient("https://g.example/base/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.apiPath != "" {
+			if err := cl.SetAPIPath(c.apiPath); err != nil {
+				t.Fatalf("%q: %v", c.apiPath, err)
+			}
+		}
+		if got := cl.URL(c.path); got != c.want {
+			t.Errorf("API path %q, path %q: %s, want %s", c.apiPath, c.path, got, c.want)
+		}
+	}
+	cl, _ := NewClient("https://g.example", nil)
+	for _, bad := range []string{"v1beta", "//evil.example/x", "/a/../b", "/a/./b", "/a//b", "/a?q=1", "/a#f", "/a%2Fb", "/a b", "/ä"} {
+		if err := cl.SetAPIPath(bad); err == nil {
+			t.Errorf("API path %q accepted", bad)
+		}
+	}
+}
