@@ -40,7 +40,8 @@
 // A Responses custom tool, whose input is free text (Codex's apply_patch),
 // is carried as a function with one string parameter, a grammar it names
 // in that parameter's description, and its calls come back to the client
-// as custom_tool_call items. The request is encoded for each provider
+// as custom_tool_call items; an allowed_tools choice is carried as just
+// the allowed tools. The request is encoded for each provider
 // format of its route before it is queued, and a provider whose format
 // cannot carry it is no candidate: another of the route's providers that
 // can (one that speaks the client's format carries everything) serves it,
