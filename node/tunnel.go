@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -278,11 +279,7 @@ func (w *tunnelWriter) WriteHead(status int, header http.Header) error {
 	// headHold; waiting for send credit flushes earlier.
 	w.st.Hold()
 	if mt, _, _ := strings.Cut(header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
-		hold := headHold
-		if w.hold > 0 {
-			hold = w.hold
-		}
-		w.holding = time.AfterFunc(hold, w.st.Flush)
+		w.holding = time.AfterFunc(cmp.Or(w.hold, headHold), w.st.Flush)
 	}
 	// Only allowed headers leave, whatever the adapter passed.
 	resp := &iopv1.ProviderTunnelResponse{Status: uint32(status),

@@ -527,14 +527,14 @@ func (r *ResponsesRenderer) item(i int, final bool) map[string]any {
 		return map[string]any{"type": "reasoning", "id": id, "summary": []any{map[string]any{"type": "summary_text", "text": b.Text}}}
 	case PartToolUse:
 		args := ""
-		if final {
-			args = string(r.st.toolInput(i))
-		}
 		if r.Freeform[b.Name] {
 			if final {
 				args = freeformInput(r.st.toolInput(i))
 			}
 			return map[string]any{"type": "custom_tool_call", "id": id, "call_id": b.ID, "name": b.Name, "input": args, "status": status}
+		}
+		if final {
+			args = string(r.st.toolInput(i))
 		}
 		return map[string]any{"type": "function_call", "id": id, "call_id": b.ID, "name": b.Name, "arguments": args, "status": status}
 	}

@@ -553,7 +553,7 @@ func (r *Request) setToolChoice(raw json.RawMessage) error {
 		allowed
 		Chat *allowed `json:"allowed_tools"` // Chat nests it
 	}
-	if !present(raw) || raw[0] != '{' || json.Unmarshal(raw, &o) != nil || o.Type != "allowed_tools" {
+	if json.Unmarshal(raw, &o) != nil || o.Type != "allowed_tools" {
 		tc, err := chatToolChoice(raw)
 		if err != nil {
 			return err

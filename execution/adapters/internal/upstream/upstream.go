@@ -161,18 +161,21 @@ func (c *Client) CloseIdleConnections() {
 
 // URL joins path to the base.
 func (c *Client) URL(path string) string {
-	if c.v1 != "" {
-		if rest, ok := strings.CutPrefix(path, "/v1"); ok && (rest == "" || rest[0] == '/' || rest[0] == '?') {
-			if c.v1 == "/" {
-				if rest == "" || rest[0] == '?' {
-					rest = "/" + rest
-				}
-				return c.base + rest
-			}
-			return c.base + c.v1 + rest
+	if c.v1 == "" {
+		return c.base + path
+	}
+	rest, ok := strings.CutPrefix(path, "/v1")
+	if !ok || (rest != "" && rest[0] != '/' && rest[0] != '?') {
+		return c.base + path // not the API's path ("/v10/...", "/api/...")
+	}
+	prefix := c.v1
+	if prefix == "/" { // the API at Base: its paths keep one "/"
+		prefix = ""
+		if !strings.HasPrefix(rest, "/") {
+			rest = "/" + rest
 		}
 	}
-	return c.base + path
+	return c.base + prefix + rest
 }
 
 // Do sends a request with the Node's credential.
