@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -133,26 +134,52 @@ func capability(pi providerInfo, a api) (dispatchPath, wireFormat) {
 
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/chat/completions", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiChat) }))
-	mux.Handle("POST /v1/responses", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiResponses) }))
-	mux.Handle("POST /v1/embeddings", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiEmbeddings) }))
-	mux.Handle("POST /v1/messages", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiMessages) }))
-	mux.Handle("POST /v1/messages/count_tokens", s.wrap(s.countTokens))
-	mux.Handle("GET /v1/responses/{id}", s.wrap(s.getResponse))
-	mux.Handle("GET /v1/models", s.wrap(s.models))
-	mux.Handle("GET /v1/models/{id...}", s.wrap(s.model)) // a model id may hold a slash
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	// served holds the same patterns as mux, less the catch-all, so that
+	// a known path asked with another method gets 405 and not 404.
+	served := http.NewServeMux()
+	handle := func(pattern string, h http.Handler) {
+		mux.Handle(pattern, h)
+		served.Handle(pattern, h)
+	}
+	handle("POST /v1/chat/completions", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiChat) }))
+	handle("POST /v1/responses", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiResponses) }))
+	handle("POST /v1/embeddings", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiEmbeddings) }))
+	handle("POST /v1/messages", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiMessages) }))
+	handle("POST /v1/messages/count_tokens", s.wrap(s.countTokens))
+	handle("GET /v1/responses/{id}", s.wrap(s.getResponse))
+	handle("GET /v1/models", s.wrap(s.models))
+	handle("GET /v1/models/{id...}", s.wrap(s.model)) // a model id may hold a slash
+	handle("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", s.readyz)
+	}))
+	handle("GET /readyz", http.HandlerFunc(s.readyz))
 	if s.reg2 != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg2, promhttp.HandlerOpts{}))
+		handle("GET /metrics", promhttp.HandlerFor(s.reg2, promhttp.HandlerOpts{}))
 	}
 	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request, _ string) {
+		if allow := allowedMethods(served, r); allow != "" {
+			w.Header().Set("Allow", allow)
+			fail(w, clientAPI(r), http.StatusMethodNotAllowed, "method_not_allowed", "Method "+r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+allow, "method_not_allowed")
+			return
+		}
 		fail(w, clientAPI(r), http.StatusNotFound, "not_found", "Unknown path "+r.Method+" "+r.URL.Path, "not_found")
 	}))
 	return mux
+}
+
+// allowedMethods lists, for an Allow header, the methods mux serves r's
+// path with; "" when it serves the path with none.
+func allowedMethods(mux *http.ServeMux, r *http.Request) string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := *r
+		probe.Method = m
+		if _, pattern := mux.Handler(&probe); pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	return strings.Join(allow, ", ")
 }
 
 // readyz answers 200 while the Edge is serving and at least one route has

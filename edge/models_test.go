@@ -3,6 +3,8 @@ package edge_test
 import (
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -105,6 +107,61 @@ func TestUnknownPathShape(t *testing.T) {
 		delete(got, "request_id")
 		if d := cmp.Diff(c.want, got); d != "" {
 			t.Errorf("GET %s: body (-want +got):\n%s", c.path, d)
+		}
+	}
+}
+
+// TestWrongMethod: a path the Edge serves, asked with a method it does not
+// serve there, gets 405 with an Allow header in the client's error shape,
+// not 404 (which says the path does not exist). Nothing reaches a
+// provider.
+func TestWrongMethod(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	for _, c := range []struct {
+		method, path string
+		header       map[string]string
+		allow        string
+		want         map[string]any
+	}{
+		{"GET", "/v1/chat/completions", map[string]string{"Authorization": "Bearer " + apiKey}, "POST", map[string]any{
+			"error": map[string]any{"type": "invalid_request_error", "code": "method_not_allowed", "param": nil, "message": "Method GET is not allowed on /v1/chat/completions; allowed: POST"},
+		}},
+		{"DELETE", "/v1/models/gpt-x", nil, "GET, HEAD", map[string]any{
+			"error": map[string]any{"type": "invalid_request_error", "code": "method_not_allowed", "param": nil, "message": "Method DELETE is not allowed on /v1/models/gpt-x; allowed: GET, HEAD"},
+		}},
+		{"PUT", "/v1/messages", map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}, "POST", map[string]any{
+			"type":  "error",
+			"error": map[string]any{"type": "invalid_request_error", "message": "Method PUT is not allowed on /v1/messages; allowed: POST"},
+		}},
+		{"POST", "/healthz", nil, "GET, HEAD", map[string]any{
+			"error": map[string]any{"type": "invalid_request_error", "code": "method_not_allowed", "param": nil, "message": "Method POST is not allowed on /healthz; allowed: GET, HEAD"},
+		}},
+	} {
+		req, _ := http.NewRequest(c.method, r.url+c.path, strings.NewReader("{}"))
+		for k, v := range c.header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var got map[string]any
+		if err := json.Unmarshal(b, &got); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Fatalf("%s %s: %d %s (%v)", c.method, c.path, resp.StatusCode, b, err)
+		}
+		if a := resp.Header.Get("Allow"); a != c.allow {
+			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, a, c.allow)
+		}
+		delete(got, "request_id")
+		if d := cmp.Diff(c.want, got); d != "" {
+			t.Errorf("%s %s: body (-want +got):\n%s", c.method, c.path, d)
+		}
+	}
+	for _, req := range r.upstream.Requests() {
+		if req.API != "models" { // the Node's discovery and health checks
+			t.Errorf("upstream saw %s %s", req.Method, req.Path)
 		}
 	}
 }
