@@ -45,7 +45,6 @@ type Server struct {
 	servers   map[*http.Server]struct{}
 	watch     sync.WaitGroup
 	sub       *nodes.Subscription
-	reqSeq    atomic.Uint64
 	usage     usageBook
 	limits    limiter
 	metrics   *metrics

@@ -82,11 +82,10 @@ type Session struct {
 	writerClosing bool
 	kick          chan struct{}
 
-	pingMu   sync.Mutex
-	pings    map[uint64]chan struct{}
-	pingSeq  atomic.Uint64
-	hbAcked  atomic.Uint64
-	pingSent atomic.Uint64
+	pingMu  sync.Mutex
+	pings   map[uint64]chan struct{}
+	pingSeq atomic.Uint64
+	hbAcked atomic.Uint64
 
 	closing    chan struct{}
 	ctx        context.Context

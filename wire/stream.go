@@ -504,7 +504,7 @@ func (st *Stream) Read(p []byte) (int, error) {
 		dl := st.readDL
 		st.mu.Unlock()
 		st.announce()
-		if err := st.wait(nil, st.readWake, dl); err != nil {
+		if err := st.wait(context.Background(), st.readWake, dl); err != nil {
 			return 0, err
 		}
 		st.mu.Lock()
@@ -639,7 +639,7 @@ func (st *Stream) reserve(want int) (int, error) {
 		st.mu.Lock()
 		dl := st.writeDL
 		st.mu.Unlock()
-		if err := st.wait(nil, st.writeWake, dl); err != nil {
+		if err := st.wait(context.Background(), st.writeWake, dl); err != nil {
 			return 0, err
 		}
 	}

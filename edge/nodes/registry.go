@@ -104,7 +104,6 @@ type Registry struct {
 	closed      bool
 	listeners   map[net.Listener]struct{}
 	sessions    map[*wire.Session]struct{}
-	pushDone    chan struct{}
 	testHookReg func(stage string)
 }
 

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,9 +38,12 @@ func binaries(t *testing.T) (edgeBin, nodeBin string) {
 		if bins.err != nil {
 			return
 		}
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goBin); err != nil {
-			goBin = "go"
+		// go test puts its own toolchain's bin first on the PATH, so
+		// this is the go that is running the test.
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			bins.err = err
+			return
 		}
 		for _, b := range []struct{ out, pkg string }{{"edge", "./examples/edge"}, {"node", "./examples/node"}} {
 			cmd := exec.Command(goBin, "build", "-o", filepath.Join(bins.dir, b.out), b.pkg)
