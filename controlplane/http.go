@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/iop-dev/iop/internal/httpmux"
 	"github.com/iop-dev/iop/internal/sse"
 	"github.com/iop-dev/iop/wire/iopv1"
 )
@@ -39,18 +40,30 @@ var ui embed.FS
 //	GET  /api/events/stream            live events (SSE)
 func (h *Hub) Handler() http.Handler {
 	mux := http.NewServeMux()
+	// api holds the API's patterns, so that a known route asked with
+	// another method gets 405 and not 404.
+	api := http.NewServeMux()
+	handle := func(pattern string, h http.HandlerFunc) {
+		mux.HandleFunc(pattern, h)
+		api.HandleFunc(pattern, h)
+	}
 	mux.HandleFunc("GET /{$}", h.static("ui/index.html", "text/html; charset=utf-8"))
 	mux.HandleFunc("GET /app.js", h.static("ui/app.js", "text/javascript; charset=utf-8"))
 	mux.HandleFunc("GET /style.css", h.static("ui/style.css", "text/css; charset=utf-8"))
-	mux.HandleFunc("POST /api/login", h.login)
-	mux.HandleFunc("GET /api/session", h.auth(false, h.session))
-	mux.HandleFunc("POST /api/logout", h.auth(true, h.logout))
-	mux.HandleFunc("GET /api/edges", h.auth(false, h.listEdges))
-	mux.HandleFunc("GET /api/edges/{id}", h.auth(false, h.getEdge))
-	mux.HandleFunc("POST /api/edges/{id}/commands", h.auth(true, h.postCommand))
-	mux.HandleFunc("GET /api/events", h.auth(false, h.recentEvents))
-	mux.HandleFunc("GET /api/events/stream", h.auth(false, h.streamEvents))
+	handle("POST /api/login", h.login)
+	handle("GET /api/session", h.auth(false, h.session))
+	handle("POST /api/logout", h.auth(true, h.logout))
+	handle("GET /api/edges", h.auth(false, h.listEdges))
+	handle("GET /api/edges/{id}", h.auth(false, h.getEdge))
+	handle("POST /api/edges/{id}/commands", h.auth(true, h.postCommand))
+	handle("GET /api/events", h.auth(false, h.recentEvents))
+	handle("GET /api/events/stream", h.auth(false, h.streamEvents))
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := httpmux.Allowed(api, r); allow != "" {
+			w.Header().Set("Allow", allow)
+			apiError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+allow)
+			return
+		}
 		apiError(w, http.StatusNotFound, "not_found", "no such operator API route")
 	})
 	return securityHeaders(mux)

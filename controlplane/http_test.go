@@ -208,7 +208,8 @@ func TestOperatorAuth(t *testing.T) {
 	}
 }
 
-// TestOperatorAPIErrors: bad input gets a typed error and changes nothing.
+// TestOperatorAPIErrors: bad input gets a typed error and changes nothing;
+// a known route asked with another method gets 405 with Allow.
 func TestOperatorAPIErrors(t *testing.T) {
 	h := startHub(t, "", nil)
 	e1 := startEdge(t, "e1", h.addr, nil)
@@ -236,6 +237,8 @@ func TestOperatorAPIErrors(t *testing.T) {
 	}{
 		{apiCall{method: "GET", path: "/api/nothing"}, 404, "not_found"},
 		{apiCall{method: "GET", path: "/api/edges/ghost"}, 404, "not_found"},
+		{apiCall{method: "GET", path: "/api/edges/e1/commands"}, 405, "method_not_allowed"},
+		{apiCall{method: "DELETE", path: "/api/edges/e1"}, 405, "method_not_allowed"},
 		{apiCall{method: "GET", path: "/api/edges/e3?refresh=1"}, 409, "edge_offline"},
 		{apiCall{method: "POST", path: "/api/edges/e1/commands", body: `{"operation":"config.refresh","extra":1}`}, 400, "invalid_body"},
 		{apiCall{method: "POST", path: "/api/edges/e1/commands", body: `{"operation":`}, 400, "invalid_body"},
@@ -251,6 +254,10 @@ func TestOperatorAPIErrors(t *testing.T) {
 		if a.status != tc.status || code(a) != tc.code {
 			t.Errorf("%s %.60s %.40s: %d %q, want %d %q (%s)", tc.call.method, tc.call.path, tc.call.body, a.status, code(a), tc.status, tc.code, a.body)
 		}
+	}
+	// 405 names what the route does serve.
+	if a := do(t, c, h.url, apiCall{method: "PUT", path: "/api/login", header: auth}); a.status != 405 || a.header.Get("Allow") != "POST" {
+		t.Errorf("PUT /api/login: %d, Allow %q", a.status, a.header.Get("Allow"))
 	}
 	// A body that is not JSON by its declared type.
 	req, _ := http.NewRequest("POST", h.url+"/api/edges/e1/commands", strings.NewReader(`{"operation":"config.refresh"}`))

@@ -11,7 +11,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -20,6 +19,7 @@ import (
 	"github.com/iop-dev/iop/edge/pool"
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/internal/httpauth"
+	"github.com/iop-dev/iop/internal/httpmux"
 	"github.com/iop-dev/iop/internal/llmapi"
 )
 
@@ -158,7 +158,7 @@ func (s *Server) routes() *http.ServeMux {
 		handle("GET /metrics", promhttp.HandlerFor(s.reg2, promhttp.HandlerOpts{}))
 	}
 	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request, _ string) {
-		if allow := allowedMethods(served, r); allow != "" {
+		if allow := httpmux.Allowed(served, r); allow != "" {
 			w.Header().Set("Allow", allow)
 			fail(w, clientAPI(r), http.StatusMethodNotAllowed, "method_not_allowed", "Method "+r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+allow, "method_not_allowed")
 			return
@@ -166,20 +166,6 @@ func (s *Server) routes() *http.ServeMux {
 		fail(w, clientAPI(r), http.StatusNotFound, "not_found", "Unknown path "+r.Method+" "+r.URL.Path, "not_found")
 	}))
 	return mux
-}
-
-// allowedMethods lists, for an Allow header, the methods mux serves r's
-// path with; "" when it serves the path with none.
-func allowedMethods(mux *http.ServeMux, r *http.Request) string {
-	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
-		probe := *r
-		probe.Method = m
-		if _, pattern := mux.Handler(&probe); pattern != "" {
-			allow = append(allow, m)
-		}
-	}
-	return strings.Join(allow, ", ")
 }
 
 // readyz answers 200 while the Edge is serving and at least one route has
