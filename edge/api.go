@@ -132,7 +132,7 @@ func capability(pi providerInfo, a api) (dispatchPath, wireFormat) {
 	return pathNone, 0
 }
 
-func (s *Server) routes() *http.ServeMux {
+func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	// served holds the same patterns as mux, less the catch-all, so that
 	// a known path asked with another method gets 405 and not 404.
@@ -165,7 +165,7 @@ func (s *Server) routes() *http.ServeMux {
 		}
 		fail(w, clientAPI(r), http.StatusNotFound, "not_found", "Unknown path "+r.Method+" "+r.URL.Path, "not_found")
 	}))
-	return mux
+	return s.cors(mux, served)
 }
 
 // readyz answers 200 while the Edge is serving and at least one route has

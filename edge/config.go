@@ -61,6 +61,13 @@ type Config struct {
 	// Metrics, when set, receives the Edge's Prometheus metrics and is
 	// served on /metrics. Nil means no metrics.
 	Metrics *prometheus.Registry
+	// CORSOrigins are the browser origins whose pages may call the API
+	// directly ("https://chat.example.com", exactly as a browser sends
+	// its Origin header), or "*" alone for every origin. Preflights from
+	// them are answered and answers carry Access-Control-Allow-Origin; the
+	// API key is still required. Empty, the default, sends no CORS header
+	// (reloadable).
+	CORSOrigins []string
 
 	// Epoch is this Edge run's boot epoch (nodes.NextEpoch). Required.
 	Epoch uint32
@@ -192,6 +199,9 @@ func (c *Config) Validate() error {
 func (c *Config) validate() error {
 	if c.Epoch == 0 {
 		return errors.New("Epoch is required (see nodes.NextEpoch)")
+	}
+	if _, err := newCORSPolicy(c.CORSOrigins); err != nil {
+		return err
 	}
 	if _, err := nodes.NewStaticStore(c.Nodes); err != nil {
 		return fmt.Errorf("Nodes: %w", err)

@@ -2,10 +2,10 @@
 // Edge: the client HTTP APIs (OpenAI Chat Completions, Responses,
 // Embeddings and Models; Anthropic Messages, count_tokens and Models, the
 // last in Anthropic's shape for a request that names an
-// anthropic-version; also mountable as an http.Handler in your own
-// server), API keys and
-// principals, model routes, admission and leases, the listener for Node
-// sessions, and the one dispatch path every API goes through.
+// anthropic-version; CORS for the browser origins Config.CORSOrigins
+// lists; also mountable as an http.Handler in your own server), API keys
+// and principals, model routes, admission and leases, the listener for
+// Node sessions, and the one dispatch path every API goes through.
 //
 // A request is authenticated by its API key (stored only as a SHA-256
 // hash, compared in constant time), matched to a route, and admitted: it

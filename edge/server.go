@@ -38,7 +38,7 @@ type Server struct {
 	reg  *nodes.Registry
 	pool *pool.Pool
 	snap atomic.Pointer[snapshot]
-	mux  *http.ServeMux
+	mux  http.Handler
 
 	mu        sync.Mutex
 	closed    bool
@@ -73,6 +73,7 @@ type snapshot struct {
 	longContext    int
 	creds          map[string]Credential
 	workspaces     map[string]WorkspaceSpec
+	cors           *corsPolicy // nil: no CORS headers
 }
 
 type providerInfo struct {
@@ -98,6 +99,7 @@ func newSnapshot(c *Config) *snapshot {
 		creds:          map[string]Credential{},
 		workspaces:     map[string]WorkspaceSpec{},
 	}
+	s.cors, _ = newCORSPolicy(c.CORSOrigins) // Validate checked it
 	for _, w := range c.Workspaces {
 		s.workspaces[w.Ref] = w
 	}

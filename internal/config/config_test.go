@@ -82,6 +82,7 @@ func TestEdgeStrictness(t *testing.T) {
 		{"unknown api", "capacity: 1}", `unknown API "completions"`},
 		{"api the adapter cannot serve", "capacity: 1}", `the openai adapter cannot serve "messages"`},
 		{"no generation api", "capacity: 1}", "names no generation API"},
+		{"cors origin with a path", `api: {listen: "127.0.0.1:0"}`, `CORSOrigins[0]: "https://chat.example/": an origin has no path`},
 	}
 	replacements := []string{
 		"state_dir: state\nstatedir: oops",
@@ -93,6 +94,7 @@ func TestEdgeStrictness(t *testing.T) {
 		"capacity: 1, apis: [completions]}",
 		"capacity: 1, apis: [chat, messages]}",
 		"capacity: 1, apis: [embeddings]}",
+		`api: {listen: "127.0.0.1:0", cors_origins: ["https://chat.example/"]}`,
 	}
 	t.Setenv("IOP_TEST_SHORT_KEY", "short")
 	for i, tc := range cases {
@@ -122,6 +124,16 @@ func TestEdgeStrictness(t *testing.T) {
 	}
 	if got := cfg.Nodes[0].Providers[0].APIs; len(got) != 1 || got[0] != "responses" {
 		t.Fatalf("apis not carried: %v", got)
+	}
+	ok = strings.Replace(minimalEdge, `api: {listen: "127.0.0.1:0"}`, `api: {listen: "127.0.0.1:0", cors_origins: ["https://chat.example", "http://localhost:3000"]}`, 1)
+	if ef, err = ParseEdge([]byte(ok), t.TempDir()); err != nil {
+		t.Fatalf("cors_origins refused: %v", err)
+	}
+	if cfg, err = ef.Config(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.CORSOrigins; len(got) != 2 || got[0] != "https://chat.example" || got[1] != "http://localhost:3000" {
+		t.Fatalf("cors_origins not carried: %v", got)
 	}
 	if _, err := ParseEdge([]byte(minimalEdge+"---\nextra: doc\n"), t.TempDir()); err == nil {
 		t.Fatal("a second YAML document was accepted")

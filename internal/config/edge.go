@@ -20,8 +20,9 @@ import (
 // EdgeFile is edge.yaml.
 type EdgeFile struct {
 	API struct {
-		Listen string    `yaml:"listen"`
-		TLS    *TLSFiles `yaml:"tls"`
+		Listen      string    `yaml:"listen"`
+		TLS         *TLSFiles `yaml:"tls"`
+		CORSOrigins []string  `yaml:"cors_origins"`
 	} `yaml:"api"`
 	NodesListen string    `yaml:"nodes_listen"`
 	NodeTLS     *TLSFiles `yaml:"node_tls"`
@@ -172,6 +173,7 @@ func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
 		RequestTimeout:    f.Limits.RequestTimeout,
 		LongContextTokens: f.Limits.LongContextTokens,
 		AgingStep:         f.Limits.AgingStep,
+		CORSOrigins:       f.API.CORSOrigins,
 	}
 	for i, k := range f.APIKeys {
 		h, err := k.Key.hash(f.dir)
