@@ -49,6 +49,27 @@ func (r *rig) post(t *testing.T, key, body string) (int, http.Header, string) {
 	return resp.StatusCode, resp.Header, string(b)
 }
 
+// do sends method path with the headers (and body, unless empty) and
+// returns the answer with its body read.
+func (r *rig) do(t *testing.T, method, path, body string, header map[string]string) (*http.Response, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, r.url+path, rd)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
 // get sends a GET with the given headers and returns status and body.
 func (r *rig) get(t *testing.T, path string, header map[string]string) (int, string) {
 	t.Helper()

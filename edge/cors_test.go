@@ -1,7 +1,6 @@
 package edge_test
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,27 +9,6 @@ import (
 )
 
 const pageOrigin = "https://chat.example.com"
-
-// corsDo sends method path with the headers and returns the answer, its
-// body read.
-func (r *rig) corsDo(t *testing.T, method, path, body string, header map[string]string) (*http.Response, string) {
-	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, _ := http.NewRequest(method, r.url+path, rd)
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return resp, string(b)
-}
 
 func preflight(origin, method, headers string) map[string]string {
 	h := map[string]string{"Origin": origin, "Access-Control-Request-Method": method}
@@ -45,11 +23,11 @@ func preflight(origin, method, headers string) map[string]string {
 // gets: a browser page on another origin cannot read the API.
 func TestCORSOff(t *testing.T) {
 	r := newRig(t, rigOpts{})
-	resp, body := r.corsDo(t, "OPTIONS", "/v1/chat/completions", "", preflight(pageOrigin, "POST", "authorization, content-type"))
+	resp, body := r.do(t, "OPTIONS", "/v1/chat/completions", "", preflight(pageOrigin, "POST", "authorization, content-type"))
 	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Access-Control-Allow-Origin") != "" {
 		t.Fatalf("preflight: %d %v %s", resp.StatusCode, resp.Header, body)
 	}
-	resp, body = r.corsDo(t, "POST", "/v1/chat/completions", chatJSON("gpt-local", "hi"), map[string]string{"Origin": pageOrigin, "Authorization": "Bearer " + apiKey})
+	resp, body = r.do(t, "POST", "/v1/chat/completions", chatJSON("gpt-local", "hi"), map[string]string{"Origin": pageOrigin, "Authorization": "Bearer " + apiKey})
 	if resp.StatusCode != 200 {
 		t.Fatalf("chat: %d %s", resp.StatusCode, body)
 	}
@@ -73,7 +51,7 @@ func TestCORSOrigins(t *testing.T) {
 		c.CORSOrigins = []string{pageOrigin, "http://localhost:3000"}
 	}})
 
-	resp, body := r.corsDo(t, "OPTIONS", "/v1/chat/completions", "", preflight(pageOrigin, "POST", "Authorization, content-type,x-stainless-os"))
+	resp, body := r.do(t, "OPTIONS", "/v1/chat/completions", "", preflight(pageOrigin, "POST", "Authorization, content-type,x-stainless-os"))
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("preflight: %d %s", resp.StatusCode, body)
 	}
@@ -91,7 +69,7 @@ func TestCORSOrigins(t *testing.T) {
 	if got := resp.Header.Get("Access-Control-Allow-Credentials"); got != "" {
 		t.Errorf("preflight allows credentials: %q", got)
 	}
-	resp, _ = r.corsDo(t, "OPTIONS", "/v1/models/gpt-local", "", preflight("http://localhost:3000", "GET", ""))
+	resp, _ = r.do(t, "OPTIONS", "/v1/models/gpt-local", "", preflight("http://localhost:3000", "GET", ""))
 	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Methods") != "GET, HEAD" ||
 		resp.Header.Get("Access-Control-Allow-Origin") != "http://localhost:3000" || resp.Header.Get("Access-Control-Allow-Headers") != "" {
 		t.Errorf("models preflight: %d %v", resp.StatusCode, resp.Header)
@@ -109,7 +87,7 @@ func TestCORSOrigins(t *testing.T) {
 		{"header list with a space in a name", "/v1/chat/completions", preflight(pageOrigin, "POST", "authorization, x evil"), http.StatusMethodNotAllowed},
 		{"oversized header list", "/v1/chat/completions", preflight(pageOrigin, "POST", strings.Repeat("x-a,", 1100)), http.StatusMethodNotAllowed},
 	} {
-		resp, _ := r.corsDo(t, "OPTIONS", c.path, "", c.header)
+		resp, _ := r.do(t, "OPTIONS", c.path, "", c.header)
 		if resp.StatusCode != c.status {
 			t.Errorf("%s: %d, want %d", c.name, resp.StatusCode, c.status)
 		}
@@ -124,18 +102,18 @@ func TestCORSOrigins(t *testing.T) {
 	// the origin, its Vary and the exposed headers; without the key, 401
 	// that the page can read.
 	for _, model := range []string{"gpt-local", "via-anthropic"} {
-		resp, body = r.corsDo(t, "POST", "/v1/chat/completions", chatJSON(model, "hi"), map[string]string{"Origin": pageOrigin, "Authorization": "Bearer " + apiKey, "Content-Type": "application/json"})
+		resp, body = r.do(t, "POST", "/v1/chat/completions", chatJSON(model, "hi"), map[string]string{"Origin": pageOrigin, "Authorization": "Bearer " + apiKey, "Content-Type": "application/json"})
 		if resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != pageOrigin || resp.Header.Get("Vary") != "Origin" ||
 			!strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "X-Request-Id") || resp.Header.Get("X-Request-Id") == "" {
 			t.Errorf("%s: %d %v %s", model, resp.StatusCode, resp.Header, body)
 		}
 	}
-	resp, body = r.corsDo(t, "POST", "/v1/chat/completions", chatJSON("gpt-local", "hi"), map[string]string{"Origin": pageOrigin})
+	resp, body = r.do(t, "POST", "/v1/chat/completions", chatJSON("gpt-local", "hi"), map[string]string{"Origin": pageOrigin})
 	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Access-Control-Allow-Origin") != pageOrigin {
 		t.Errorf("without a key: %d %v %s", resp.StatusCode, resp.Header, body)
 	}
 	for _, o := range []string{"https://evil.example", ""} {
-		resp, _ = r.corsDo(t, "POST", "/v1/chat/completions", chatJSON("gpt-local", "hi"), map[string]string{"Origin": o, "Authorization": "Bearer " + apiKey})
+		resp, _ = r.do(t, "POST", "/v1/chat/completions", chatJSON("gpt-local", "hi"), map[string]string{"Origin": o, "Authorization": "Bearer " + apiKey})
 		if resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "" || resp.Header.Get("Vary") != "Origin" {
 			t.Errorf("request from origin %q: %d %v", o, resp.StatusCode, resp.Header)
 		}
@@ -148,7 +126,7 @@ func TestCORSOrigins(t *testing.T) {
 	if err := r.srv.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	resp, _ = r.corsDo(t, "POST", "/v1/chat/completions", chatJSON("gpt-local", "hi"), map[string]string{"Origin": "https://evil.example", "Authorization": "Bearer " + apiKey})
+	resp, _ = r.do(t, "POST", "/v1/chat/completions", chatJSON("gpt-local", "hi"), map[string]string{"Origin": "https://evil.example", "Authorization": "Bearer " + apiKey})
 	if resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "*" || resp.Header.Get("Vary") != "" {
 		t.Errorf("after reload to *: %d %v", resp.StatusCode, resp.Header)
 	}
@@ -157,7 +135,7 @@ func TestCORSOrigins(t *testing.T) {
 	if err := r.srv.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-	resp, _ = r.corsDo(t, "OPTIONS", "/v1/chat/completions", "", preflight(pageOrigin, "POST", ""))
+	resp, _ = r.do(t, "OPTIONS", "/v1/chat/completions", "", preflight(pageOrigin, "POST", ""))
 	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Access-Control-Allow-Origin") != "" {
 		t.Errorf("after reload to none: %d %v", resp.StatusCode, resp.Header)
 	}
@@ -205,7 +183,7 @@ func TestCORSOriginsRefused(t *testing.T) {
 			t.Errorf("%q: New accepted", c.origins)
 		}
 	}
-	resp, _ := r.corsDo(t, "OPTIONS", "/v1/chat/completions", "", preflight(pageOrigin, "POST", ""))
+	resp, _ := r.do(t, "OPTIONS", "/v1/chat/completions", "", preflight(pageOrigin, "POST", ""))
 	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != pageOrigin {
 		t.Errorf("a refused reload changed the origins: %d %v", resp.StatusCode, resp.Header)
 	}

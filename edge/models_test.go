@@ -3,7 +3,6 @@ package edge_test
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -137,18 +136,9 @@ func TestWrongMethod(t *testing.T) {
 			"error": map[string]any{"type": "invalid_request_error", "code": "method_not_allowed", "param": nil, "message": "Method POST is not allowed on /healthz; allowed: GET, HEAD"},
 		}},
 	} {
-		req, _ := http.NewRequest(c.method, r.url+c.path, strings.NewReader("{}"))
-		for k, v := range c.header {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, b := r.do(t, c.method, c.path, "{}", c.header)
 		var got map[string]any
-		if err := json.Unmarshal(b, &got); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		if err := json.Unmarshal([]byte(b), &got); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
 			t.Fatalf("%s %s: %d %s (%v)", c.method, c.path, resp.StatusCode, b, err)
 		}
 		if a := resp.Header.Get("Allow"); a != c.allow {
