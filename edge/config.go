@@ -62,11 +62,11 @@ type Config struct {
 	// served on /metrics. Nil means no metrics.
 	Metrics *prometheus.Registry
 	// CORSOrigins are the browser origins whose pages may call the API
-	// directly ("https://chat.example.com", exactly as a browser sends
-	// its Origin header), or "*" alone for every origin. Preflights from
-	// them are answered and answers carry Access-Control-Allow-Origin; the
-	// API key is still required. Empty, the default, sends no CORS header
-	// (reloadable).
+	// under /v1/ directly ("https://chat.example.com", exactly as a
+	// browser sends its Origin header), or "*" alone for every origin.
+	// Preflights from them are answered and answers carry
+	// Access-Control-Allow-Origin; the API key is still required. Empty,
+	// the default, sends no CORS header (reloadable).
 	CORSOrigins []string
 
 	// Epoch is this Edge run's boot epoch (nodes.NextEpoch). Required.

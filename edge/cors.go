@@ -12,12 +12,15 @@ import (
 // Cross-origin requests (CORS). With Config.CORSOrigins empty, the
 // default, the Edge sends no CORS header and a browser page on another
 // origin cannot read its answers. With origins listed, a page on one of
-// them may call the API directly (the OpenAI and Anthropic JavaScript
-// SDKs in a browser): preflights are answered before authentication,
-// since a browser sends them without credentials, and answers carry
-// Access-Control-Allow-Origin and expose the headers a client reads. The
-// API key still travels in a header and is checked as always; no answer
-// allows credentials (cookies), which the API never uses.
+// them may call the API under /v1/ directly (the OpenAI and Anthropic
+// JavaScript SDKs in a browser): preflights are answered before
+// authentication, since a browser sends them without credentials, and
+// answers carry Access-Control-Allow-Origin and expose the headers a
+// client reads. The API key still travels in a header and is checked as
+// always; no answer allows credentials (cookies), which the API never
+// uses. /healthz, /readyz and /metrics are for operators, not pages: they
+// never carry CORS headers, so that no page reads them through a
+// visitor's browser.
 
 // corsMaxAge is how long, in seconds, a browser may cache a preflight's
 // answer (Chromium caps it at 7200).
@@ -93,7 +96,7 @@ func (p *corsPolicy) allows(origin string) bool {
 func (s *Server) cors(next, served *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := s.snap.Load().cors
-		if p == nil {
+		if p == nil || !strings.HasPrefix(r.URL.Path, "/v1/") {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -45,7 +45,7 @@ func TestCORSOff(t *testing.T) {
 // and the headers a client may read. An unlisted origin, an unserved
 // path and a malformed header list get no CORS header (but Vary: Origin,
 // so that a cache keeps the answers apart). A reload changes the list
-// for new requests.
+// for new requests. The operator paths never carry CORS headers.
 func TestCORSOrigins(t *testing.T) {
 	r := newRig(t, rigOpts{mutate: func(c *edge.Config) {
 		c.CORSOrigins = []string{pageOrigin, "http://localhost:3000"}
@@ -84,6 +84,7 @@ func TestCORSOrigins(t *testing.T) {
 		{"origin with another port", "/v1/chat/completions", preflight("http://localhost:3001", "POST", ""), http.StatusMethodNotAllowed},
 		{"origin with a trailing slash", "/v1/chat/completions", preflight(pageOrigin+"/", "POST", ""), http.StatusMethodNotAllowed},
 		{"unserved path", "/v1/files", preflight(pageOrigin, "POST", "authorization"), http.StatusNotFound},
+		{"operator path", "/readyz", preflight(pageOrigin, "GET", ""), http.StatusMethodNotAllowed},
 		{"header list with a space in a name", "/v1/chat/completions", preflight(pageOrigin, "POST", "authorization, x evil"), http.StatusMethodNotAllowed},
 		{"oversized header list", "/v1/chat/completions", preflight(pageOrigin, "POST", strings.Repeat("x-a,", 1100)), http.StatusMethodNotAllowed},
 	} {
@@ -106,6 +107,12 @@ func TestCORSOrigins(t *testing.T) {
 		if resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != pageOrigin || resp.Header.Get("Vary") != "Origin" ||
 			!strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "X-Request-Id") || resp.Header.Get("X-Request-Id") == "" {
 			t.Errorf("%s: %d %v %s", model, resp.StatusCode, resp.Header, body)
+		}
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, _ := r.do(t, "GET", path, "", map[string]string{"Origin": pageOrigin})
+		if got := resp.Header.Get("Access-Control-Allow-Origin"); got != "" {
+			t.Errorf("GET %s from a listed origin: %d, Access-Control-Allow-Origin %q", path, resp.StatusCode, got)
 		}
 	}
 	resp, body = r.do(t, "POST", "/v1/chat/completions", chatJSON("gpt-local", "hi"), map[string]string{"Origin": pageOrigin})
