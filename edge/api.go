@@ -408,6 +408,8 @@ type request struct {
 	// pin is the only provider that may serve the request: the one holding
 	// the state a Responses previous_response_id refers to.
 	pin string
+	// usage is what the provider reported, once booked (recordUsage).
+	usage *execution.Usage
 }
 
 // generate is the one handler of the generation APIs: authenticate, read
@@ -418,15 +420,24 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	snap := s.snap.Load()
 	routeLabel := "unknown"
 	streamed := false // a streamed answer was asked for: only it has a first event
+	var (
+		key    *APIKey
+		req    *request
+		served *exchange
+	)
 	defer func() {
+		took := time.Since(start)
 		rs := routeSeries{routeLabel, a}
 		s.metrics.requestsBy.get(requestSeries{rs, w.outcomeOf()}).Inc()
-		s.metrics.durationBy.get(rs).Observe(time.Since(start).Seconds())
+		s.metrics.durationBy.get(rs).Observe(took.Seconds())
 		if streamed && !w.first.IsZero() && w.status == http.StatusOK {
 			s.metrics.ttftBy.get(rs).Observe(w.first.Sub(start).Seconds())
 		}
+		if snap.accessLog {
+			s.logAccess(w, a, routeLabel, key, req, served, streamed, start, took)
+		}
 	}()
-	key := s.authFor(w, r, snap, a)
+	key = s.authFor(w, r, snap, a)
 	if key == nil {
 		return
 	}
@@ -458,7 +469,7 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 		return
 	}
 	streamed = stream
-	req := &request{rid: rid, api: a, key: key, route: rt, snap: snap, body: body, fields: f, stream: stream}
+	req = &request{rid: rid, api: a, key: key, route: rt, snap: snap, body: body, fields: f, stream: stream}
 	if so := f.Raw("stream_options"); so != nil {
 		var opt struct {
 			IncludeUsage bool `json:"include_usage"`
@@ -528,6 +539,7 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 		return
 	}
 	defer x.close()
+	served = x
 	s.usage.request(key.Name)
 	s.metrics.queueWaitBy.get(rt.Model).Observe(x.lease.Waited.Seconds())
 	switch {

@@ -55,6 +55,11 @@
 // disconnects cancels the upstream call; a silent stream gets a
 // keep-alive comment every 15 s; silence is never a terminal.
 //
+// Operators see requests through Prometheus metrics (Config.Metrics, on
+// /metrics; bounded labels), /healthz and /readyz, and, with
+// Config.AccessLog, one log line per request as it ends (request ids,
+// model, key name, provider, node, status, timings, tokens).
+//
 // Credentials a provider names (nodes.ProviderSpec.Credential) reach its
 // Node only as a credential lease per dispatch (package credentiallease),
 // bound to the Node's key and connection generation; in managed mode

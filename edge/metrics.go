@@ -244,3 +244,39 @@ func (a api) String() string {
 	}
 	return strconv.Itoa(int(a))
 }
+
+// logAccess writes a finished generation request's access-log line
+// (Config.AccessLog). key, req and x are nil for a request that ended
+// before it was authenticated, read or dispatched.
+func (s *Server) logAccess(w *recorder, a api, route string, key *APIKey, req *request, x *exchange, streamed bool, start time.Time, took time.Duration) {
+	kv := make([]any, 0, 34)
+	kv = append(kv, "request_id", w.rid)
+	// A tunnelled answer carries the provider's own request id to the
+	// client instead of the Edge's: both are logged, to follow a request
+	// from either end.
+	for _, h := range [...]string{"X-Request-Id", "Request-Id"} {
+		if v := w.Header().Get(h); v != "" && v != w.rid {
+			kv = append(kv, "provider_request_id", v)
+			break
+		}
+	}
+	kv = append(kv, "api", a.String(), "model", route)
+	if key != nil {
+		kv = append(kv, "key", key.Name)
+	}
+	kv = append(kv, "status", w.status, "outcome", w.outcomeOf(), "stream", streamed)
+	if x != nil {
+		kv = append(kv, "provider", x.lease.ProviderID, "node", x.lease.NodeID, "generation", x.lease.Generation, "queued_ms", ms(x.lease.Waited))
+	}
+	if !w.first.IsZero() {
+		kv = append(kv, "first_byte_ms", ms(w.first.Sub(start)))
+	}
+	kv = append(kv, "duration_ms", ms(took), "bytes", w.written)
+	if req != nil && req.usage != nil {
+		kv = append(kv, "input_tokens", req.usage.InputTokens, "output_tokens", req.usage.OutputTokens)
+	}
+	s.access.Info("request", kv...)
+}
+
+// ms is d in milliseconds, to the microsecond.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -723,6 +723,7 @@ func (s *Server) recordUsage(req *request, u *execution.Usage) {
 			"cached_input_tokens", u.CachedInputTokens, "reasoning_tokens", u.ReasoningTokens)
 		return
 	}
+	req.usage = u
 	s.usage.tokens(req.key.Name, u)
 	s.limits.spend(req.key, u.InputTokens+u.OutputTokens)
 	tk := s.metrics.tokensBy.get(req.key.Name)

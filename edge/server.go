@@ -34,11 +34,13 @@ var ErrServerClosed = errors.New("edge: server closed")
 // listener for Node sessions (ServeNodes), admission and leases, and the
 // one dispatch path every API goes through.
 type Server struct {
-	log  hclog.Logger
-	reg  *nodes.Registry
-	pool *pool.Pool
-	snap atomic.Pointer[snapshot]
-	mux  http.Handler
+	log hclog.Logger
+	// access is the access log's logger (Config.AccessLog).
+	access hclog.Logger
+	reg    *nodes.Registry
+	pool   *pool.Pool
+	snap   atomic.Pointer[snapshot]
+	mux    http.Handler
 
 	mu        sync.Mutex
 	closed    bool
@@ -74,6 +76,7 @@ type snapshot struct {
 	creds          map[string]Credential
 	workspaces     map[string]WorkspaceSpec
 	cors           *corsPolicy // nil: no CORS headers
+	accessLog      bool
 }
 
 type providerInfo struct {
@@ -100,6 +103,7 @@ func newSnapshot(c *Config) *snapshot {
 		workspaces:     map[string]WorkspaceSpec{},
 	}
 	s.cors, _ = newCORSPolicy(c.CORSOrigins) // Validate checked it
+	s.accessLog = c.AccessLog
 	for _, w := range c.Workspaces {
 		s.workspaces[w.Ref] = w
 	}
@@ -155,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
-	s := &Server{log: log, reg: reg, pool: pool.New(), servers: map[*http.Server]struct{}{}, reg2: cfg.Metrics}
+	s := &Server{log: log, access: log.Named("access"), reg: reg, pool: pool.New(), servers: map[*http.Server]struct{}{}, reg2: cfg.Metrics}
 	s.pool.AgingStep = cfg.AgingStep
 	s.source = cfg.ConfigSource
 	if l := cfg.Leases; l != nil {

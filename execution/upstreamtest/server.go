@@ -42,6 +42,10 @@ type Script struct {
 	ToolCalls []ToolCall
 	// Usage is reported at the end; zero fields are estimated.
 	Usage Usage
+	// RequestID, when set, is the answer's own request id, in the header
+	// its API's clients read: request-id for Anthropic Messages,
+	// X-Request-Id for the others (as the hosted APIs send them).
+	RequestID string
 	// StopReason overrides the natural one (the natural one is the API's
 	// tool-call reason when there are tool calls, else its stop reason).
 	StopReason string
@@ -441,6 +445,13 @@ func prelude(w http.ResponseWriter, r *http.Request, api string, sc *Script) boo
 	if sc.HangBeforeHeaders {
 		<-r.Context().Done()
 		return false
+	}
+	if sc.RequestID != "" {
+		if api == "messages" {
+			w.Header().Set("Request-Id", sc.RequestID)
+		} else {
+			w.Header().Set("X-Request-Id", sc.RequestID)
+		}
 	}
 	if sc.Raw != "" {
 		if strings.HasPrefix(sc.Raw, "data:") || strings.HasPrefix(sc.Raw, "event:") {

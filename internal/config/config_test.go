@@ -125,7 +125,7 @@ func TestEdgeStrictness(t *testing.T) {
 	if got := cfg.Nodes[0].Providers[0].APIs; len(got) != 1 || got[0] != "responses" {
 		t.Fatalf("apis not carried: %v", got)
 	}
-	ok = strings.Replace(minimalEdge, `api: {listen: "127.0.0.1:0"}`, `api: {listen: "127.0.0.1:0", cors_origins: ["https://chat.example", "http://localhost:3000"]}`, 1)
+	ok = strings.Replace(minimalEdge, `api: {listen: "127.0.0.1:0"}`, `api: {listen: "127.0.0.1:0", cors_origins: ["https://chat.example", "http://localhost:3000"], access_log: true}`, 1)
 	if ef, err = ParseEdge([]byte(ok), t.TempDir()); err != nil {
 		t.Fatalf("cors_origins refused: %v", err)
 	}
@@ -134,6 +134,9 @@ func TestEdgeStrictness(t *testing.T) {
 	}
 	if got := cfg.CORSOrigins; len(got) != 2 || got[0] != "https://chat.example" || got[1] != "http://localhost:3000" {
 		t.Fatalf("cors_origins not carried: %v", got)
+	}
+	if !cfg.AccessLog {
+		t.Fatal("access_log not carried")
 	}
 	if _, err := ParseEdge([]byte(minimalEdge+"---\nextra: doc\n"), t.TempDir()); err == nil {
 		t.Fatal("a second YAML document was accepted")

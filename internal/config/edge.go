@@ -23,6 +23,7 @@ type EdgeFile struct {
 		Listen      string    `yaml:"listen"`
 		TLS         *TLSFiles `yaml:"tls"`
 		CORSOrigins []string  `yaml:"cors_origins"`
+		AccessLog   bool      `yaml:"access_log"`
 	} `yaml:"api"`
 	NodesListen string    `yaml:"nodes_listen"`
 	NodeTLS     *TLSFiles `yaml:"node_tls"`
@@ -174,6 +175,7 @@ func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
 		LongContextTokens: f.Limits.LongContextTokens,
 		AgingStep:         f.Limits.AgingStep,
 		CORSOrigins:       f.API.CORSOrigins,
+		AccessLog:         f.API.AccessLog,
 	}
 	for i, k := range f.APIKeys {
 		h, err := k.Key.hash(f.dir)
