@@ -50,9 +50,10 @@ func accessLines(t *testing.T, buf *lockedBuffer) []map[string]any {
 // TestAccessLog: with AccessLog on, every generation request gets one line
 // as it ends, whether it was answered (tunnelled, translated, streamed)
 // or refused before dispatch, naming what an operator needs to follow it
-// (the Edge's request id, and the provider's where a tunnelled answer
-// gave the client that one; model, key name, provider, node, status,
-// outcome, timings, tokens) and never the key, the prompt or the answer. Off, the default, there is none; a reload turns it on and off.
+// (the Edge's request id and the provider's, which a tunnelled answer
+// gives the client instead and a translated one keeps; model, key name,
+// provider, node, status, outcome, timings, tokens) and never the key,
+// the prompt or the answer. Off, the default, there is none; a reload turns it on and off.
 func TestAccessLog(t *testing.T) {
 	buf := &lockedBuffer{}
 	r := newRig(t, rigOpts{
@@ -107,7 +108,7 @@ func TestAccessLog(t *testing.T) {
 	}
 	for i, want := range []map[string]any{
 		{"request_id": rids[0], "provider_request_id": "up-chat", "api": "chat", "model": "gpt-local", "key": "alice", "status": 200.0, "outcome": "ok", "stream": false, "provider": "local", "node": "box", "input_tokens": 0.0, "output_tokens": 0.0},
-		{"request_id": rids[1], "api": "chat", "model": "via-anthropic", "key": "alice", "status": 200.0, "outcome": "ok", "stream": false, "provider": "claude", "node": "box"},
+		{"request_id": rids[1], "provider_request_id": "up-messages", "api": "chat", "model": "via-anthropic", "key": "alice", "status": 200.0, "outcome": "ok", "stream": false, "provider": "claude", "node": "box"},
 		{"api": "chat", "model": "gpt-local", "key": "alice", "status": 200.0, "outcome": "ok", "stream": true, "provider": "local", "node": "box"},
 		{"request_id": rids[3], "api": "chat", "model": "unknown", "status": 401.0, "outcome": "unauthenticated", "stream": false},
 		{"api": "chat", "model": "unknown", "key": "alice", "status": 404.0, "outcome": "client_error"},
@@ -146,7 +147,7 @@ func TestAccessLog(t *testing.T) {
 		}
 	}
 	for i, l := range lines {
-		if _, ok := l["provider_request_id"]; ok != (i == 0 || i == 2) { // the tunnelled answers
+		if _, ok := l["provider_request_id"]; ok != (i < 3) { // the answered requests
 			t.Errorf("line %d: provider_request_id %v", i, l["provider_request_id"])
 		}
 	}

@@ -410,6 +410,9 @@ type request struct {
 	pin string
 	// usage is what the provider reported, once booked (recordUsage).
 	usage *execution.Usage
+	// providerRID is the provider's own request id for this request, if
+	// its answer named one (for the access log).
+	providerRID string
 }
 
 // generate is the one handler of the generation APIs: authenticate, read

@@ -251,14 +251,11 @@ func (a api) String() string {
 func (s *Server) logAccess(w *recorder, a api, route string, key *APIKey, req *request, x *exchange, streamed bool, start time.Time, took time.Duration) {
 	kv := make([]any, 0, 34)
 	kv = append(kv, "request_id", w.rid)
-	// A tunnelled answer carries the provider's own request id to the
-	// client instead of the Edge's: both are logged, to follow a request
-	// from either end.
-	for _, h := range [...]string{"X-Request-Id", "Request-Id"} {
-		if v := w.Header().Get(h); v != "" && v != w.rid {
-			kv = append(kv, "provider_request_id", v)
-			break
-		}
+	// The provider's own id too, which a tunnelled answer gives the client
+	// in place of the Edge's: a request can be followed from either end,
+	// and taken to the provider.
+	if req != nil && req.providerRID != "" {
+		kv = append(kv, "provider_request_id", req.providerRID)
 	}
 	kv = append(kv, "api", a.String(), "model", route)
 	if key != nil {

@@ -57,6 +57,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		s.tunnelRefused(ctx, w, req, err)
 		return
 	}
+	req.providerRID = providerRequestID(hdr)
 	for k, vs := range hdr {
 		w.Header()[k] = vs
 	}
@@ -581,11 +582,12 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 	tn := x.tunnel
 	stop := context.AfterFunc(ctx, func() { tn.Close() })
 	defer stop()
-	status, _, err := tn.Response(ctx)
+	status, hdr, err := tn.Response(ctx)
 	if err != nil {
 		s.tunnelRefused(ctx, w, req, err)
 		return
 	}
+	req.providerRID = providerRequestID(hdr)
 	if status != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(tn, 64<<10))
 		ae := providerError(status, b)
@@ -729,4 +731,15 @@ func (s *Server) recordUsage(req *request, u *execution.Usage) {
 	tk := s.metrics.tokensBy.get(req.key.Name)
 	tk[0].Add(float64(u.InputTokens))
 	tk[1].Add(float64(u.OutputTokens))
+}
+
+// providerRequestID is the request id a provider's answer names:
+// X-Request-Id (OpenAI and most compatible servers) or request-id
+// (Anthropic). The headers came through the tunnel's allow-list, which
+// bounds each value and refuses control bytes.
+func providerRequestID(h http.Header) string {
+	if v := h.Get("X-Request-Id"); v != "" {
+		return v
+	}
+	return h.Get("Request-Id")
 }
