@@ -627,7 +627,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			if !ok || now.nodeID != pi.nodeID {
 				continue // gone from that Node since the request came
 			}
-			if p, f := capability(pi, req.api); p == pathNone || req.unfit(p, f, t.Model) != nil {
+			if p, f := capability(pi, req.api); p == pathNone || req.unfit(p, f, t) != nil {
 				continue
 			}
 			gen, applied, ok := s.reg.Admission(pi.nodeID, t.ProviderID)
@@ -693,7 +693,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 		default:
 			// A candidate's format carries the request (cands): its body
 			// is ready but for the target's model.
-			body = req.prep.enc[encIndex(format, t.Model)].body.Splice("model", llmapi.Quote(t.Model))
+			body = req.prep.enc[encIndex(format, t.class())].body.Splice("model", llmapi.Quote(t.Model))
 			x.format = format
 			switch format {
 			case formatChat:
@@ -781,29 +781,31 @@ type prepared struct {
 	err  error
 }
 
-var encoders = [...]func(*llmapi.Request, string) ([]byte, error){
-	formatChat:      llmapi.EncodeChat,
-	formatMessages:  llmapi.EncodeAnthropic,
-	formatResponses: llmapi.EncodeResponses,
+var encoders = [...]func(*llmapi.Request, string, llmapi.ModelClass) ([]byte, error){
+	formatChat: llmapi.EncodeChatAs,
+	formatMessages: func(r *llmapi.Request, model string, _ llmapi.ModelClass) ([]byte, error) {
+		return llmapi.EncodeAnthropic(r, model)
+	},
+	formatResponses: llmapi.EncodeResponsesAs,
 }
 
 // modelClasses is how many encodings of one request a format may need:
-// besides the model's name, the encoders read only whether the model is
-// one of OpenAI's reasoning models, whose Chat Completions limit field
-// differs (llmapi.CompletionTokensModel), or one that takes no reasoning
-// effort (llmapi.NonReasoningModel).
+// besides the model's name, the encoders read only the model's class
+// (Target.class): one of OpenAI's reasoning models, whose Chat
+// Completions limit field differs, one that takes no reasoning effort, or
+// another.
 const modelClasses = 3
 
 // encIndex is where a preparation keeps the request encoded for format f
-// to model: one body for each class of model the format's encoder tells
-// apart (modelClasses).
-func encIndex(f wireFormat, model string) int {
+// to a model of class c: one body for each class the format's encoder
+// tells apart (modelClasses).
+func encIndex(f wireFormat, c llmapi.ModelClass) int {
 	i := modelClasses * int(f)
 	switch {
 	case f == formatMessages:
-	case llmapi.NonReasoningModel(model):
+	case c == llmapi.ClassOpenAIChat:
 		i += 2
-	case f == formatChat && llmapi.CompletionTokensModel(model):
+	case f == formatChat && c == llmapi.ClassOpenAIReasoning:
 		i++
 	}
 	return i
@@ -822,11 +824,11 @@ func (req *request) prepare() {
 			continue
 		}
 		switch p, f := capability(pi, req.api); {
-		case p == pathTranslate && !pr.enc[encIndex(f, t.Model)].done:
-			e := &pr.enc[encIndex(f, t.Model)]
+		case p == pathTranslate && !pr.enc[encIndex(f, t.class())].done:
+			e := &pr.enc[encIndex(f, t.class())]
 			e.done = true
 			var body []byte
-			if body, e.err = encoders[f](req.ir, t.Model); e.err == nil {
+			if body, e.err = encoders[f](req.ir, t.Model, t.class()); e.err == nil {
 				e.body, e.err = llmapi.Scan(body, "model")
 			}
 		case p == pathRun && !pr.run.done:
@@ -836,9 +838,9 @@ func (req *request) prepare() {
 	}
 }
 
-// unfit says why a provider reached by path p (in format f to model, when
-// it translates) cannot carry the request, or nil when it can.
-func (req *request) unfit(p dispatchPath, f wireFormat, model string) error {
+// unfit says why a provider reached by path p (in format f to target t,
+// when it translates) cannot carry the request, or nil when it can.
+func (req *request) unfit(p dispatchPath, f wireFormat, t Target) error {
 	switch {
 	case p == pathTunnel:
 		return nil
@@ -849,7 +851,7 @@ func (req *request) unfit(p dispatchPath, f wireFormat, model string) error {
 	case req.prep == nil:
 		return errUnprepared
 	case p == pathTranslate:
-		if e := &req.prep.enc[encIndex(f, model)]; e.done {
+		if e := &req.prep.enc[encIndex(f, t.class())]; e.done {
 			return e.err
 		}
 	case p == pathRun && req.prep.run.done:
@@ -878,7 +880,7 @@ func (req *request) unservable() error {
 		if p == pathNone {
 			continue
 		}
-		err := req.unfit(p, f, t.Model)
+		err := req.unfit(p, f, t)
 		if err == nil {
 			return nil
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/iop-dev/iop/credentiallease"
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/internal/llmapi"
 	"github.com/iop-dev/iop/wire"
 )
 
@@ -192,6 +193,42 @@ type Target struct {
 	ProviderID string
 	Model      string
 	Weight     int
+	// ModelClass says, for a request translated into Chat Completions or
+	// Responses, how Model takes an output limit and a reasoning effort,
+	// where its name does not tell (an Azure deployment is named by its
+	// operator): ModelOpenAIReasoning, ModelOpenAIChat or ModelOther.
+	// Empty reads it from the name: "o3", "gpt-5.1" and
+	// "openai/gpt-5-mini" are reasoning models, "gpt-4o" and "gpt-4.1"
+	// chat models, anything else other.
+	ModelClass string
+}
+
+// Model classes (Target.ModelClass).
+const (
+	// ModelOpenAIReasoning is one of OpenAI's reasoning models (the
+	// o-series, GPT-5 and later): the output limit goes as
+	// max_completion_tokens, which they require, and an effort is sent.
+	ModelOpenAIReasoning = "openai-reasoning"
+	// ModelOpenAIChat is one of OpenAI's models without reasoning (GPT-4o,
+	// GPT-4.1 and older): max_tokens, and no effort, which they refuse.
+	ModelOpenAIChat = "openai-chat"
+	// ModelOther is any other model: max_tokens, which every
+	// OpenAI-compatible server reads, and an effort, which servers that
+	// have no use for it ignore.
+	ModelOther = "other"
+)
+
+// modelClassOf maps Target.ModelClass to the encoders' class.
+var modelClassOf = map[string]llmapi.ModelClass{
+	"":                   llmapi.ClassByName,
+	ModelOpenAIReasoning: llmapi.ClassOpenAIReasoning,
+	ModelOpenAIChat:      llmapi.ClassOpenAIChat,
+	ModelOther:           llmapi.ClassOther,
+}
+
+// class is the encoders' class of the target's model.
+func (t Target) class() llmapi.ModelClass {
+	return modelClassOf[t.ModelClass].Of(t.Model)
 }
 
 // Validate reports the first invalid field, naming it.
@@ -279,6 +316,8 @@ func (c *Config) validate() error {
 				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: Model is empty", i, r.Model, j)
 			case t.Weight < 0:
 				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: negative Weight", i, r.Model, j)
+			case !validModelClass(t.ModelClass):
+				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: ModelClass %q is not %s, %s or %s", i, r.Model, j, t.ModelClass, ModelOpenAIReasoning, ModelOpenAIChat, ModelOther)
 			}
 			for _, n := range c.Nodes {
 				if n.ID != node {
@@ -365,4 +404,9 @@ func (r *Route) hasProvider(id string) bool {
 		}
 	}
 	return false
+}
+
+func validModelClass(c string) bool {
+	_, ok := modelClassOf[c]
+	return ok
 }

@@ -37,6 +37,9 @@
 // top_k, verbosity, service tiers, caching hints, context_management), as
 // is a reasoning effort or thinking budget for an OpenAI model that takes
 // none (GPT-4o, GPT-4.1 and older refuse one): the answer keeps its shape.
+// Which models those are, and which take their limit as
+// max_completion_tokens, is read from the target's model name, or given
+// by Target.ModelClass for a deployment named otherwise.
 // A Responses custom tool, whose input is free text (Codex's apply_patch),
 // is carried as a function with one string parameter, a grammar it names
 // in that parameter's description, and its calls come back to the client

@@ -413,9 +413,12 @@ func TestJSONOutputThroughTranslation(t *testing.T) {
 // Completions provider in the fields that model takes: an OpenAI
 // reasoning model gets max_completion_tokens, which it requires, the
 // others max_tokens; GPT-4o gets no reasoning_effort, which it refuses,
-// the others get one. Each class of target has its own encoding.
+// the others get one. Each class of target has its own encoding. A
+// target whose name does not tell (an Azure deployment) is given its
+// class (Target.ModelClass), which also overrides a name that does.
 func TestModelFieldsThroughTranslation(t *testing.T) {
-	models := []string{"up-model", "gpt-5-mini", "gpt-4o"}
+	models := []string{"up-model", "gpt-5-mini", "gpt-4o", "prod-reasoner", "prod-chat", "gpt-5-named-other"}
+	classes := map[string]string{"prod-reasoner": edge.ModelOpenAIReasoning, "prod-chat": edge.ModelOpenAIChat, "gpt-5-named-other": edge.ModelOther}
 	r := newRig(t, rigOpts{nodeModels: models, mutate: func(c *edge.Config) {
 		for j := range c.Nodes[0].Providers {
 			if p := &c.Nodes[0].Providers[j]; p.ID == "local" {
@@ -424,13 +427,13 @@ func TestModelFieldsThroughTranslation(t *testing.T) {
 		}
 		var targets []edge.Target
 		for _, m := range models {
-			targets = append(targets, edge.Target{ProviderID: "local", Model: m, Weight: 1})
+			targets = append(targets, edge.Target{ProviderID: "local", Model: m, Weight: 1, ModelClass: classes[m]})
 		}
 		c.Routes = append(c.Routes, edge.Route{Model: "mixed", Strategy: edge.Weighted, Targets: targets})
 	}})
 	ac := anthropic.NewClient(aoption.WithBaseURL(r.url), aoption.WithAPIKey(apiKey), aoption.WithMaxRetries(0))
 	seen := map[string]bool{}
-	for i := 0; i < 80 && len(seen) < len(models); i++ {
+	for i := 0; i < 200 && len(seen) < len(models); i++ {
 		before := len(r.calls())
 		if _, err := ac.Messages.New(ctx(t), anthropic.MessageNewParams{Model: "mixed", MaxTokens: 9000,
 			Thinking: anthropic.ThinkingConfigParamOfEnabled(8000),
@@ -446,9 +449,9 @@ func TestModelFieldsThroughTranslation(t *testing.T) {
 		json.Unmarshal(q.Body, &body)
 		limit, other, effort := "max_tokens", "max_completion_tokens", any("medium")
 		switch q.Model {
-		case "gpt-5-mini":
+		case "gpt-5-mini", "prod-reasoner":
 			limit, other = other, limit
-		case "gpt-4o":
+		case "gpt-4o", "prod-chat":
 			effort = nil
 		}
 		if q.API != "chat" || body[limit] != float64(9000) || body[other] != nil || body["reasoning_effort"] != effort {

@@ -83,6 +83,7 @@ func TestEdgeStrictness(t *testing.T) {
 		{"api the adapter cannot serve", "capacity: 1}", `the openai adapter cannot serve "messages"`},
 		{"no generation api", "capacity: 1}", "names no generation API"},
 		{"cors origin with a path", `api: {listen: "127.0.0.1:0"}`, `CORSOrigins[0]: "https://chat.example/": an origin has no path`},
+		{"unknown model class", "provider: p1, model: m}", `Routes[0] (pub).Targets[0]: ModelClass "gpt" is not openai-reasoning, openai-chat or other`},
 	}
 	replacements := []string{
 		"state_dir: state\nstatedir: oops",
@@ -95,6 +96,7 @@ func TestEdgeStrictness(t *testing.T) {
 		"capacity: 1, apis: [chat, messages]}",
 		"capacity: 1, apis: [embeddings]}",
 		`api: {listen: "127.0.0.1:0", cors_origins: ["https://chat.example/"]}`,
+		"provider: p1, model: m, model_class: gpt}",
 	}
 	t.Setenv("IOP_TEST_SHORT_KEY", "short")
 	for i, tc := range cases {
@@ -137,6 +139,16 @@ func TestEdgeStrictness(t *testing.T) {
 	}
 	if !cfg.AccessLog {
 		t.Fatal("access_log not carried")
+	}
+	ok = strings.Replace(minimalEdge, "provider: p1, model: m}", "provider: p1, model: m, model_class: openai-reasoning}", 1)
+	if ef, err = ParseEdge([]byte(ok), t.TempDir()); err != nil {
+		t.Fatalf("model_class refused: %v", err)
+	}
+	if cfg, err = ef.Config(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Routes[0].Targets[0].ModelClass; got != "openai-reasoning" {
+		t.Fatalf("model_class not carried: %q", got)
 	}
 	if _, err := ParseEdge([]byte(minimalEdge+"---\nextra: doc\n"), t.TempDir()); err == nil {
 		t.Fatal("a second YAML document was accepted")

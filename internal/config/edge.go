@@ -62,9 +62,10 @@ type EdgeFile struct {
 		Model    string `yaml:"model"`
 		Strategy string `yaml:"strategy"`
 		Targets  []struct {
-			Provider string `yaml:"provider"`
-			Model    string `yaml:"model"`
-			Weight   int    `yaml:"weight"`
+			Provider   string `yaml:"provider"`
+			Model      string `yaml:"model"`
+			Weight     int    `yaml:"weight"`
+			ModelClass string `yaml:"model_class"`
 		} `yaml:"targets"`
 	} `yaml:"routes"`
 	// Credentials are hosted-API keys leased to Nodes one call at a time.
@@ -203,7 +204,7 @@ func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
 	for _, r := range f.Routes {
 		rt := edge.Route{Model: r.Model, Strategy: edge.Strategy(r.Strategy)}
 		for _, t := range r.Targets {
-			rt.Targets = append(rt.Targets, edge.Target{ProviderID: t.Provider, Model: t.Model, Weight: t.Weight})
+			rt.Targets = append(rt.Targets, edge.Target{ProviderID: t.Provider, Model: t.Model, Weight: t.Weight, ModelClass: t.ModelClass})
 		}
 		cfg.Routes = append(cfg.Routes, rt)
 	}

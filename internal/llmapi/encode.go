@@ -29,8 +29,9 @@ import (
 //     dropped, because a Responses reasoning item needs the provider's own
 //     item id or encrypted content;
 //   - to Chat Completions and Responses, no effort goes to a model that
-//     takes none (NonReasoningModel: GPT-4o, GPT-4.1 and older), which
-//     refuses the request with one; the answer comes without reasoning.
+//     takes none (ClassOpenAIChat: GPT-4o, GPT-4.1 and older, known by
+//     name or given), which refuses the request with one; the answer
+//     comes without reasoning.
 // Translating an answer, thinking or reasoning text becomes the client
 // format's own: Anthropic thinking blocks, Chat Completions
 // reasoning_content, a Responses reasoning item with a summary.
@@ -136,16 +137,53 @@ func NonReasoningModel(model string) bool {
 
 var nonReasoningPrefixes = []string{"gpt-4", "gpt-3.5", "gpt-35", "chatgpt-"}
 
+// ModelClass is what the OpenAI-format encoders need to know of a model
+// besides its name: how it takes an output limit and whether it takes a
+// reasoning effort. Most names tell (ClassByName); a deployment named
+// otherwise (Azure's are the operator's own) is given its class.
+type ModelClass uint8
+
+const (
+	// ClassByName reads the class from the model's name:
+	// CompletionTokensModel, NonReasoningModel, else ClassOther.
+	ClassByName ModelClass = iota
+	// ClassOther takes max_tokens and a reasoning effort (open models and
+	// the servers that host them; one that has no use for the effort
+	// ignores it).
+	ClassOther
+	// ClassOpenAIReasoning is one of OpenAI's reasoning models (the
+	// o-series, GPT-5 and later): max_completion_tokens, and an effort.
+	ClassOpenAIReasoning
+	// ClassOpenAIChat is one of OpenAI's models that take no reasoning
+	// effort (GPT-4o, GPT-4.1 and older): max_tokens, and no effort.
+	ClassOpenAIChat
+)
+
+// Of is c for model: c itself, or for ClassByName the class model's name
+// says.
+func (c ModelClass) Of(model string) ModelClass {
+	switch {
+	case c != ClassByName:
+		return c
+	case NonReasoningModel(model):
+		return ClassOpenAIChat
+	case CompletionTokensModel(model):
+		return ClassOpenAIReasoning
+	}
+	return ClassOther
+}
+
 // modelName is model without a vendor prefix ("openai/"), in lower case,
 // as CompletionTokensModel and NonReasoningModel read it.
 func modelName(model string) string {
 	return strings.ToLower(model[strings.LastIndexByte(model, '/')+1:])
 }
 
-// effortOf is the reasoning effort r asks of model: its own, or its
-// thinking budget's, and none for a model NonReasoningModel names.
-func effortOf(r *Request, model string) string {
-	if NonReasoningModel(model) {
+// effortOf is the reasoning effort r asks of a model of class c: its
+// own, or its thinking budget's, and none for an OpenAI model that takes
+// none.
+func effortOf(r *Request, c ModelClass) string {
+	if c == ClassOpenAIChat {
 		return ""
 	}
 	if r.ReasoningEffort != "" {
@@ -171,12 +209,19 @@ func chatPart(p Part, msg int) (map[string]any, error) {
 	return nil, badRequest("messages[%d]: %s in a user turn", msg, p.Kind)
 }
 
-// EncodeChat renders r as a Chat Completions request for model. Streams
-// always ask for usage. The output limit is max_tokens, or
-// max_completion_tokens for a model CompletionTokensModel names. A tool
-// message holds text only, so a tool result's images follow in a user
-// message after the turn's tool messages.
+// EncodeChat renders r as a Chat Completions request for model, of the
+// class its name says (ClassByName).
 func EncodeChat(r *Request, model string) ([]byte, error) {
+	return EncodeChatAs(r, model, ClassByName)
+}
+
+// EncodeChatAs renders r as a Chat Completions request for model of
+// class c. Streams always ask for usage. The output limit is max_tokens,
+// or max_completion_tokens for an OpenAI reasoning model. A tool message
+// holds text only, so a tool result's images follow in a user message
+// after the turn's tool messages.
+func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
+	c = c.Of(model)
 	var msgs []map[string]any
 	if len(r.System) > 0 {
 		msgs = append(msgs, map[string]any{"role": "system", "content": strings.Join(r.System, "\n\n")})
@@ -258,7 +303,7 @@ func EncodeChat(r *Request, model string) ([]byte, error) {
 		out["stream_options"] = map[string]any{"include_usage": true}
 	}
 	if r.MaxTokens > 0 {
-		if CompletionTokensModel(model) {
+		if c == ClassOpenAIReasoning {
 			out["max_completion_tokens"] = r.MaxTokens
 		} else {
 			out["max_tokens"] = r.MaxTokens
@@ -276,7 +321,7 @@ func EncodeChat(r *Request, model string) ([]byte, error) {
 	if r.User != "" {
 		out["user"] = r.User
 	}
-	if effort := effortOf(r, model); effort != "" {
+	if effort := effortOf(r, c); effort != "" {
 		out["reasoning_effort"] = effort
 	}
 	if len(r.Tools) > 0 {
@@ -452,12 +497,20 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// EncodeResponses renders r as a Responses request for model. Translated
-// requests are stateless: store is false, and the whole conversation
-// travels in input. Stop sequences have no Responses field and are
-// refused rather than dropped. Function tools are sent with strict false,
-// as Chat Completions and Anthropic clients expect of their schemas.
+// EncodeResponses renders r as a Responses request for model, of the
+// class its name says (ClassByName).
 func EncodeResponses(r *Request, model string) ([]byte, error) {
+	return EncodeResponsesAs(r, model, ClassByName)
+}
+
+// EncodeResponsesAs renders r as a Responses request for model of class
+// c. Translated requests are stateless: store is false, and the whole
+// conversation travels in input. Stop sequences have no Responses field
+// and are refused rather than dropped. Function tools are sent with
+// strict false, as Chat Completions and Anthropic clients expect of their
+// schemas.
+func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
+	c = c.Of(model)
 	if len(r.Stop) > 0 {
 		return nil, badRequest("stop sequences cannot be sent to a Responses provider")
 	}
@@ -525,7 +578,7 @@ func EncodeResponses(r *Request, model string) ([]byte, error) {
 		}
 		out["text"] = map[string]any{"format": format}
 	}
-	if effort := effortOf(r, model); effort != "" {
+	if effort := effortOf(r, c); effort != "" {
 		out["reasoning"] = map[string]any{"effort": effort, "summary": "auto"}
 	}
 	if len(r.Tools) > 0 {

@@ -1073,3 +1073,59 @@ func TestAllowedTools(t *testing.T) {
 		}
 	}
 }
+
+// TestModelClass: a model's class comes from its name unless it is given,
+// and decides, for Chat Completions, the output limit's field and, for
+// Chat Completions and Responses, whether a reasoning effort is sent.
+func TestModelClass(t *testing.T) {
+	for _, c := range []struct {
+		model string
+		given llmapi.ModelClass
+		want  llmapi.ModelClass
+	}{
+		{"o3", llmapi.ClassByName, llmapi.ClassOpenAIReasoning},
+		{"openai/gpt-5-mini", llmapi.ClassByName, llmapi.ClassOpenAIReasoning},
+		{"gpt-4.1", llmapi.ClassByName, llmapi.ClassOpenAIChat},
+		{"qwen3:8b", llmapi.ClassByName, llmapi.ClassOther},
+		{"my-deployment", llmapi.ClassOpenAIReasoning, llmapi.ClassOpenAIReasoning},
+		{"gpt-4o", llmapi.ClassOther, llmapi.ClassOther},
+	} {
+		if got := c.given.Of(c.model); got != c.want {
+			t.Errorf("%v.Of(%q) = %v, want %v", c.given, c.model, got, c.want)
+		}
+	}
+	r := &llmapi.Request{MaxTokens: 100, ReasoningEffort: "high", Messages: []llmapi.Message{{Role: "user", Parts: []llmapi.Part{{Kind: llmapi.PartText, Text: "x"}}}}}
+	for _, c := range []struct {
+		class         llmapi.ModelClass
+		limit, effort string // the fields sent: Chat's limit, and whether an effort goes
+	}{
+		{llmapi.ClassOther, "max_tokens", "high"},
+		{llmapi.ClassOpenAIReasoning, "max_completion_tokens", "high"},
+		{llmapi.ClassOpenAIChat, "max_tokens", ""},
+	} {
+		b, err := llmapi.EncodeChatAs(r, "deployment", c.class)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var chat map[string]any
+		json.Unmarshal(b, &chat)
+		other := map[string]string{"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}[c.limit]
+		if chat[c.limit] != 100.0 || chat[other] != nil || (chat["reasoning_effort"] != nil) != (c.effort != "") {
+			t.Errorf("chat as %v: %s", c.class, b)
+		}
+		if b, err = llmapi.EncodeResponsesAs(r, "deployment", c.class); err != nil {
+			t.Fatal(err)
+		}
+		var resp struct {
+			Reasoning *struct{ Effort string }
+		}
+		json.Unmarshal(b, &resp)
+		got := ""
+		if resp.Reasoning != nil {
+			got = resp.Reasoning.Effort
+		}
+		if got != c.effort {
+			t.Errorf("responses as %v: effort %q, want %q: %s", c.class, got, c.effort, b)
+		}
+	}
+}
