@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/iop-dev/iop/internal/h1"
 	"github.com/iop-dev/iop/internal/httpmux"
 )
 
@@ -164,24 +165,10 @@ func headerList(values []string) (list string, ok bool) {
 		if name == "" {
 			continue
 		}
-		if !isToken(name) {
+		if !h1.IsToken(name) {
 			return "", false
 		}
 		names = append(names, strings.ToLower(name))
 	}
 	return strings.Join(names, ", "), true
-}
-
-// isToken reports whether s is an RFC 9110 token (a header name).
-func isToken(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return s != ""
 }

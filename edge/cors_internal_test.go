@@ -3,6 +3,8 @@ package edge
 import (
 	"strings"
 	"testing"
+
+	"github.com/iop-dev/iop/internal/h1"
 )
 
 // FuzzCORSHeaderList: a preflight's Access-Control-Request-Headers comes
@@ -17,7 +19,7 @@ func FuzzCORSHeaderList(f *testing.F) {
 		list, ok := headerList([]string{in})
 		valid := len(in) <= 4<<10
 		for name := range strings.SplitSeq(in, ",") {
-			if name = strings.Trim(name, " \t"); name != "" && !isToken(name) {
+			if name = strings.Trim(name, " \t"); name != "" && !h1.IsToken(name) {
 				valid = false
 			}
 		}
@@ -34,7 +36,7 @@ func FuzzCORSHeaderList(f *testing.F) {
 			return
 		}
 		for name := range strings.SplitSeq(list, ", ") {
-			if !isToken(name) || name != strings.ToLower(name) {
+			if !h1.IsToken(name) || name != strings.ToLower(name) {
 				t.Fatalf("%q: gave %q, with %q", in, list, name)
 			}
 		}

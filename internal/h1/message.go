@@ -27,7 +27,7 @@ func validRequest(req *http.Request) error {
 	if req.ContentLength > 0 && (req.Body == nil || req.Body == http.NoBody) {
 		return fmt.Errorf("%w: ContentLength %d without a body", ErrInvalidRequest, req.ContentLength)
 	}
-	if req.Method != "" && !isToken(req.Method) {
+	if req.Method != "" && !IsToken(req.Method) {
 		return fmt.Errorf("%w: method %q", ErrInvalidRequest, req.Method)
 	}
 	host := req.Host
@@ -41,7 +41,7 @@ func validRequest(req *http.Request) error {
 		return fmt.Errorf("%w: request target %q is not an absolute path", ErrInvalidRequest, trunc(uri))
 	}
 	for k, vs := range req.Header {
-		if !isToken(k) {
+		if !IsToken(k) {
 			return fmt.Errorf("%w: header name %q", ErrInvalidRequest, k)
 		}
 		for _, v := range vs {
@@ -53,8 +53,9 @@ func validRequest(req *http.Request) error {
 	return nil
 }
 
-// isToken reports whether s is an RFC 9110 token.
-func isToken(s string) bool {
+// IsToken reports whether s is an RFC 9110 token (a method or a header
+// name).
+func IsToken(s string) bool {
 	if s == "" {
 		return false
 	}
