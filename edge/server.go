@@ -24,6 +24,7 @@ import (
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/edge/pool"
 	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/internal/cors"
 )
 
 // ErrServerClosed is returned by Serve and ServeNodes after Shutdown or
@@ -75,7 +76,7 @@ type snapshot struct {
 	longContext    int
 	creds          map[string]Credential
 	workspaces     map[string]WorkspaceSpec
-	cors           *corsPolicy // nil: no CORS headers
+	cors           *cors.Policy // nil: no CORS headers
 	accessLog      bool
 }
 
