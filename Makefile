@@ -18,8 +18,14 @@ proto:
 test:
 	go test -race ./...
 
+# staticcheck loads packages through 'go list -export', which compiles
+# them. GOFLAGS=-race reaches that go list (staticcheck itself is built
+# without it: -race=false on go run's command line wins), so its builds
+# are the ones 'go vet -race' and 'go test -race' make and a fresh machine
+# compiles everything once, not twice (80 s against 190 s of .ci/run's
+# staticcheck step). No file depends on the race build tag.
 lint:
-	go run $(STATICCHECK) ./...
+	GOFLAGS="$$GOFLAGS -race" go run -race=false $(STATICCHECK) ./...
 
 ci:
 	bash .ci/run
