@@ -1,10 +1,10 @@
 // Package execution holds the host-neutral primitives every provider adapter
 // and both ends of a run share: the Provider interface and its optional
 // capability interfaces (HealthChecker, Tunneler, Commander), provider
-// descriptions (Info: id, adapter kind, category, models, capacity), a
-// Node's provider Registry, run requests, the ordered run event stream
-// (started, output delta, tool call, usage, completed, failed), typed
-// failure classes and usage.
+// descriptions (Info: id, adapter kind, category, models, capacity), run
+// requests, the ordered run event stream (started, output delta, tool call,
+// usage, completed, failed), typed failure classes and usage. A Node hosts
+// providers given in node.Config.Providers.
 //
 // # Terminals
 //

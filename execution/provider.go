@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 )
 
 // Category says where a provider's compute lives.
@@ -117,61 +115,4 @@ type Commander interface {
 	Commands() []string
 	// Command runs one of them; argument is a command-specific selector.
 	Command(ctx context.Context, name, argument string) ([]byte, error)
-}
-
-// Registry holds a Node's providers by id. It is safe for concurrent use.
-type Registry struct {
-	mu        sync.RWMutex
-	providers map[string]Provider
-}
-
-// ErrDuplicateProvider is returned by Registry.Add for an id already held.
-var ErrDuplicateProvider = errors.New("execution: duplicate provider id")
-
-// NewRegistry returns an empty registry.
-func NewRegistry() *Registry {
-	return &Registry{providers: make(map[string]Provider)}
-}
-
-// Add registers p after validating its Info.
-func (r *Registry) Add(p Provider) error {
-	info := p.Info()
-	if err := info.Validate(); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.providers[info.ID]; ok {
-		return fmt.Errorf("%w: %q", ErrDuplicateProvider, info.ID)
-	}
-	r.providers[info.ID] = p
-	return nil
-}
-
-// Get returns the provider with the id.
-func (r *Registry) Get(id string) (Provider, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	p, ok := r.providers[id]
-	return p, ok
-}
-
-// List returns the providers sorted by id.
-func (r *Registry) List() []Provider {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	out := make([]Provider, 0, len(r.providers))
-	for _, p := range r.providers {
-		out = append(out, p)
-	}
-	slices.SortFunc(out, func(a, b Provider) int {
-		switch ia, ib := a.Info().ID, b.Info().ID; {
-		case ia < ib:
-			return -1
-		case ia > ib:
-			return 1
-		}
-		return 0
-	})
-	return out
 }
