@@ -19,7 +19,7 @@ import (
 type Proxy struct {
 	t      testing.TB
 	ln     net.Listener
-	target string
+	target string // fixed at New
 
 	mu     sync.Mutex
 	paused bool
@@ -52,13 +52,6 @@ func New(t testing.TB, target string) *Proxy {
 // Addr is the address clients dial.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// SetTarget changes where new connections go.
-func (p *Proxy) SetTarget(addr string) {
-	p.mu.Lock()
-	p.target = addr
-	p.mu.Unlock()
-}
-
 func (p *Proxy) accept() {
 	for {
 		c, err := p.ln.Accept()
@@ -66,13 +59,13 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		target, refuse := p.target, p.refuse
+		refuse := p.refuse
 		p.mu.Unlock()
 		if refuse {
 			reset(c)
 			continue
 		}
-		s, err := net.Dial("tcp", target)
+		s, err := net.Dial("tcp", p.target)
 		if err != nil {
 			c.Close()
 			continue
