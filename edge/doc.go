@@ -51,7 +51,12 @@
 // and the 400 comes only when none can.
 //
 // Errors reach the client in its own format: OpenAI's error object, or
-// Anthropic's with 529 overloaded_error when no provider has room. Every
+// Anthropic's with 529 overloaded_error when no provider has room. A
+// provider that fails before its answer begins (an upstream error status;
+// a run the Node cannot start, or one that fails before any output, while
+// a stream's head is still held, at most 20 ms) is answered with an HTTP
+// error status, streamed request or not, so that clients' retry rules see
+// it; 503 carries Retry-After. Every
 // request gets exactly one terminal: a whole answer, an error body, or the
 // API's error event in a stream (also when the hard deadline passes, the
 // provider's stream breaks off or sends a malformed event). A client that

@@ -60,6 +60,9 @@ type rigOpts struct {
 	// nodeModels are the models the Node allows on provider "local" and
 	// the upstream serves; nil means just "up-model".
 	nodeModels []string
+	// hosted are more providers for the Node to host (mutate adds their
+	// specs and routes).
+	hosted []node.Hosted
 }
 
 func newRig(t testing.TB, o rigOpts) *rig {
@@ -115,7 +118,7 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	wg.Go(func() { srv.Serve(apiLn) })
 	wg.Go(func() { srv.ServeNodes(nodeLn) })
 	rt, _ := node.New(node.Config{EdgeAddr: nodeLn.Addr().String(), NodeID: "box", Token: nodeToken,
-		Providers: []node.Hosted{{Provider: oa}, {Provider: an}, {Provider: ro}, {Provider: co}}, Backoff: node.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
+		Providers: append([]node.Hosted{{Provider: oa}, {Provider: an}, {Provider: ro}, {Provider: co}}, o.hosted...), Backoff: node.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
 	ctx, cancel := context.WithCancel(context.Background())
 	nodeDone := make(chan struct{})
 	wg.Go(func() { rt.Run(ctx); close(nodeDone) })

@@ -545,8 +545,20 @@ func (s *Server) relayRun(ctx context.Context, w http.ResponseWriter, req *reque
 	defer stop()
 	em := &emitter{s: s, w: w, req: req, rend: renderer(req)}
 	defer em.finish()
-	em.start()
 	var conv llmapi.RunEvents
+	held, ok := s.holdRun(ctx, w, req, x, &conv)
+	if !ok {
+		return
+	}
+	em.start()
+	if len(held) == 0 && !em.idle() {
+		return // the head leaves alone: its hold has passed
+	}
+	for _, c := range held {
+		if !em.event(c) {
+			return
+		}
+	}
 	for {
 		nctx, cancel := context.WithTimeout(ctx, em.wait())
 		ev, err := x.run.Next(nctx)
@@ -572,6 +584,73 @@ func (s *Server) relayRun(ctx context.Context, w http.ResponseWriter, req *reque
 				return
 			}
 		}
+	}
+}
+
+// holdRun holds a run's answer back until the run's first event after
+// Started (a stream's for at most headHold), so that a run the Node
+// refuses, or one that fails before any output, is answered with its
+// failure's HTTP status (and Retry-After where a retry may succeed), as a
+// refused tunnel is: clients' retry rules look at the status, not at an
+// error event inside a 200 stream. It returns the canonical events held;
+// ok is false when the answer was given (or the client left).
+func (s *Server) holdRun(ctx context.Context, w http.ResponseWriter, req *request, x *exchange, conv *llmapi.RunEvents) (held []llmapi.Event, ok bool) {
+	until := time.Now().Add(headHold)
+	for {
+		wait := req.snap.keepAlive
+		if req.stream {
+			if wait = min(wait, time.Until(until)); wait <= 0 {
+				return held, true
+			}
+		}
+		nctx, cancel := context.WithTimeout(ctx, wait)
+		ev, err := x.run.Next(nctx)
+		cancel()
+		switch {
+		case err == nil:
+		case deadlinePassed(ctx):
+			fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
+			return nil, false
+		case ctx.Err() != nil:
+			return nil, false // the client left; close cancels the run
+		case errors.Is(err, context.DeadlineExceeded):
+			continue
+		default:
+			return nil, false
+		}
+		evs := conv.Convert(ev)
+		if ev.Kind == execution.EventFailed {
+			s.runRefused(w, req, ev.Failure, evs)
+			return nil, false
+		}
+		held = append(held, evs...)
+		if ev.Kind != execution.EventStarted {
+			return held, true
+		}
+	}
+}
+
+// runRefused answers a run that failed before any output. evs are the
+// failure's canonical events, whose error holds the status, type and
+// message every client format renders.
+func (s *Server) runRefused(w http.ResponseWriter, req *request, f *execution.Failure, evs []llmapi.Event) {
+	s.log.Warn("run failed before the answer", "request_id", req.rid, "class", f.Class.String())
+	var ae *llmapi.APIError
+	for _, ev := range evs {
+		if ev.Kind == llmapi.EvError {
+			ae = ev.Err
+		}
+	}
+	switch {
+	case ae == nil:
+		fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider could not serve the request.", nil)
+	case ae.Status == 499:
+		// The caller cancelled: no one is there to answer.
+	case ae.Status == http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", "1")
+		fallthrough
+	default:
+		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
 	}
 }
 
