@@ -1,0 +1,226 @@
+package config
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/iop-dev/iop/internal/testpki"
+)
+
+// writePEM writes cert's certificate and key as PEM files name.crt and
+// name.key in dir.
+func writePEM(t *testing.T, dir, name string, cert tls.Certificate) {
+	t.Helper()
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}))
+	writeFile(t, filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}))
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// handshake runs a real TLS handshake on loopback between server and
+// client and returns the client's error, or the server's when the client
+// saw none.
+func handshake(t *testing.T, server, client *tls.Config) error {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	serr := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			serr <- err
+			return
+		}
+		defer c.Close()
+		tc := tls.Server(c, server)
+		err = tc.Handshake()
+		if err == nil {
+			// TLS 1.3 finishes the client's side first: a refused client
+			// certificate reaches the client as an alert on its first
+			// read, so the server answers one byte.
+			_, err = tc.Write([]byte{1})
+		}
+		serr <- err
+	}()
+	c, err := tls.Dial("tcp", ln.Addr().String(), client)
+	if err == nil {
+		_, err = c.Read(make([]byte, 1))
+		c.Close()
+	}
+	if e := <-serr; err == nil {
+		err = e
+	}
+	return err
+}
+
+// TestTLSFiles: the TLS sections of edge.yaml (api.tls, node_tls),
+// node.yaml (tls) and hub.yaml (http.tls) load PEM files named relative
+// to the file's directory into configurations that complete a real
+// handshake, mutual where a client CA is named; a bad file is refused
+// with an error that names the field.
+func TestTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "config test CA")
+	writeFile(t, filepath.Join(dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}))
+	writePEM(t, dir, "edge", ca.Issue(t, testpki.Leaf{DNSNames: []string{"edge.iop.test"}}))
+	writePEM(t, dir, "node", ca.Issue(t, testpki.Leaf{}))
+	other := testpki.NewCA(t, "another CA")
+	writePEM(t, dir, "stranger", other.Issue(t, testpki.Leaf{}))
+	t.Setenv("IOP_NODE_TOKEN_FOR_TEST", "node-token-0123456789abcdef")
+
+	edgeDoc := minimalEdge + `
+node_tls: {cert_file: edge.crt, key_file: edge.key, client_ca_file: ca.crt}
+`
+	edgeDoc = strings.Replace(edgeDoc, `api: {listen: "127.0.0.1:0"}`, `api: {listen: "127.0.0.1:0", tls: {cert_file: edge.crt, key_file: edge.key}}`, 1)
+	ef, err := ParseEdge([]byte(edgeDoc), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiTLS, err := ef.APITLS()
+	if err != nil || apiTLS == nil || apiTLS.ClientAuth != tls.NoClientCert {
+		t.Fatalf("APITLS() = %+v, %v", apiTLS, err)
+	}
+	ecfg, err := ef.Config(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ecfg.NodeTLS == nil || ecfg.NodeTLS.ClientAuth != tls.RequireAndVerifyClientCert {
+		t.Fatalf("NodeTLS %+v", ecfg.NodeTLS)
+	}
+
+	nodeDoc := func(tlsSection string) string {
+		return "edge: edge.iop.test:9440\nnode_id: n1\ntoken: {env: IOP_NODE_TOKEN_FOR_TEST}\ntls: " + tlsSection + "\n"
+	}
+	nodeTLS := func(t *testing.T, section string) (*tls.Config, error) {
+		t.Helper()
+		nf, err := ParseNode([]byte(nodeDoc(section)), dir)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := nf.Config()
+		return cfg.TLS, err
+	}
+	mutual, err := nodeTLS(t, "{ca_file: ca.crt, cert_file: node.crt, key_file: node.key, server_name: edge.iop.test}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := handshake(t, ecfg.NodeTLS, mutual); err != nil {
+		t.Fatalf("mutual TLS between node_tls and the Node's tls: %v", err)
+	}
+	anonymous, err := nodeTLS(t, "{ca_file: ca.crt, server_name: edge.iop.test}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := handshake(t, apiTLS, anonymous); err != nil {
+		t.Fatalf("api.tls without a client certificate: %v", err)
+	}
+	if err := handshake(t, ecfg.NodeTLS, anonymous); err == nil {
+		t.Fatal("node_tls accepted a Node without a client certificate")
+	}
+	stranger, err := nodeTLS(t, "{ca_file: ca.crt, cert_file: stranger.crt, key_file: stranger.key, server_name: edge.iop.test}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := handshake(t, ecfg.NodeTLS, stranger); err == nil {
+		t.Fatal("node_tls accepted a client certificate of another CA")
+	}
+	wrongName, err := nodeTLS(t, "{ca_file: ca.crt, server_name: other.iop.test}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hostErr x509.HostnameError
+	if err := handshake(t, apiTLS, wrongName); !errors.As(err, &hostErr) {
+		t.Fatalf("a server name the certificate does not hold: %v", err)
+	}
+
+	hubDoc := `
+edges_listen: 127.0.0.1:0
+http: {listen: 127.0.0.1:0, tls: {cert_file: edge.crt, key_file: edge.key, client_ca_file: ca.crt}}
+operator_mtls: true
+edges:
+  - {id: e1, token: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}}
+operators:
+  - {name: alice, token: {env: IOP_NODE_TOKEN_FOR_TEST}}
+`
+	hf, err := ParseHub([]byte(hubDoc), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpTLS, err := hf.HTTPTLS()
+	if err != nil || httpTLS.ClientAuth != tls.VerifyClientCertIfGiven {
+		t.Fatalf("HTTPTLS() = %+v, %v", httpTLS, err)
+	}
+	if err := handshake(t, httpTLS, anonymous); err != nil {
+		t.Fatalf("operator HTTPS without a certificate (token sign-in): %v", err)
+	}
+	// A client offers only a certificate of a CA the server names; this
+	// one insists on its own.
+	insistent := stranger.Clone()
+	cert := stranger.Certificates[0]
+	insistent.Certificates = nil
+	insistent.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+	if err := handshake(t, httpTLS, insistent); err == nil {
+		t.Fatal("operator HTTPS accepted a certificate of another CA")
+	}
+
+	writeFile(t, filepath.Join(dir, "empty.crt"), []byte("no PEM here\n"))
+	writeFile(t, filepath.Join(dir, "huge.crt"), make([]byte, 2<<20))
+	if err := os.Mkdir(filepath.Join(dir, "adir"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("edge refusals", func(t *testing.T) {
+		for name, c := range map[string]struct{ section, want string }{
+			"api without key":      {`api: {listen: "127.0.0.1:0", tls: {cert_file: edge.crt}}`, "api.tls: cert_file and key_file are required"},
+			"api key of another":   {`api: {listen: "127.0.0.1:0", tls: {cert_file: edge.crt, key_file: node.key}}`, "api.tls: tls: private key does not match public key"},
+			"api missing cert":     {`api: {listen: "127.0.0.1:0", tls: {cert_file: missing.crt, key_file: edge.key}}`, "api.tls: open " + filepath.Join(dir, "missing.crt")},
+			"api cert a directory": {`api: {listen: "127.0.0.1:0", tls: {cert_file: adir, key_file: edge.key}}`, "api.tls: " + filepath.Join(dir, "adir") + " is not a regular file"},
+			"api cert too large":   {`api: {listen: "127.0.0.1:0", tls: {cert_file: huge.crt, key_file: edge.key}}`, "api.tls: " + filepath.Join(dir, "huge.crt") + " is larger than"},
+			"client ca without pem": {`api: {listen: "127.0.0.1:0", tls: {cert_file: edge.crt, key_file: edge.key, client_ca_file: empty.crt}}`,
+				"api.tls: client_ca_file: " + filepath.Join(dir, "empty.crt") + " holds no PEM certificate"},
+		} {
+			doc := strings.Replace(minimalEdge, `api: {listen: "127.0.0.1:0"}`, c.section, 1)
+			ef, err := ParseEdge([]byte(doc), dir)
+			if err == nil {
+				_, err = ef.APITLS()
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+				t.Errorf("%s: %v, want an error starting %q", name, err, c.want)
+			}
+		}
+	})
+	t.Run("node refusals", func(t *testing.T) {
+		for name, c := range map[string]struct{ section, want string }{
+			"cert without key":  {"{ca_file: ca.crt, cert_file: node.crt}", "tls: cert_file and key_file go together"},
+			"key without cert":  {"{ca_file: ca.crt, key_file: node.key}", "tls: cert_file and key_file go together"},
+			"ca without pem":    {"{ca_file: empty.crt}", "tls: ca_file: "},
+			"ca a directory":    {"{ca_file: adir}", "tls: ca_file: "},
+			"ca missing":        {"{ca_file: missing.crt}", "tls: ca_file: "},
+			"key of another":    {"{ca_file: ca.crt, cert_file: node.crt, key_file: edge.key}", "tls: tls: private key does not match public key"},
+			"unknown tls field": {"{ca_file: ca.crt, verify: false}", `line 4: unknown key "verify"`},
+		} {
+			_, err := nodeTLS(t, c.section)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: %v, want an error containing %q", name, err, c.want)
+			}
+		}
+	})
+}
