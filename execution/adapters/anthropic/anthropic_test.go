@@ -1,8 +1,11 @@
 package anthropic_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -85,5 +88,64 @@ func TestErrorMidStream(t *testing.T) {
 	var f *execution.Failure
 	if !errors.As(err, &f) || f.Class != execution.FailureProvider {
 		t.Fatalf("err %v", err)
+	}
+}
+
+type tunnelRec struct {
+	status int
+	body   bytes.Buffer
+}
+
+func (r *tunnelRec) WriteHead(status int, _ http.Header) error {
+	r.status = status
+	return nil
+}
+
+func (r *tunnelRec) Write(p []byte) (int, error) { return r.body.Write(p) }
+
+// TestTunnel: a tunnelled Messages request reaches the upstream with the
+// Node's credential only (a client's own key or authorization never
+// passes), with anthropic-version set when the client sent none and kept
+// when it did, and the caller's header left as it was.
+func TestTunnel(t *testing.T) {
+	t.Setenv("IOP_TEST_ANTHROPIC_KEY", "node-key")
+	srv := upstreamtest.New(upstreamtest.Config{Reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Text: []string{"hi"}} }})
+	url := srv.Start()
+	t.Cleanup(srv.Close)
+	a, err := anthropic.New(anthropic.Config{ID: "claude", BaseURL: url, Credential: execution.EnvCredential("IOP_TEST_ANTHROPIC_KEY")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`
+	for _, version := range []string{"", "2023-01-01"} {
+		h := http.Header{"Content-Type": {"application/json"}, "X-Api-Key": {"client-key"}, "Authorization": {"Bearer client-key"}}
+		if version != "" {
+			h.Set("Anthropic-Version", version)
+		}
+		before := h.Clone()
+		var rec tunnelRec
+		err := a.Tunnel(context.Background(), &execution.TunnelRequest{ProviderID: "claude", Method: "POST", Path: "/v1/messages", Header: h, Body: strings.NewReader(body)}, &rec)
+		if err != nil || rec.status != http.StatusOK || !strings.Contains(rec.body.String(), `"text":"hi"`) {
+			t.Fatalf("version %q: %v, status %d, body %s", version, err, rec.status, rec.body.String())
+		}
+		if diff := cmp.Diff(before, h); diff != "" {
+			t.Errorf("the caller's header changed (-before +after):\n%s", diff)
+		}
+		reqs := srv.Requests()
+		got := reqs[len(reqs)-1].Header
+		want := version
+		if want == "" {
+			want = anthropic.Version
+		}
+		if got.Get("Anthropic-Version") != want || got.Get("X-Api-Key") != "node-key" || got.Get("Authorization") != "" {
+			t.Errorf("version %q: upstream saw anthropic-version %q, x-api-key %q, authorization %q", version,
+				got.Get("Anthropic-Version"), got.Get("X-Api-Key"), got.Get("Authorization"))
+		}
+	}
+	var rec tunnelRec
+	err = a.Tunnel(context.Background(), &execution.TunnelRequest{ProviderID: "claude", Method: "POST", Path: "/v1/messages/batches", Body: strings.NewReader(body)}, &rec)
+	var f *execution.Failure
+	if !errors.As(err, &f) || f.Class != execution.FailureInvalidRequest {
+		t.Fatalf("a path outside Routes: %v", err)
 	}
 }

@@ -1,9 +1,12 @@
 package ollama_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -99,5 +102,59 @@ func TestCommands(t *testing.T) {
 	}
 	if err := a.CheckHealth(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// tunnelRec is a TunnelWriter that keeps what it is given.
+type tunnelRec struct {
+	status int
+	header http.Header
+	body   bytes.Buffer
+}
+
+func (r *tunnelRec) WriteHead(status int, h http.Header) error {
+	r.status, r.header = status, h
+	return nil
+}
+
+func (r *tunnelRec) Write(p []byte) (int, error) { return r.body.Write(p) }
+
+// TestTunnel: the tunnel relays Ollama's native and OpenAI-compatible
+// APIs byte for byte, and refuses every path outside Routes (model pulls,
+// deletes, copies, pushes) before it reaches the server.
+func TestTunnel(t *testing.T) {
+	srv, a := setup(t, upstreamtest.Script{Text: []string{"hi"}})
+	for _, c := range []struct{ method, path, body, api, want string }{
+		{"POST", "/api/chat", `{"model":"llama3:latest","stream":false,"messages":[{"role":"user","content":"x"}]}`, "ollama_chat", `"content":"hi"`},
+		{"POST", "/v1/chat/completions", `{"model":"llama3:latest","messages":[{"role":"user","content":"x"}]}`, "chat", `"content":"hi"`},
+		{"GET", "/api/tags", "", "ollama_tags", `"qwen2:7b"`},
+		{"GET", "/v1/models", "", "models", `"llama3:latest"`},
+	} {
+		var rec tunnelRec
+		err := a.Tunnel(context.Background(), &execution.TunnelRequest{ProviderID: "ollama", Method: c.method, Path: c.path,
+			Header: http.Header{"Content-Type": {"application/json"}}, Body: strings.NewReader(c.body)}, &rec)
+		if err != nil || rec.status != http.StatusOK || !strings.Contains(rec.body.String(), c.want) {
+			t.Errorf("%s %s: %v, status %d, body %s", c.method, c.path, err, rec.status, rec.body.String())
+			continue
+		}
+		reqs := srv.Requests()
+		if last := reqs[len(reqs)-1]; last.API != c.api || last.Path != c.path || string(last.Body) != c.body {
+			t.Errorf("%s %s: upstream saw %s %s %q", c.method, c.path, last.API, last.Path, last.Body)
+		}
+	}
+	before := len(srv.Requests())
+	for _, c := range []struct{ method, path string }{
+		{"POST", "/api/pull"}, {"DELETE", "/api/delete"}, {"POST", "/api/copy"}, {"POST", "/api/push"},
+		{"POST", "/api/create"}, {"GET", "/api/chat"}, {"POST", "/api/chat/../pull"}, {"POST", "/v1/responses"},
+	} {
+		var rec tunnelRec
+		err := a.Tunnel(context.Background(), &execution.TunnelRequest{ProviderID: "ollama", Method: c.method, Path: c.path, Body: strings.NewReader(`{"model":"x"}`)}, &rec)
+		var f *execution.Failure
+		if !errors.As(err, &f) || f.Class != execution.FailureInvalidRequest || rec.status != 0 {
+			t.Errorf("%s %s: %v, status %d", c.method, c.path, err, rec.status)
+		}
+	}
+	if n := len(srv.Requests()); n != before {
+		t.Fatalf("%d refused tunnels reached the server", n-before)
 	}
 }
