@@ -37,6 +37,10 @@
 // top_k, verbosity, service tiers, caching hints, context_management), as
 // is a reasoning effort or thinking budget for an OpenAI model that takes
 // none (GPT-4o, GPT-4.1 and older refuse one): the answer keeps its shape.
+// Values no API takes (a negative token limit or temperature, a top_p
+// outside [0, 1]) are refused with a 400 naming the field wherever the
+// request is decoded (translations and runs); a raw tunnel leaves them to
+// the upstream, which refuses them itself.
 // Which models those are, and which take their limit as
 // max_completion_tokens, is read from the target's model name, or given
 // by Target.ModelClass for a deployment named otherwise.

@@ -356,6 +356,7 @@ func TestErrors(t *testing.T) {
 		{"not json", apiKey, `{"model":`, 400, "invalid_request_error"},
 		{"case-smuggled model", apiKey, `{"model":"gpt-local","Model":"other","messages":[]}`, 400, "invalid_request_error"},
 		{"too large", apiKey, `{"model":"gpt-local","messages":[{"role":"user","content":"` + strings.Repeat("x", 2048) + `"}]}`, 413, "invalid_request_error"},
+		{"a negative limit to a provider of another format", apiKey, `{"model":"via-anthropic","max_tokens":-1,"messages":[{"role":"user","content":"x"}]}`, 400, "invalid_request_error"},
 		{"an untranslatable tool to a provider of another format", apiKey, `{"model":"via-anthropic","tools":[{"type":"web_search_preview"}],"messages":[{"role":"user","content":"x"}]}`, 400, "invalid_request_error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ func TestCategoryValid(t *testing.T) {
 }
 
 func TestRunRequestValidate(t *testing.T) {
-	good := RunRequest{RunID: "r1", ProviderID: "p1", Target: "m"}
+	good := RunRequest{RunID: "r1", ProviderID: "p1", Target: "m", Options: Options{Temperature: ptr(0.0)}}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("valid request refused: %v", err)
 	}
@@ -65,6 +66,9 @@ func TestRunRequestValidate(t *testing.T) {
 		{"empty provider id", func(r *RunRequest) { r.ProviderID = "" }, "empty ProviderID"},
 		{"empty target", func(r *RunRequest) { r.Target = "" }, "empty Target"},
 		{"negative output limit", func(r *RunRequest) { r.Options.MaxOutputTokens = -1 }, "negative MaxOutputTokens"},
+		{"negative temperature", func(r *RunRequest) { r.Options.Temperature = ptr(-0.1) }, "Temperature negative or not finite"},
+		{"NaN temperature", func(r *RunRequest) { r.Options.Temperature = ptr(math.NaN()) }, "Temperature negative or not finite"},
+		{"infinite temperature", func(r *RunRequest) { r.Options.Temperature = ptr(math.Inf(1)) }, "Temperature negative or not finite"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,6 +81,8 @@ func TestRunRequestValidate(t *testing.T) {
 		})
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func TestRunRequestContext(t *testing.T) {
 	t.Run("no deadline", func(t *testing.T) {

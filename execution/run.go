@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -73,6 +74,8 @@ func (r *RunRequest) Validate() error {
 		return errors.New("execution: run request: empty Target")
 	case r.Options.MaxOutputTokens < 0:
 		return errors.New("execution: run request: negative MaxOutputTokens")
+	case r.Options.Temperature != nil && !(*r.Options.Temperature >= 0 && *r.Options.Temperature <= math.MaxFloat64):
+		return errors.New("execution: run request: Temperature negative or not finite")
 	}
 	return nil
 }

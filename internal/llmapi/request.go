@@ -14,6 +14,33 @@ func badRequest(format string, args ...any) *APIError {
 	return &APIError{Status: 400, Type: "invalid_request", Message: fmt.Sprintf(format, args...)}
 }
 
+// limit is a token limit field of a request, named as the client wrote it.
+type limit struct {
+	name string
+	v    int
+}
+
+// outOfRange refuses values no API takes: a negative token limit, a
+// negative temperature, a top_p outside [0, 1]. The upper bounds that
+// differ by provider (temperature up to 1 at Anthropic, 2 at OpenAI; a
+// model's output limit) are the provider's to enforce. Without this
+// check a translation would carry a negative limit as "the provider's
+// default".
+func outOfRange(r *Request, limits ...limit) *APIError {
+	for _, l := range limits {
+		if l.v < 0 {
+			return badRequest("%s must not be negative", l.name)
+		}
+	}
+	if t := r.Temperature; t != nil && *t < 0 {
+		return badRequest("temperature must not be negative")
+	}
+	if p := r.TopP; p != nil && (*p < 0 || *p > 1) {
+		return badRequest("top_p must be between 0 and 1")
+	}
+	return nil
+}
+
 // oneOrMany decodes a JSON string or array of strings.
 func oneOrMany(raw json.RawMessage) []string {
 	var s string
@@ -251,6 +278,13 @@ func DecodeAnthropicRequest(body []byte) (*Request, error) {
 		return nil, untranslatable("container", "a code execution container lives at Anthropic")
 	}
 	r := &Request{Model: m.Model, MaxTokens: m.MaxTokens, Temperature: m.Temperature, TopP: m.TopP, Stop: m.StopSequences, Stream: m.Stream}
+	budget := 0
+	if m.Thinking != nil {
+		budget = m.Thinking.BudgetTokens
+	}
+	if err := outOfRange(r, limit{"max_tokens", m.MaxTokens}, limit{"thinking.budget_tokens", budget}); err != nil {
+		return nil, err
+	}
 	format, field := m.OutputFormat, "output_format"
 	if m.OutputConfig != nil && present(m.OutputConfig.Format) {
 		format, field = m.OutputConfig.Format, "output_config.format"
@@ -451,6 +485,9 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 	}
 	r := &Request{Model: c.Model, MaxTokens: max(c.MaxTokens, c.MaxCompletionTokens), Temperature: c.Temperature, TopP: c.TopP,
 		Stop: oneOrMany(c.Stop), Stream: c.Stream, ReasoningEffort: c.ReasoningEffort, User: c.User, Output: out}
+	if err := outOfRange(r, limit{"max_tokens", c.MaxTokens}, limit{"max_completion_tokens", c.MaxCompletionTokens}); err != nil {
+		return nil, err
+	}
 	for i, m := range c.Messages {
 		where := fmt.Sprintf("messages[%d]", i)
 		switch m.Role {
@@ -680,6 +717,9 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 		return nil, untranslatable("logprobs", "they report none")
 	}
 	r := &Request{Model: q.Model, MaxTokens: q.MaxOutputTokens, Temperature: q.Temperature, TopP: q.TopP, Stream: q.Stream, User: q.User}
+	if err := outOfRange(r, limit{"max_output_tokens", q.MaxOutputTokens}); err != nil {
+		return nil, err
+	}
 	if q.Text != nil {
 		out, err := jsonFormat(q.Text.Format, "text.format", false)
 		if err != nil {

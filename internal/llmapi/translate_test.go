@@ -494,6 +494,16 @@ func TestUntranslatableRefused(t *testing.T) {
 		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"mcp_servers":[{"type":"url","url":"https://x","name":"x"}]}`, "mcp_servers"},
 		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"container":"container_1"}`, "container"},
 		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"output_config":{"format":{"type":"json_object"}}}`, "output_config.format must be"},
+		// Values no API takes.
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"max_tokens":-5}`, "max_tokens must not be negative"},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"max_completion_tokens":-1,"max_tokens":10}`, "max_completion_tokens must not be negative"},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"temperature":-0.5}`, "temperature must not be negative"},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"top_p":1.5}`, "top_p must be between 0 and 1"},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","max_output_tokens":-2}`, "max_output_tokens must not be negative"},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","top_p":-0.1}`, "top_p must be between 0 and 1"},
+		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":-9,` + msgs + `}`, "max_tokens must not be negative"},
+		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"thinking":{"type":"enabled","budget_tokens":-1}}`, "thinking.budget_tokens must not be negative"},
+		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"temperature":-1}`, "temperature must not be negative"},
 	} {
 		_, err := c.decode([]byte(c.body))
 		var ae *llmapi.APIError
@@ -504,6 +514,13 @@ func TestUntranslatableRefused(t *testing.T) {
 	// Empty or absent, these ask for nothing and pass.
 	if _, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":9,` + msgs + `,"mcp_servers":[ ],"container":null,"output_config":{"effort":"high"}}`)); err != nil {
 		t.Fatalf("empty mcp_servers, null container, output_config without a format: %v", err)
+	}
+	// The ends of every range pass.
+	if _, err := llmapi.DecodeChatRequest([]byte(`{"model":"m",` + msgs + `,"max_tokens":0,"temperature":0,"top_p":1}`)); err != nil {
+		t.Fatalf("zero limit and temperature, top_p 1: %v", err)
+	}
+	if _, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":1,` + msgs + `,"top_p":0,"temperature":1}`)); err != nil {
+		t.Fatalf("top_p 0: %v", err)
 	}
 	// What Codex sends: encrypted reasoning it may not get back.
 	if _, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","input":"x","top_logprobs":0,"include":["reasoning.encrypted_content"]}`)); err != nil {

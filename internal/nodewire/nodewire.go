@@ -5,6 +5,7 @@ package nodewire
 
 import (
 	"iter"
+	"math"
 	"strings"
 	"time"
 
@@ -107,10 +108,13 @@ func RunRequest(r *execution.RunRequest, generation, revision uint64) *iopv1.Run
 		Adapter:        r.Adapter,
 		Target:         r.Target,
 		Input:          &iopv1.RunInput{System: r.Input.System, Messages: msgs},
-		Options:        &iopv1.RunOptions{MaxOutputTokens: uint32(r.Options.MaxOutputTokens), Stream: r.Options.Stream},
+		Options:        &iopv1.RunOptions{MaxOutputTokens: uint32(min(max(r.Options.MaxOutputTokens, 0), math.MaxUint32)), Stream: r.Options.Stream},
 	}
 	if t := r.Options.Temperature; t != nil {
-		milli := uint32(*t*1000 + 0.5)
+		// Saturated, not wrapped: a float's conversion out of uint32's
+		// range is the platform's choice. (RunRequest.Validate refuses a
+		// negative or non-finite one.)
+		milli := uint32(max(min(*t*1000+0.5, math.MaxUint32), 0))
 		out.Options.TemperatureMilli = &milli
 	}
 	if !r.Deadline.IsZero() {
