@@ -1,11 +1,14 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -173,4 +176,110 @@ func TestTLS(t *testing.T) {
 			t.Fatalf("ClientAuth %v MinVersion %x", c.ClientAuth, c.MinVersion)
 		}
 	})
+}
+
+// TestBulkStreamsWithoutWritev: streams of every frame size, several at
+// once, cross intact where a batch cannot leave in one writev (TLS, and an
+// in-process pipe) and is gathered into one buffer instead: small frames
+// copied, large ones referenced, in the order queued.
+func TestBulkStreamsWithoutWritev(t *testing.T) {
+	ca := testpki.NewCA(t, "bulk ca")
+	cert := ca.Issue(t, testpki.Leaf{})
+	pipe := func(t *testing.T) (*Session, *Session) {
+		c1, c2 := net.Pipe()
+		sch := make(chan *Session, 1)
+		go func() {
+			s, err := Server(c2, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			sch <- s
+		}()
+		c, err := Client(c1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := <-sch
+		if s == nil {
+			t.FailNow()
+		}
+		t.Cleanup(func() { c.Close(); s.Close() })
+		return c, s
+	}
+	for name, open := range map[string]func(t *testing.T) (*Session, *Session){
+		"tls": func(t *testing.T) (*Session, *Session) {
+			c, cerr, s, serr := tlsPair(t, &tls.Config{RootCAs: ca.Pool, ServerName: "localhost"}, &tls.Config{Certificates: []tls.Certificate{cert}})
+			if cerr != nil || serr != nil {
+				t.Fatalf("dial %v / accept %v", cerr, serr)
+			}
+			return c, s
+		},
+		"pipe": pipe,
+	} {
+		t.Run(name, func(t *testing.T) {
+			client, server := open(t)
+			if client.writev || server.writev {
+				t.Fatal("this session writes with writev; the test is for those that cannot")
+			}
+			var srv sync.WaitGroup
+			defer srv.Wait()
+			srv.Go(func() {
+				for {
+					st, err := server.AcceptStream(context.Background())
+					if err != nil {
+						return
+					}
+					srv.Go(func() {
+						if _, err := io.Copy(st, st); err != nil {
+							t.Errorf("echo: %v", err)
+						}
+						st.CloseWrite()
+					})
+				}
+			})
+			const streams = 6
+			var wg sync.WaitGroup
+			for i := range streams {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(i), 7))
+					payload := make([]byte, 1<<20+rng.IntN(1<<16))
+					for j := range payload {
+						payload[j] = byte(rng.Uint32())
+					}
+					st, err := client.OpenStream(ctx(t))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					// A corrupted batch may leave the peer waiting for bytes
+					// that never come: fail, do not hang.
+					st.SetDeadline(time.Now().Add(30 * time.Second))
+					got := make(chan []byte, 1)
+					go func() {
+						b, err := io.ReadAll(st)
+						if err != nil {
+							t.Errorf("stream %d: read: %v", i, err)
+						}
+						got <- b
+					}()
+					for rest := payload; len(rest) > 0; {
+						// From single bytes to more than a frame: every path
+						// through the batch.
+						n := min(len(rest), []int{1, 100, 3 << 10, 4 << 10, 20 << 10, 70 << 10}[rng.IntN(6)])
+						if _, err := st.Write(rest[:n]); err != nil {
+							t.Errorf("stream %d: write: %v", i, err)
+							return
+						}
+						rest = rest[n:]
+					}
+					st.CloseWrite()
+					if b := <-got; !bytes.Equal(b, payload) {
+						t.Errorf("stream %d: %d bytes back of %d, equal %v", i, len(b), len(payload), bytes.Equal(b, payload))
+					}
+				})
+			}
+			wg.Wait()
+			client.Close()
+		})
+	}
 }
