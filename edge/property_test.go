@@ -19,7 +19,8 @@ import (
 // TestPropertyTerminals sends a thousand requests through the real Edge,
 // Node and upstream on concurrent goroutines, each ending a random way
 // (success, provider error before or during the answer, client cancel,
-// hard deadline), while the Node is fenced and reconnects and the
+// hard deadline) on a raw tunnel, a translation or a normalized run of a
+// real command, while the Node is fenced and reconnects and the
 // configuration is reloaded. After everything ended, every lease was
 // released exactly once, nothing is in flight or queued, and every
 // provider's capacity is the configured one.
@@ -43,9 +44,9 @@ func TestPropertyTerminals(t *testing.T) {
 	}
 	var capacity atomic.Int64
 	capacity.Store(3)
-	r := newRig(t, rigOpts{capacity: 3, queueTimeout: 200 * time.Millisecond, reply: reply, mutate: func(c *edge.Config) {
+	r := newRig(t, withCLI(t, 0, rigOpts{capacity: 3, queueTimeout: 200 * time.Millisecond, reply: reply, mutate: func(c *edge.Config) {
 		c.RequestTimeout = 400 * time.Millisecond
-	}})
+	}}))
 	stop := make(chan struct{})
 	var chaos sync.WaitGroup
 	var fences, reloads atomic.Int64
@@ -74,7 +75,9 @@ func TestPropertyTerminals(t *testing.T) {
 	})
 
 	kinds := []string{"ok", "ok", "slow", "err", "mid", "hang", "cancel"}
-	models := []string{"gpt-local", "via-anthropic"}
+	// A tunnel, a translation, and normalized runs of commands that
+	// answer, fail first, or stay silent until a cancel or the deadline.
+	models := []string{"gpt-local", "via-anthropic", "gpt-local", "via-anthropic", "via-cat", "via-fail", "via-sleep"}
 	var outcomes sync.Map
 	count := func(k string) {
 		v, _ := outcomes.LoadOrStore(k, new(atomic.Int64))
@@ -89,7 +92,7 @@ func TestPropertyTerminals(t *testing.T) {
 			defer func() { <-sem }()
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
 			kind := kinds[rng.IntN(len(kinds))]
-			model := models[rng.IntN(2)]
+			model := models[rng.IntN(len(models))]
 			stream := rng.IntN(2) == 0
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

@@ -35,6 +35,12 @@ import (
 // executable the kernel cannot start: the Node cannot run it).
 func cliRig(t *testing.T, wait time.Duration, mutate func(*edge.Config)) *rig {
 	t.Helper()
+	return newRig(t, withCLI(t, wait, rigOpts{mutate: mutate}))
+}
+
+// withCLI adds cliRig's providers and routes to o.
+func withCLI(t *testing.T, wait time.Duration, o rigOpts) rigOpts {
+	t.Helper()
 	if runtime.GOOS == "windows" {
 		t.Skip("cli providers need a Unix host")
 	}
@@ -50,7 +56,6 @@ func cliRig(t *testing.T, wait time.Duration, mutate func(*edge.Config)) *rig {
 	if err := os.WriteFile(broken, []byte("#!/nonexistent/iop-test-interpreter\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var hosted []node.Hosted
 	var specs []nodes.ProviderSpec
 	var routes []edge.Route
 	for _, c := range []struct {
@@ -67,17 +72,19 @@ func cliRig(t *testing.T, wait time.Duration, mutate func(*edge.Config)) *rig {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hosted = append(hosted, node.Hosted{Provider: a})
+		o.hosted = append(o.hosted, node.Hosted{Provider: a})
 		specs = append(specs, nodes.ProviderSpec{ID: "cli-" + c.id, Adapter: "cli", Category: execution.CategoryCLI, Models: []string{"cli-model"}, Capacity: 2})
 		routes = append(routes, edge.Route{Model: "via-" + c.id, Targets: []edge.Target{{ProviderID: "cli-" + c.id, Model: "cli-model"}}})
 	}
-	return newRig(t, rigOpts{hosted: hosted, mutate: func(cfg *edge.Config) {
+	mutate := o.mutate
+	o.mutate = func(cfg *edge.Config) {
 		cfg.Nodes[0].Providers = append(cfg.Nodes[0].Providers, specs...)
 		cfg.Routes = append(cfg.Routes, routes...)
 		if mutate != nil {
 			mutate(cfg)
 		}
-	}})
+	}
+	return o
 }
 
 // seconds is d as sleep(1) takes it.
