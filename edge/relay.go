@@ -579,6 +579,14 @@ func (s *Server) relayRun(ctx context.Context, w http.ResponseWriter, req *reque
 			}
 			return
 		}
+		if ev.Kind == execution.EventFailed && ctx.Err() != nil {
+			// The request's end closed the run; the terminal that came
+			// of it is not the provider's.
+			if deadlinePassed(ctx) {
+				em.event(timeoutEvent)
+			}
+			return
+		}
 		for _, c := range conv.Convert(ev) {
 			if !em.event(c) {
 				return
@@ -620,7 +628,16 @@ func (s *Server) holdRun(ctx context.Context, w http.ResponseWriter, req *reques
 		}
 		evs := conv.Convert(ev)
 		if ev.Kind == execution.EventFailed {
-			s.runRefused(w, req, ev.Failure, evs)
+			switch {
+			case deadlinePassed(ctx):
+				// The deadline closed the run: its terminal says so, but
+				// it may have raced the Node's own.
+				fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
+			case ctx.Err() != nil:
+				// The client left.
+			default:
+				s.runRefused(w, req, ev.Failure, evs)
+			}
 			return nil, false
 		}
 		held = append(held, evs...)

@@ -593,3 +593,44 @@ func TestOverTLS(t *testing.T) {
 		t.Fatalf("the TLS node's connection changed: %d", got)
 	}
 }
+
+// TestCloseEndsWaitingRunAsCanceled: Close on a run whose Next is waiting
+// for the Node ends it as cancelled, as Close promises: the stream reset
+// Close sends is its own doing, not a broken transport (which a caller
+// answers with 503 and Retry-After).
+func TestCloseEndsWaitingRunAsCanceled(t *testing.T) {
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 1)))})
+	p := executiontest.New("p1", "m1")
+	p.Block = true
+	runNode(t, e.addr, "n1", host(p))
+	gen := waitReady(t, e, "n1", 0)
+	run, err := e.reg.StartRun(ctx(t), "n1", gen, &execution.RunRequest{RunID: "r1", ProviderID: "p1", Target: "m1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Started()
+	if ev, err := run.Next(ctx(t)); err != nil || ev.Kind != execution.EventStarted {
+		t.Fatalf("first event %+v %v", ev, err)
+	}
+	type result struct {
+		ev  execution.Event
+		err error
+	}
+	next := make(chan result, 1)
+	go func() {
+		ev, err := run.Next(ctx(t))
+		next <- result{ev, err}
+	}()
+	time.Sleep(20 * time.Millisecond) // let Next wait on the stream (if it has not, it sees io.EOF below)
+	run.Close()
+	r := <-next
+	if !errors.Is(r.err, io.EOF) && (r.err != nil || r.ev.Kind != execution.EventFailed || r.ev.Failure.Class != execution.FailureCanceled) {
+		t.Fatalf("Next across Close: %+v %v, want a cancelled terminal", r.ev, r.err)
+	}
+	if ev, err := run.Next(ctx(t)); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the terminal: %+v %v", ev, err)
+	}
+	if err := <-p.Ended(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the provider's run ended with %v, want it cancelled", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/internal/nodewire"
@@ -28,6 +29,11 @@ type Run struct {
 
 	c  *conn
 	st *wire.Stream
+
+	// closed is set by Close before it resets the stream, so that a Next
+	// the reset interrupts ends the run as cancelled, as Close says, not
+	// as a broken transport.
+	closed atomic.Bool
 
 	mu      sync.Mutex
 	ended   bool
@@ -117,6 +123,9 @@ func (run *Run) Next(ctx context.Context) (execution.Event, error) {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return execution.Event{}, err
 		}
+		if run.closed.Load() {
+			return run.endLocked(errAbandoned()), nil
+		}
 		return run.endLocked(transportFailure(err)), nil
 	}
 	m := env.GetRunEvent()
@@ -168,12 +177,17 @@ func (run *Run) Cancel() error {
 // Node cancels the provider call) and the run ends as cancelled. It is safe
 // to call at any time, more than once.
 func (run *Run) Close() {
+	run.closed.Store(true)
 	run.st.Reset(wire.ResetCancel)
 	run.mu.Lock()
 	defer run.mu.Unlock()
 	if !run.ended {
-		run.endLocked(execution.Failf(execution.FailureCanceled, "abandoned by the caller"))
+		run.endLocked(errAbandoned())
 	}
+}
+
+func errAbandoned() *execution.Failure {
+	return execution.Failf(execution.FailureCanceled, "abandoned by the caller")
 }
 
 // Command sends a closed node command to the node's connection of

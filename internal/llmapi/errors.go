@@ -11,27 +11,28 @@ func OpenAIErrorBody(message, typ string, code any) []byte {
 	return mustJSON(map[string]any{"error": map[string]any{"message": message, "type": typ, "param": nil, "code": code}})
 }
 
-// OpenAIError maps a run failure to an HTTP status and OpenAI's error body.
-// The message is the failure's own short note, never upstream content.
-func OpenAIError(f *execution.Failure) (int, []byte) {
-	if f == nil {
-		f = &execution.Failure{Class: execution.FailureInternal}
+// FailureError maps a run failure to the error every client format
+// renders: a status, a canonical type and a short message of the
+// gateway's own (never the failure's note, which may name a provider).
+// The deadline's is the one the Edge gives when it ends a request itself.
+func FailureError(f *execution.Failure) *APIError {
+	class := execution.FailureInternal
+	if f != nil {
+		class = f.Class
 	}
-	status, typ := http.StatusBadGateway, "server_error"
-	msg := "The model provider failed: " + f.Class.String()
-	switch f.Class {
+	switch class {
 	case execution.FailureInvalidRequest:
-		status, typ, msg = http.StatusBadRequest, "invalid_request_error", "The request was refused before reaching the model: "+f.Message
+		return &APIError{Status: http.StatusBadRequest, Type: "invalid_request", Message: "The request was refused before reaching the model."}
 	case execution.FailureRateLimited:
-		status, typ, msg = http.StatusTooManyRequests, "rate_limit_error", "The model provider is rate limiting."
+		return &APIError{Status: http.StatusTooManyRequests, Type: "rate_limit", Message: "The model provider is rate limiting."}
 	case execution.FailureUnavailable, execution.FailureTransport:
-		status, msg = http.StatusServiceUnavailable, "The model provider is unavailable."
+		return &APIError{Status: http.StatusServiceUnavailable, Type: "overloaded", Message: "The model provider is unavailable."}
 	case execution.FailureDeadline:
-		status, typ, msg = http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline."
+		return &APIError{Status: http.StatusGatewayTimeout, Type: "timeout", Message: "The request exceeded its deadline."}
 	case execution.FailureCanceled:
-		status, typ, msg = 499, "canceled", "The request was cancelled."
+		return &APIError{Status: 499, Type: "canceled", Message: "The request was cancelled."}
 	case execution.FailureInternal:
-		status, msg = http.StatusInternalServerError, "Internal error."
+		return &APIError{Status: http.StatusInternalServerError, Type: "api_error", Message: "Internal error."}
 	}
-	return status, OpenAIErrorBody(msg, typ, nil)
+	return &APIError{Status: http.StatusBadGateway, Type: "api_error", Message: "The model provider failed."}
 }

@@ -714,19 +714,7 @@ func (c *RunEvents) Convert(e execution.Event) []Event {
 		c.seq.out = append(c.seq.out, Event{Kind: EvStop, Reason: reason})
 	case execution.EventFailed:
 		c.seq.stop()
-		status, _ := OpenAIError(e.Failure)
-		typ := "api_error"
-		switch e.Failure.Class {
-		case execution.FailureInvalidRequest:
-			typ = "invalid_request"
-		case execution.FailureRateLimited:
-			typ = "rate_limit"
-		case execution.FailureUnavailable, execution.FailureTransport:
-			typ = "overloaded"
-		case execution.FailureDeadline:
-			typ = "timeout"
-		}
-		c.seq.out = append(c.seq.out, Event{Kind: EvError, Err: &APIError{Status: status, Type: typ, Message: "The model provider failed: " + e.Failure.Class.String()}})
+		c.seq.out = append(c.seq.out, Event{Kind: EvError, Err: FailureError(e.Failure)})
 	}
 	return c.seq.out
 }
