@@ -1,8 +1,13 @@
 package nodes
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"testing"
 
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/wire"
 	"github.com/iop-dev/iop/wire/iopv1"
 )
 
@@ -57,5 +62,26 @@ func TestWireEnums(t *testing.T) {
 	}
 	if statusFrom(99) != StatusUnavailable || healthFrom(99) != HealthUnhealthy || tunnelCodeFrom(99) != TunnelInternal {
 		t.Error("an unknown wire value reads as something other than the safe one")
+	}
+}
+
+// TestTransportFailureSaysWhat: a run's transport failure names what
+// ended it: the Node's reset of the run's stream (with its code), the
+// stream's end without a terminal, or the connection's close reason.
+func TestTransportFailureSaysWhat(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{io.EOF, "node ended the run without a terminal"},
+		{&wire.StreamError{Code: wire.ResetProtocolError, Remote: true}, "node reset the run's stream: " + wire.ResetProtocolError.String()},
+		{&wire.StreamError{Code: wire.ResetCancel}, "run's stream reset: " + wire.ResetCancel.String()},
+		{fmt.Errorf("read: %w", &wire.CloseError{Reason: wire.ReasonHeartbeatTimeout, Remote: true}), "node connection ended: " + wire.ReasonHeartbeatTimeout.String()},
+		{errors.New("boom"), "node connection ended: transport_error"},
+	} {
+		f := transportFailure(c.err)
+		if f.Class != execution.FailureTransport || f.Message != c.want {
+			t.Errorf("%v: %v %q, want %q", c.err, f.Class, f.Message, c.want)
+		}
 	}
 }

@@ -153,8 +153,14 @@ func (run *Run) Next(ctx context.Context) (execution.Event, error) {
 }
 
 func transportFailure(err error) *execution.Failure {
-	if errors.Is(err, io.EOF) {
+	var se *wire.StreamError
+	switch {
+	case errors.Is(err, io.EOF):
 		return execution.Failf(execution.FailureTransport, "node ended the run without a terminal")
+	case errors.As(err, &se) && se.Remote:
+		return execution.Failf(execution.FailureTransport, "node reset the run's stream: %s", se.Code)
+	case errors.As(err, &se):
+		return execution.Failf(execution.FailureTransport, "run's stream reset: %s", se.Code)
 	}
 	return execution.Failf(execution.FailureTransport, "node connection ended: %s", closeReason(err))
 }
