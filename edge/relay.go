@@ -626,7 +626,6 @@ func (s *Server) holdRun(ctx context.Context, w http.ResponseWriter, req *reques
 		default:
 			return nil, false
 		}
-		evs := conv.Convert(ev)
 		if ev.Kind == execution.EventFailed {
 			switch {
 			case deadlinePassed(ctx):
@@ -636,39 +635,29 @@ func (s *Server) holdRun(ctx context.Context, w http.ResponseWriter, req *reques
 			case ctx.Err() != nil:
 				// The client left.
 			default:
-				s.runRefused(w, req, ev.Failure, evs)
+				s.runRefused(w, req, ev.Failure)
 			}
 			return nil, false
 		}
-		held = append(held, evs...)
+		held = append(held, conv.Convert(ev)...)
 		if ev.Kind != execution.EventStarted {
 			return held, true
 		}
 	}
 }
 
-// runRefused answers a run that failed before any output. evs are the
-// failure's canonical events, whose error holds the status, type and
-// message every client format renders.
-func (s *Server) runRefused(w http.ResponseWriter, req *request, f *execution.Failure, evs []llmapi.Event) {
-	s.log.Warn("run failed before the answer", "request_id", req.rid, "class", f.Class.String())
-	var ae *llmapi.APIError
-	for _, ev := range evs {
-		if ev.Kind == llmapi.EvError {
-			ae = ev.Err
-		}
-	}
-	switch {
-	case ae == nil:
-		fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider could not serve the request.", nil)
-	case ae.Status == 499:
-		// The caller cancelled: no one is there to answer.
-	case ae.Status == http.StatusServiceUnavailable:
+// runRefused answers a run that failed before any output with the error
+// every client format renders for its failure.
+func (s *Server) runRefused(w http.ResponseWriter, req *request, f *execution.Failure) {
+	ae := llmapi.FailureError(f)
+	s.log.Warn("run failed before the answer", "request_id", req.rid, "status", ae.Status, "type", ae.Type)
+	switch ae.Status {
+	case 499:
+		return // the caller cancelled: no one is there to answer
+	case http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "1")
-		fallthrough
-	default:
-		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
 	}
+	fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
 }
 
 // relayTranslate answers from the provider's own format, translated: the
