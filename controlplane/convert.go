@@ -53,7 +53,7 @@ func fromUnixMs(ms int64) *time.Time {
 	return &t
 }
 
-func u32(n int) uint32 { return uint32(min(max(n, 0), 1<<31)) }
+func u32(n int) uint32 { return uint32(min(max(int64(n), 0), 1<<31)) }
 
 // --- Edge side: the Edge's own types to the wire ---------------------------
 

@@ -170,7 +170,7 @@ func (p *rawPeer) expectSessionCloseNoAnswer() CloseReason {
 func TestConfigValidate(t *testing.T) {
 	bad := []*Config{
 		{StreamWindow: 100},
-		{StreamWindow: 2 << 30},
+		{StreamWindow: maxStreamWindow + 1},
 		{MaxStreams: -1},
 		{AcceptBacklog: -1},
 		{WriteTimeout: -time.Second},

@@ -95,7 +95,7 @@ func (s *Server) ollamaTags(w http.ResponseWriter, r *http.Request) {
 	var models []any
 	for _, m := range s.cfg.Models {
 		models = append(models, map[string]any{
-			"name": m, "model": m, "modified_at": "2026-01-01T00:00:00Z", "size": 4661224676,
+			"name": m, "model": m, "modified_at": "2026-01-01T00:00:00Z", "size": int64(4661224676),
 			"digest":  "sha256:0000000000000000000000000000000000000000000000000000000000000000",
 			"details": map[string]any{"format": "gguf", "family": "llama", "parameter_size": "8.0B", "quantization_level": "Q4_0"},
 		})
@@ -110,7 +110,7 @@ func (s *Server) ollamaPS(w http.ResponseWriter, r *http.Request) {
 	var models []any
 	if len(s.cfg.Models) > 0 {
 		m := s.cfg.Models[0]
-		models = append(models, map[string]any{"name": m, "model": m, "size": 5137025024, "digest": "sha256:0", "details": map[string]any{"format": "gguf"}, "expires_at": "2026-01-01T00:05:00Z", "size_vram": 5137025024})
+		models = append(models, map[string]any{"name": m, "model": m, "size": int64(5137025024), "digest": "sha256:0", "details": map[string]any{"format": "gguf"}, "expires_at": "2026-01-01T00:05:00Z", "size_vram": int64(5137025024)})
 	}
 	writeJSON(w, map[string]any{"models": models})
 }

@@ -83,8 +83,8 @@ func TestRunRequestSaturates(t *testing.T) {
 		wantTok   uint32
 		wantMilli uint32
 	}{
-		{5_000_000_000, 1e12, math.MaxUint32, math.MaxUint32},
-		{math.MaxUint32, 4294967.295, math.MaxUint32, math.MaxUint32},
+		{math.MaxInt, 1e12, uint32(min(uint64(math.MaxInt), math.MaxUint32)), math.MaxUint32}, // beyond uint32 where int has 64 bits
+		{math.MaxInt32, 4294967.295, math.MaxInt32, math.MaxUint32},
 		{-1, -3, 0, 0},
 		{0, 0, 0, 0},
 		{1, 0.0004, 1, 0},

@@ -108,7 +108,7 @@ func RunRequest(r *execution.RunRequest, generation, revision uint64) *iopv1.Run
 		Adapter:        r.Adapter,
 		Target:         r.Target,
 		Input:          &iopv1.RunInput{System: r.Input.System, Messages: msgs},
-		Options:        &iopv1.RunOptions{MaxOutputTokens: uint32(min(max(r.Options.MaxOutputTokens, 0), math.MaxUint32)), Stream: r.Options.Stream},
+		Options:        &iopv1.RunOptions{MaxOutputTokens: uint32(min(uint64(max(r.Options.MaxOutputTokens, 0)), math.MaxUint32)), Stream: r.Options.Stream},
 	}
 	if t := r.Options.Temperature; t != nil {
 		// Saturated, not wrapped: a float's conversion out of uint32's
