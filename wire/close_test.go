@@ -192,7 +192,10 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // TestNetPipe runs a session in process without sockets.
-func TestNetPipe(t *testing.T) {
+// pipeSessions is a client and a server session over net.Pipe, closed at
+// the test's end.
+func pipeSessions(t *testing.T) (client, server *Session) {
+	t.Helper()
 	c1, c2 := net.Pipe()
 	sch := make(chan *Session, 1)
 	go func() {
@@ -206,12 +209,16 @@ func TestNetPipe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	server := <-sch
+	server = <-sch
 	if server == nil {
 		t.FailNow()
 	}
-	defer server.Close()
-	defer client.Close()
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+func TestNetPipe(t *testing.T) {
+	client, server := pipeSessions(t)
 	done := echo(t, server)
 	st, _ := client.OpenStream(ctx(t))
 	st.Write([]byte("in process"))

@@ -185,27 +185,6 @@ func TestTLS(t *testing.T) {
 func TestBulkStreamsWithoutWritev(t *testing.T) {
 	ca := testpki.NewCA(t, "bulk ca")
 	cert := ca.Issue(t, testpki.Leaf{})
-	pipe := func(t *testing.T) (*Session, *Session) {
-		c1, c2 := net.Pipe()
-		sch := make(chan *Session, 1)
-		go func() {
-			s, err := Server(c2, nil)
-			if err != nil {
-				t.Error(err)
-			}
-			sch <- s
-		}()
-		c, err := Client(c1, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := <-sch
-		if s == nil {
-			t.FailNow()
-		}
-		t.Cleanup(func() { c.Close(); s.Close() })
-		return c, s
-	}
 	for name, open := range map[string]func(t *testing.T) (*Session, *Session){
 		"tls": func(t *testing.T) (*Session, *Session) {
 			c, cerr, s, serr := tlsPair(t, &tls.Config{RootCAs: ca.Pool, ServerName: "localhost"}, &tls.Config{Certificates: []tls.Certificate{cert}})
@@ -214,7 +193,7 @@ func TestBulkStreamsWithoutWritev(t *testing.T) {
 			}
 			return c, s
 		},
-		"pipe": pipe,
+		"pipe": pipeSessions,
 	} {
 		t.Run(name, func(t *testing.T) {
 			client, server := open(t)

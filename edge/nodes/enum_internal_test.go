@@ -27,41 +27,28 @@ func TestWireEnums(t *testing.T) {
 			t.Errorf("health %q came back as %q", h, got)
 		}
 	}
-	statuses := map[ProviderStatus]string{}
-	for v, name := range iopv1.ProviderStatus_name {
-		if v == 0 {
-			continue
-		}
-		s := statusFrom(iopv1.ProviderStatus(v))
-		if prev, dup := statuses[s]; dup {
-			t.Errorf("%s and %s both read as %q", prev, name, s)
-		}
-		statuses[s] = name
-	}
-	healths := map[ProviderHealth]string{}
-	for v, name := range iopv1.ProviderHealth_name {
-		if v == 0 {
-			continue
-		}
-		h := healthFrom(iopv1.ProviderHealth(v))
-		if prev, dup := healths[h]; dup {
-			t.Errorf("%s and %s both read as %q", prev, name, h)
-		}
-		healths[h] = name
-	}
-	codes := map[TunnelCode]string{}
-	for v, name := range iopv1.TunnelError_name {
-		if v == 0 {
-			continue
-		}
-		c := tunnelCodeFrom(iopv1.TunnelError(v))
-		if prev, dup := codes[c]; dup {
-			t.Errorf("%s and %s both read as %v", prev, name, c)
-		}
-		codes[c] = name
-	}
+	readsDistinct(t, iopv1.ProviderStatus_name, func(v int32) ProviderStatus { return statusFrom(iopv1.ProviderStatus(v)) })
+	readsDistinct(t, iopv1.ProviderHealth_name, func(v int32) ProviderHealth { return healthFrom(iopv1.ProviderHealth(v)) })
+	readsDistinct(t, iopv1.TunnelError_name, func(v int32) TunnelCode { return tunnelCodeFrom(iopv1.TunnelError(v)) })
 	if statusFrom(99) != StatusUnavailable || healthFrom(99) != HealthUnhealthy || tunnelCodeFrom(99) != TunnelInternal {
 		t.Error("an unknown wire value reads as something other than the safe one")
+	}
+}
+
+// readsDistinct checks that every value of a schema enum but 0
+// (UNSPECIFIED) reads as a value no other one reads as.
+func readsDistinct[V comparable](t *testing.T, names map[int32]string, read func(int32) V) {
+	t.Helper()
+	seen := map[V]string{}
+	for v, name := range names {
+		if v == 0 {
+			continue
+		}
+		got := read(v)
+		if prev, dup := seen[got]; dup {
+			t.Errorf("%s and %s both read as %v", prev, name, got)
+		}
+		seen[got] = name
 	}
 }
 
