@@ -62,7 +62,12 @@ var ErrKeyFile = errors.New("credentiallease: unusable key file")
 func LoadOrCreateNodeKey(path string) (*NodeKey, error) {
 	raw, err := readKeyFile(path, 32)
 	if errors.Is(err, fs.ErrNotExist) {
-		return RotateNodeKey(path)
+		k, cerr := createNodeKey(path)
+		if !errors.Is(cerr, fs.ErrExist) {
+			return k, cerr
+		}
+		// Another process created it first: its key is the one.
+		raw, err = readKeyFile(path, 32)
 	}
 	if err != nil {
 		return nil, err
@@ -72,6 +77,23 @@ func LoadOrCreateNodeKey(path string) (*NodeKey, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrKeyFile, path, err)
 	}
 	return nodeKeyFrom(priv), nil
+}
+
+// createNodeKey creates the key file at path with a fresh key; it fails
+// with fs.ErrExist when the file exists.
+func createNodeKey(path string) (*NodeKey, error) {
+	k, err := GenerateNodeKey()
+	if err != nil {
+		return nil, err
+	}
+	b, err := k.priv.Bytes()
+	if err != nil {
+		return nil, err
+	}
+	if err := createKeyFile(path, b); err != nil {
+		return nil, err
+	}
+	return k, nil
 }
 
 // RotateNodeKey writes a fresh key to path (replacing any) and returns it.
@@ -96,14 +118,20 @@ func RotateNodeKey(path string) (*NodeKey, error) {
 func LoadOrCreateSigningKey(path string) (ed25519.PrivateKey, error) {
 	seed, err := readKeyFile(path, ed25519.SeedSize)
 	if errors.Is(err, fs.ErrNotExist) {
-		_, priv, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			return nil, err
+		_, priv, gerr := ed25519.GenerateKey(rand.Reader)
+		if gerr != nil {
+			return nil, gerr
 		}
-		if err := writeKeyFile(path, priv.Seed()); err != nil {
-			return nil, err
+		cerr := createKeyFile(path, priv.Seed())
+		if !errors.Is(cerr, fs.ErrExist) {
+			if cerr != nil {
+				return nil, cerr
+			}
+			return priv, nil
 		}
-		return priv, nil
+		// Another process created it first (an Edge starting while
+		// `edge lease-key` runs): its key is the one.
+		seed, err = readKeyFile(path, ed25519.SeedSize)
 	}
 	if err != nil {
 		return nil, err
@@ -143,6 +171,31 @@ func readKeyFile(path string, size int) ([]byte, error) {
 // bring the old file back, and with a replay file the uses appended to the
 // new one after it would be forgotten.
 func writeKeyFile(path string, b []byte) error {
+	return placeKeyFile(path, b, os.Rename)
+}
+
+// createKeyFile is writeKeyFile for a file that must not exist yet: the
+// temporary file is linked into place, never renamed over one, so that of
+// two processes creating the same key at once the second gets
+// fs.ErrExist (and reads the first's) instead of replacing a key the
+// first has already handed out. Where the filesystem has no hard links,
+// it falls back to a rename after a check, as before.
+func createKeyFile(path string, b []byte) error {
+	return placeKeyFile(path, b, func(tmp, path string) error {
+		err := os.Link(tmp, path)
+		if err == nil || errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if _, serr := os.Lstat(path); serr == nil {
+			return fs.ErrExist
+		}
+		return os.Rename(tmp, path)
+	})
+}
+
+// placeKeyFile writes b to a synced temporary file beside path, puts it in
+// place with place, and syncs the directory.
+func placeKeyFile(path string, b []byte, place func(tmp, path string) error) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -167,7 +220,7 @@ func writeKeyFile(path string, b []byte) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := place(tmp.Name(), path); err != nil {
 		return err
 	}
 	return syncDir(dir)

@@ -481,6 +481,64 @@ func TestKeyFiles(t *testing.T) {
 	}
 }
 
+// TestKeyFileCreatedOnce: processes that start together on a fresh state
+// directory (an Edge starting while `edge lease-key` runs) end up with one
+// key, the one on disk, never each with its own; no temporary file is
+// left behind.
+func TestKeyFileCreatedOnce(t *testing.T) {
+	dir := t.TempDir()
+	const n = 16
+	var wg sync.WaitGroup
+	signing := make([]ed25519.PrivateKey, n)
+	nodeIDs := make([]string, n)
+	errs := make(chan error, 2*n)
+	for i := range n {
+		wg.Go(func() {
+			k, err := LoadOrCreateSigningKey(filepath.Join(dir, "edge.key"))
+			errs <- err
+			signing[i] = k
+		})
+		wg.Go(func() {
+			k, err := LoadOrCreateNodeKey(filepath.Join(dir, "node.key"))
+			errs <- err
+			if err == nil {
+				nodeIDs[i] = k.ID()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	onDisk, err := LoadOrCreateSigningKey(filepath.Join(dir, "edge.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := LoadOrCreateNodeKey(filepath.Join(dir, "node.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if !signing[i].Equal(onDisk) {
+			t.Errorf("creator %d holds a signing key that is not the one on disk", i)
+		}
+		if nodeIDs[i] != node.ID() {
+			t.Errorf("creator %d holds node key %s, the file holds %s", i, nodeIDs[i], node.ID())
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 2 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("directory holds %v, want the two keys only", names)
+	}
+}
+
 func TestReplayFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "replay")
