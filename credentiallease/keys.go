@@ -62,7 +62,7 @@ var ErrKeyFile = errors.New("credentiallease: unusable key file")
 func LoadOrCreateNodeKey(path string) (*NodeKey, error) {
 	raw, err := readKeyFile(path, 32)
 	if errors.Is(err, fs.ErrNotExist) {
-		k, cerr := createNodeKey(path)
+		k, cerr := newNodeKeyFile(path, createKeyFile)
 		if !errors.Is(cerr, fs.ErrExist) {
 			return k, cerr
 		}
@@ -79,26 +79,16 @@ func LoadOrCreateNodeKey(path string) (*NodeKey, error) {
 	return nodeKeyFrom(priv), nil
 }
 
-// createNodeKey creates the key file at path with a fresh key; it fails
-// with fs.ErrExist when the file exists.
-func createNodeKey(path string) (*NodeKey, error) {
-	k, err := GenerateNodeKey()
-	if err != nil {
-		return nil, err
-	}
-	b, err := k.priv.Bytes()
-	if err != nil {
-		return nil, err
-	}
-	if err := createKeyFile(path, b); err != nil {
-		return nil, err
-	}
-	return k, nil
-}
-
 // RotateNodeKey writes a fresh key to path (replacing any) and returns it.
 // Leases sealed to an old key stop opening at once.
 func RotateNodeKey(path string) (*NodeKey, error) {
+	return newNodeKeyFile(path, writeKeyFile)
+}
+
+// newNodeKeyFile makes a fresh key and stores it at path with write
+// (writeKeyFile replaces a file there, createKeyFile fails with
+// fs.ErrExist).
+func newNodeKeyFile(path string, write func(string, []byte) error) (*NodeKey, error) {
 	k, err := GenerateNodeKey()
 	if err != nil {
 		return nil, err
@@ -107,7 +97,7 @@ func RotateNodeKey(path string) (*NodeKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeKeyFile(path, b); err != nil {
+	if err := write(path, b); err != nil {
 		return nil, err
 	}
 	return k, nil
@@ -122,12 +112,11 @@ func LoadOrCreateSigningKey(path string) (ed25519.PrivateKey, error) {
 		if gerr != nil {
 			return nil, gerr
 		}
-		cerr := createKeyFile(path, priv.Seed())
-		if !errors.Is(cerr, fs.ErrExist) {
-			if cerr != nil {
-				return nil, cerr
-			}
+		switch cerr := createKeyFile(path, priv.Seed()); {
+		case cerr == nil:
 			return priv, nil
+		case !errors.Is(cerr, fs.ErrExist):
+			return nil, cerr
 		}
 		// Another process created it first (an Edge starting while
 		// `edge lease-key` runs): its key is the one.

@@ -74,7 +74,7 @@ func (r *RunRequest) Validate() error {
 		return errors.New("execution: run request: empty Target")
 	case r.Options.MaxOutputTokens < 0:
 		return errors.New("execution: run request: negative MaxOutputTokens")
-	case r.Options.Temperature != nil && !(*r.Options.Temperature >= 0 && *r.Options.Temperature <= math.MaxFloat64):
+	case r.Options.Temperature != nil && (*r.Options.Temperature < 0 || math.IsNaN(*r.Options.Temperature) || math.IsInf(*r.Options.Temperature, 0)):
 		return errors.New("execution: run request: Temperature negative or not finite")
 	}
 	return nil

@@ -41,6 +41,7 @@ func newRawEdge(t *testing.T, cfg *iopv1.NodeConfig, providers ...Hosted) *rawEd
 	go func() { rt.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(20 * time.Second)) // a Node that never dials fails the test
 	c, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)

@@ -247,6 +247,8 @@ func TestBulkStreamsWithoutWritev(t *testing.T) {
 						n := min(len(rest), []int{1, 100, 3 << 10, 4 << 10, 20 << 10, 70 << 10}[rng.IntN(6)])
 						if _, err := st.Write(rest[:n]); err != nil {
 							t.Errorf("stream %d: write: %v", i, err)
+							st.Reset(ResetCancel)
+							<-got // the reader ends with the reset
 							return
 						}
 						rest = rest[n:]

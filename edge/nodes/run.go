@@ -153,13 +153,13 @@ func (run *Run) Next(ctx context.Context) (execution.Event, error) {
 }
 
 func transportFailure(err error) *execution.Failure {
-	var se *wire.StreamError
-	switch {
-	case errors.Is(err, io.EOF):
+	if errors.Is(err, io.EOF) {
 		return execution.Failf(execution.FailureTransport, "node ended the run without a terminal")
-	case errors.As(err, &se) && se.Remote:
-		return execution.Failf(execution.FailureTransport, "node reset the run's stream: %s", se.Code)
-	case errors.As(err, &se):
+	}
+	if se := (*wire.StreamError)(nil); errors.As(err, &se) {
+		if se.Remote {
+			return execution.Failf(execution.FailureTransport, "node reset the run's stream: %s", se.Code)
+		}
 		return execution.Failf(execution.FailureTransport, "run's stream reset: %s", se.Code)
 	}
 	return execution.Failf(execution.FailureTransport, "node connection ended: %s", closeReason(err))
