@@ -116,7 +116,9 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			s.log.Debug("tunnel body ended early", "request_id", req.rid, "error", err)
 			return
 		}
-		if status == http.StatusOK {
+		if status == http.StatusOK && isSSE {
+			s.bookEvents(req, x, capture.Bytes())
+		} else if status == http.StatusOK {
 			s.bookAnswer(req, x, capture.Bytes())
 		}
 		return
@@ -189,15 +191,8 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			return
 		}
 		terminated = terminated || streamTerminal(req.api, ev)
-		if req.api == apiResponses && ev.Type == "response.created" {
-			var m struct {
-				Response struct {
-					ID string `json:"id"`
-				} `json:"response"`
-			}
-			if json.Unmarshal(ev.Data, &m) == nil {
-				s.rememberResponse(req, x, m.Response.ID)
-			}
+		if id, ok := createdResponse(req, ev); ok {
+			s.rememberResponse(req, x, id)
 		}
 		pass := true
 		if hasUsage {
@@ -240,6 +235,58 @@ func (s *Server) bookAnswer(req *request, x *exchange, body []byte) {
 	if f, err := llmapi.Scan(body, answerKeys...); err == nil {
 		s.bookFields(req, x, &f)
 	}
+}
+
+// bookEvents records the usage (and a Responses id) of a whole event
+// stream that answered a request which did not ask for one (a provider
+// that ignores stream:false): the last usage snapshot in it, as a
+// relayed stream's is booked. A malformed event ends the reading, as it
+// would end a relayed stream.
+func (s *Server) bookEvents(req *request, x *exchange, body []byte) {
+	r := sse.NewReader(bytes.NewReader(body), 0)
+	defer r.Release()
+	var usage *execution.Usage
+	for {
+		ev, err := r.NextShared()
+		if err != nil {
+			break
+		}
+		if string(ev.Data) == "[DONE]" {
+			continue
+		}
+		ok, hasUsage := llmapi.ValidFind(ev.Data, "usage")
+		if !ok {
+			break
+		}
+		if hasUsage {
+			if u, _ := streamUsage(req, ev, usage); u != nil {
+				usage = u
+			}
+		}
+		if id, ok := createdResponse(req, ev); ok {
+			s.rememberResponse(req, x, id)
+		}
+	}
+	if usage != nil {
+		s.recordUsage(req, usage)
+	}
+}
+
+// createdResponse returns the response id a Responses stream's
+// response.created event names.
+func createdResponse(req *request, ev sse.Event) (string, bool) {
+	if req.api != apiResponses || ev.Type != "response.created" {
+		return "", false
+	}
+	var m struct {
+		Response struct {
+			ID string `json:"id"`
+		} `json:"response"`
+	}
+	if json.Unmarshal(ev.Data, &m) != nil {
+		return "", false
+	}
+	return m.Response.ID, true
 }
 
 // bookFields records the usage (and a Responses id) found in a scanned
