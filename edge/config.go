@@ -132,7 +132,9 @@ type APIKey struct {
 	// (count_tokens) and reads of a stored response (GET
 	// /v1/responses/{id}) are neither limited nor counted and take no
 	// provider slot: they generate nothing, and Anthropic too limits
-	// token counting apart from messages.
+	// token counting apart from messages. A command-line provider
+	// reports no usage, so its runs count toward RequestsPerMinute and
+	// MaxConcurrent but never toward TokensPerMinute.
 	RequestsPerMinute int
 	TokensPerMinute   int
 	MaxConcurrent     int

@@ -106,6 +106,10 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			}
 			return
 		}
+		// An event stream a whole-answer request did not ask for (a
+		// provider that ignores stream:false), or an error status sent as
+		// one, is passed on as it comes; a successful one's usage is
+		// booked from a bounded copy once it has ended.
 		w.WriteHeader(status)
 		var capture bytes.Buffer
 		dst := io.Writer(w)
@@ -116,10 +120,8 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			s.log.Debug("tunnel body ended early", "request_id", req.rid, "error", err)
 			return
 		}
-		if status == http.StatusOK && isSSE {
+		if status == http.StatusOK {
 			s.bookEvents(req, x, capture.Bytes())
-		} else if status == http.StatusOK {
-			s.bookAnswer(req, x, capture.Bytes())
 		}
 		return
 	}
@@ -228,14 +230,6 @@ const maxBurst = 32 << 10
 
 // burstBufs holds the buffers a streamed answer's bursts are written from.
 var burstBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
-
-// bookAnswer records the usage (and a Responses id) of a whole JSON
-// answer.
-func (s *Server) bookAnswer(req *request, x *exchange, body []byte) {
-	if f, err := llmapi.Scan(body, answerKeys...); err == nil {
-		s.bookFields(req, x, &f)
-	}
-}
 
 // bookEvents records the usage (and a Responses id) of a whole event
 // stream that answered a request which did not ask for one (a provider
