@@ -171,6 +171,38 @@ func failure(ctx context.Context, msg string) error {
 	return &execution.Failure{Class: execution.FailureProvider, Message: msg}
 }
 
+// maxAnswer bounds a whole answer; maxToolArguments the tool call
+// arguments a stream's blocks accumulate, all together.
+const (
+	maxAnswer        = 64 << 20
+	maxToolArguments = 64 << 20
+)
+
+// errorStatus is the HTTP status each of the Messages API's error types
+// stands for (its documented pairs).
+var errorStatus = map[string]int{
+	"invalid_request_error": http.StatusBadRequest,
+	"authentication_error":  http.StatusUnauthorized,
+	"permission_error":      http.StatusForbidden,
+	"not_found_error":       http.StatusNotFound,
+	"request_too_large":     http.StatusRequestEntityTooLarge,
+	"rate_limit_error":      http.StatusTooManyRequests,
+	"api_error":             http.StatusInternalServerError,
+	"overloaded_error":      529,
+}
+
+// streamError is the failure of an error event in a stream, classed as
+// the status its type stands for would be (an overloaded API is
+// unavailable, so the caller may retry elsewhere or later). The note
+// names the type only when it is one of the API's own.
+func streamError(typ string) *execution.Failure {
+	status, ok := errorStatus[typ]
+	if !ok {
+		return &execution.Failure{Class: execution.FailureProvider, Message: "upstream error in stream"}
+	}
+	return &execution.Failure{Class: upstream.StatusClass(status), Message: "upstream error in stream: " + typ}
+}
+
 func readMessage(ctx context.Context, body io.Reader, w execution.EventWriter) (execution.Result, error) {
 	var out struct {
 		Content []struct {
@@ -184,8 +216,8 @@ func readMessage(ctx context.Context, body io.Reader, w execution.EventWriter) (
 		StopReason string    `json:"stop_reason"`
 		Usage      usageJSON `json:"usage"`
 	}
-	if err := json.NewDecoder(io.LimitReader(body, 64<<20)).Decode(&out); err != nil {
-		return execution.Result{}, failure(ctx, "malformed upstream answer")
+	if err := upstream.DecodeAnswer(ctx, body, maxAnswer, &out); err != nil {
+		return execution.Result{}, err
 	}
 	for _, b := range out.Content {
 		var ev execution.Event
@@ -222,6 +254,7 @@ func readStream(ctx context.Context, body io.Reader, w execution.EventWriter) (e
 		args          strings.Builder
 	}
 	blocks := map[int]*block{}
+	argBytes := 0 // tool call arguments held, all blocks together
 	var usage execution.Usage
 	stop := ""
 	for {
@@ -251,6 +284,9 @@ func readStream(ctx context.Context, body io.Reader, w execution.EventWriter) (e
 				StopReason  string `json:"stop_reason"`
 			} `json:"delta"`
 			Usage *usageJSON `json:"usage"`
+			Error struct {
+				Type string `json:"type"`
+			} `json:"error"`
 		}
 		if err := json.Unmarshal(ev.Data, &m); err != nil {
 			return execution.Result{}, failure(ctx, "malformed stream event")
@@ -278,6 +314,9 @@ func readStream(ctx context.Context, body io.Reader, w execution.EventWriter) (e
 			case "thinking_delta":
 				out = &execution.Event{Kind: execution.EventDelta, Text: m.Delta.Thinking, Reasoning: true}
 			case "input_json_delta":
+				if argBytes += len(m.Delta.PartialJSON); argBytes > maxToolArguments {
+					return execution.Result{}, failure(ctx, "tool call arguments too large")
+				}
 				b.args.WriteString(m.Delta.PartialJSON)
 			}
 			if out != nil {
@@ -299,8 +338,14 @@ func readStream(ctx context.Context, body io.Reader, w execution.EventWriter) (e
 			delete(blocks, m.Index)
 		case "message_delta":
 			stop = m.Delta.StopReason
-			if m.Usage != nil {
-				usage.OutputTokens = m.Usage.OutputTokens
+			if u := m.Usage; u != nil {
+				// The output so far; newer API versions total the input
+				// here too.
+				usage.OutputTokens = u.OutputTokens
+				if u.InputTokens > 0 {
+					usage.InputTokens = u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+					usage.CachedInputTokens = u.CacheReadInputTokens
+				}
 			}
 		case "message_stop":
 			if err := w.WriteEvent(execution.Event{Kind: execution.EventUsage, Usage: &usage}); err != nil {
@@ -308,7 +353,7 @@ func readStream(ctx context.Context, body io.Reader, w execution.EventWriter) (e
 			}
 			return execution.Result{StopReason: StopReason(stop)}, nil
 		case "error":
-			return execution.Result{}, &execution.Failure{Class: execution.FailureProvider, Message: "upstream error in stream"}
+			return execution.Result{}, streamError(m.Error.Type)
 		}
 	}
 }

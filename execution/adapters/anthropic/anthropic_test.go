@@ -149,3 +149,98 @@ func TestTunnel(t *testing.T) {
 		t.Fatalf("a path outside Routes: %v", err)
 	}
 }
+
+// sse renders events as a Messages stream.
+func sse(events ...string) string {
+	var b strings.Builder
+	for _, e := range events {
+		typ := e[strings.Index(e, `"type":"`)+8:]
+		typ = typ[:strings.IndexByte(typ, '"')]
+		b.WriteString("event: " + typ + "\ndata: " + e + "\n\n")
+	}
+	return b.String()
+}
+
+const (
+	msgStart = `{"type":"message_start","message":{"id":"m","usage":{"input_tokens":3,"output_tokens":1}}}`
+	msgStop  = `{"type":"message_stop"}`
+)
+
+// TestAnswerFailures: an answer the adapter cannot use ends the run with
+// a classified failure, never a partial success; an error event is
+// classed as the status its type stands for, so an overloaded API is
+// unavailable (retryable elsewhere), not the provider's own failure.
+func TestAnswerFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stream bool
+		raw    string
+		class  execution.FailureClass
+		note   string
+	}{
+		{"malformed whole answer", false, `{"content":[`, execution.FailureProvider, "malformed upstream answer"},
+		{"whole answer not an object", false, `[1,2]`, execution.FailureProvider, "malformed upstream answer"},
+		{"stream without message_stop", true, sse(msgStart), execution.FailureProvider, "stream ended without message_stop"},
+		{"malformed event", true, sse(msgStart) + "event: content_block_start\ndata: {\"type\":\n\n", execution.FailureProvider, "malformed stream event"},
+		{"block index out of range", true, sse(msgStart, `{"type":"content_block_start","index":4096,"content_block":{"type":"text"}}`), execution.FailureProvider, "content block index out of range"},
+		{"negative block index", true, sse(msgStart, `{"type":"content_block_start","index":-1,"content_block":{"type":"text"}}`), execution.FailureProvider, "content block index out of range"},
+		{"delta for an unknown block", true, sse(msgStart, `{"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"x"}}`), execution.FailureProvider, "delta for an unknown content block"},
+		{"overloaded", true, sse(msgStart, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), execution.FailureUnavailable, "upstream error in stream: overloaded_error"},
+		{"rate limited", true, sse(`{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`), execution.FailureRateLimited, "upstream error in stream: rate_limit_error"},
+		{"invalid request", true, sse(`{"type":"error","error":{"type":"invalid_request_error","message":"no"}}`), execution.FailureInvalidRequest, "upstream error in stream: invalid_request_error"},
+		{"api error", true, sse(msgStart, `{"type":"error","error":{"type":"api_error","message":"boom"}}`), execution.FailureProvider, "upstream error in stream: api_error"},
+		// A type the API does not document is not echoed.
+		{"unknown error type", true, sse(`{"type":"error","error":{"type":"secret sk-123","message":"x"}}`), execution.FailureProvider, "upstream error in stream"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := upstreamtest.New(upstreamtest.Config{Reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: tc.raw} }})
+			url := srv.Start()
+			defer srv.Close()
+			a, _ := anthropic.New(anthropic.Config{ID: "c", BaseURL: url})
+			var s sink
+			_, err := a.Run(context.Background(), &execution.RunRequest{RunID: "r", ProviderID: "c", Target: "x", Options: execution.Options{Stream: tc.stream}}, &s)
+			var f *execution.Failure
+			if !errors.As(err, &f) || f.Class != tc.class || f.Message != tc.note {
+				t.Fatalf("err %v, want %v: %s", err, tc.class, tc.note)
+			}
+			for _, e := range s.events {
+				if e.Kind == execution.EventUsage {
+					t.Fatalf("usage written for a failed run: %+v", e.Usage)
+				}
+			}
+		})
+	}
+}
+
+// TestStreamUsageTotals: message_delta's usage is a running total; in
+// newer API versions it totals the input as well, which then replaces
+// message_start's.
+func TestStreamUsageTotals(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		delta      string
+		in, cached int64
+		out        int64
+	}{
+		{"output only", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":7}}`, 3, 0, 7},
+		{"input too", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":5,"cache_read_input_tokens":2,"cache_creation_input_tokens":1,"output_tokens":9}}`, 8, 2, 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := upstreamtest.New(upstreamtest.Config{Reply: func(*upstreamtest.Request) upstreamtest.Script {
+				return upstreamtest.Script{Raw: sse(msgStart, tc.delta, msgStop)}
+			}})
+			url := srv.Start()
+			defer srv.Close()
+			a, _ := anthropic.New(anthropic.Config{ID: "c", BaseURL: url})
+			var s sink
+			if _, err := a.Run(context.Background(), &execution.RunRequest{RunID: "r", ProviderID: "c", Target: "x", Options: execution.Options{Stream: true}}, &s); err != nil {
+				t.Fatal(err)
+			}
+			last := s.events[len(s.events)-1]
+			want := execution.Usage{InputTokens: tc.in, CachedInputTokens: tc.cached, OutputTokens: tc.out}
+			if last.Kind != execution.EventUsage || *last.Usage != want {
+				t.Fatalf("last event %+v, want usage %+v", last, want)
+			}
+		})
+	}
+}

@@ -243,7 +243,13 @@ func (a *Adapter) Run(ctx context.Context, req *execution.RunRequest, w executio
 		return execution.Result{}, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
+	return readChat(ctx, resp.Body, w)
+}
+
+// readChat reads /api/chat's answer: JSON lines, streamed or one whole,
+// the last with done set.
+func readChat(ctx context.Context, body io.Reader, w execution.EventWriter) (execution.Result, error) {
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	calls := 0
 	for sc.Scan() {

@@ -158,3 +158,34 @@ func TestTunnel(t *testing.T) {
 		t.Fatalf("%d refused tunnels reached the server", n-before)
 	}
 }
+
+// TestAnswerFailures: an answer the adapter cannot use ends the run with
+// a classified failure and no usage.
+func TestAnswerFailures(t *testing.T) {
+	const line = `{"message":{"role":"assistant","content":"a"},"done":false}` + "\n"
+	for _, tc := range []struct {
+		name, raw, note string
+	}{
+		{"malformed line", line + `{"message":` + "\n", "malformed stream line"},
+		{"not an object", `[1,2]` + "\n", "malformed stream line"},
+		{"error line", line + `{"error":"model not found"}` + "\n", "upstream error in stream"},
+		{"no done", line + line, "stream ended without done"},
+		{"empty", "\n", "stream ended without done"},
+		{"line beyond the bound", `{"message":{"content":"` + strings.Repeat("x", 17<<20) + `"}}` + "\n", "upstream body broken"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, a := setup(t, upstreamtest.Script{Raw: tc.raw})
+			var s sink
+			_, err := a.Run(context.Background(), &execution.RunRequest{RunID: "r", ProviderID: "ollama", Target: "llama3:latest", Options: execution.Options{Stream: true}}, &s)
+			var f *execution.Failure
+			if !errors.As(err, &f) || f.Class != execution.FailureProvider || f.Message != tc.note {
+				t.Fatalf("err %v, want provider: %s", err, tc.note)
+			}
+			for _, e := range s.events {
+				if e.Kind == execution.EventUsage {
+					t.Fatalf("usage written for a failed run: %+v", e.Usage)
+				}
+			}
+		})
+	}
+}

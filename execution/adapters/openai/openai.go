@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/iop-dev/iop/execution"
@@ -122,8 +123,8 @@ func (a *Adapter) ListModels(ctx context.Context) ([]string, error) {
 			ID string `json:"id"`
 		} `json:"data"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&list); err != nil {
-		return nil, &execution.Failure{Class: execution.FailureProvider, Message: "malformed model list"}
+	if err := upstream.DecodeAnswer(ctx, resp.Body, 8<<20, &list); err != nil {
+		return nil, err
 	}
 	var ids []string
 	for _, m := range list.Data {
@@ -211,10 +212,28 @@ type toolCallJSON struct {
 	} `json:"function"`
 }
 
+// errorJSON is an error a stream reports in place of a chunk. Servers
+// that put the HTTP status the error stands for in code (vLLM and other
+// OpenAI-compatible servers) have it classed by that status; OpenAI's own
+// codes are strings, and such an error is the provider's failure.
 type errorJSON struct {
-	Message string `json:"message"`
-	Type    string `json:"type"`
+	Code json.RawMessage `json:"code"`
 }
+
+func (e *errorJSON) failure() *execution.Failure {
+	status, err := strconv.Atoi(string(e.Code))
+	if err != nil || status < 400 || status > 599 {
+		return &execution.Failure{Class: execution.FailureProvider, Message: "upstream error in stream"}
+	}
+	return &execution.Failure{Class: upstream.StatusClass(status), Message: "upstream error in stream: " + strconv.Itoa(status)}
+}
+
+// maxAnswer bounds a whole answer; maxToolArguments the tool call
+// arguments a stream's calls accumulate, all together.
+const (
+	maxAnswer        = 64 << 20
+	maxToolArguments = 64 << 20
+)
 
 // StopReason maps a Chat Completions finish_reason to the normalized one.
 func StopReason(finish string) string {
@@ -254,8 +273,8 @@ func readChat(ctx context.Context, body io.Reader, w execution.EventWriter) (exe
 		} `json:"choices"`
 		Usage *usageJSON `json:"usage"`
 	}
-	if err := json.NewDecoder(io.LimitReader(body, 64<<20)).Decode(&out); err != nil {
-		return execution.Result{}, bodyFailure(ctx)
+	if err := upstream.DecodeAnswer(ctx, body, maxAnswer, &out); err != nil {
+		return execution.Result{}, err
 	}
 	if len(out.Choices) == 0 {
 		return execution.Result{}, &execution.Failure{Class: execution.FailureProvider, Message: "answer without choices"}
@@ -299,6 +318,7 @@ func readChatStream(ctx context.Context, body io.Reader, w execution.EventWriter
 		args     strings.Builder
 	}
 	var calls []*pending
+	argBytes := 0 // tool call arguments held, all calls together
 	finish := ""
 	sawDone := false
 	for {
@@ -329,7 +349,7 @@ func readChatStream(ctx context.Context, body io.Reader, w execution.EventWriter
 			return execution.Result{}, &execution.Failure{Class: execution.FailureProvider, Message: "malformed stream chunk"}
 		}
 		if chunk.Error != nil {
-			return execution.Result{}, &execution.Failure{Class: execution.FailureProvider, Message: "upstream error in stream"}
+			return execution.Result{}, chunk.Error.failure()
 		}
 		for _, ch := range chunk.Choices {
 			if ch.Delta.ReasoningContent != "" {
@@ -355,6 +375,9 @@ func readChatStream(ctx context.Context, body io.Reader, w execution.EventWriter
 				}
 				if tc.Function.Name != "" {
 					p.name = tc.Function.Name
+				}
+				if argBytes += len(tc.Function.Arguments); argBytes > maxToolArguments {
+					return execution.Result{}, &execution.Failure{Class: execution.FailureProvider, Message: "tool call arguments too large"}
 				}
 				p.args.WriteString(tc.Function.Arguments)
 			}

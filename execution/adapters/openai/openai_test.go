@@ -270,3 +270,44 @@ type tunnelRecorder struct{ status int }
 
 func (r *tunnelRecorder) WriteHead(status int, _ http.Header) error { r.status = status; return nil }
 func (r *tunnelRecorder) Write(p []byte) (int, error)               { return len(p), nil }
+
+// TestAnswerFailures: an answer the adapter cannot use ends the run with
+// a classified failure and no usage; an error a stream reports with the
+// HTTP status it stands for is classed by that status.
+func TestAnswerFailures(t *testing.T) {
+	t.Setenv("IOP_TEST_OPENAI_KEY", "node-key")
+	const chunk = `data: {"choices":[{"index":0,"delta":{"content":"a"}}]}` + "\n\n"
+	for _, tc := range []struct {
+		name   string
+		stream bool
+		raw    string
+		class  execution.FailureClass
+		note   string
+	}{
+		{"whole answer null", false, `null`, execution.FailureProvider, "malformed upstream answer"},
+		{"whole answer truncated", false, `{"choices":[{"message":`, execution.FailureProvider, "malformed upstream answer"},
+		{"whole answer with trailing bytes", false, `{"choices":[{"message":{"content":"a"}}]} {"x":1}`, execution.FailureProvider, "malformed upstream answer"},
+		{"whole answer without choices", false, `{"choices":[]}`, execution.FailureProvider, "answer without choices"},
+		{"stream without its end", true, chunk, execution.FailureProvider, "malformed upstream answer"},
+		{"malformed chunk", true, chunk + "data: {\"choices\":\n\n", execution.FailureProvider, "malformed stream chunk"},
+		{"tool call index out of range", true, `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":5000,"function":{"name":"f"}}]}}]}` + "\n\n", execution.FailureProvider, "tool call index out of range"},
+		{"error with status 429", true, chunk + `data: {"error":{"message":"slow","type":"RateLimitError","code":429}}` + "\n\n", execution.FailureRateLimited, "upstream error in stream: 429"},
+		{"error with status 503", true, `data: {"error":{"message":"busy","code":503}}` + "\n\n", execution.FailureUnavailable, "upstream error in stream: 503"},
+		{"error with status 400", true, `data: {"error":{"message":"bad","type":"BadRequestError","code":400}}` + "\n\n", execution.FailureInvalidRequest, "upstream error in stream: 400"},
+		{"error with a string code", true, chunk + `data: {"error":{"message":"x","code":"rate_limit_exceeded"}}` + "\n\n", execution.FailureProvider, "upstream error in stream"},
+		{"error with a code beyond statuses", true, `data: {"error":{"code":200}}` + "\n\n", execution.FailureProvider, "upstream error in stream"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, a := start(t, upstreamtest.Script{Raw: tc.raw})
+			var s sink
+			_, err := a.Run(context.Background(), req(tc.stream), &s)
+			var f *execution.Failure
+			if !errors.As(err, &f) || f.Class != tc.class || f.Message != tc.note {
+				t.Fatalf("err %v, want %v: %s", err, tc.class, tc.note)
+			}
+			if u := s.usage(); u != nil {
+				t.Fatalf("usage written for a failed run: %+v", u)
+			}
+		})
+	}
+}

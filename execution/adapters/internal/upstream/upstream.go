@@ -248,16 +248,49 @@ func StatusFailure(resp *http.Response) error {
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
-	class := execution.FailureProvider
-	switch {
-	case resp.StatusCode == http.StatusTooManyRequests:
-		class = execution.FailureRateLimited
-	case resp.StatusCode == 529 || resp.StatusCode == http.StatusServiceUnavailable:
-		class = execution.FailureUnavailable
-	case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusUnprocessableEntity:
-		class = execution.FailureInvalidRequest
+	return &execution.Failure{Class: StatusClass(resp.StatusCode), Message: fmt.Sprintf("upstream answered %d", resp.StatusCode)}
+}
+
+// DecodeAnswer reads a whole JSON answer of at most limit bytes into v.
+// The answer must be one JSON object with nothing after it: null, an
+// array, a truncated or a trailing-garbage body is malformed, never an
+// empty success. A failure is classed Provider with a short note, or is
+// ctx's own once ctx has ended (a cancelled read is not the provider's
+// fault).
+func DecodeAnswer(ctx context.Context, body io.Reader, limit int64, v any) error {
+	fail := func(note string) error {
+		if ctx.Err() != nil {
+			return execution.Classify(ctx, ctx.Err())
+		}
+		return &execution.Failure{Class: execution.FailureProvider, Message: note}
 	}
-	return &execution.Failure{Class: class, Message: fmt.Sprintf("upstream answered %d", resp.StatusCode)}
+	b, err := io.ReadAll(io.LimitReader(body, limit+1))
+	switch {
+	case err != nil:
+		return fail("upstream body broken")
+	case int64(len(b)) > limit:
+		return fail("upstream answer too large")
+	}
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' || json.Unmarshal(b, v) != nil {
+		return fail("malformed upstream answer")
+	}
+	return nil
+}
+
+// StatusClass is the failure class of an upstream's error status, or of
+// the status an error reported inside a stream stands for: 429 is rate
+// limited, 503 and 529 (Anthropic's overloaded) unavailable, 400, 404
+// and 422 an invalid request; anything else the provider's own failure.
+func StatusClass(status int) execution.FailureClass {
+	switch status {
+	case http.StatusTooManyRequests:
+		return execution.FailureRateLimited
+	case http.StatusServiceUnavailable, 529:
+		return execution.FailureUnavailable
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusUnprocessableEntity:
+		return execution.FailureInvalidRequest
+	}
+	return execution.FailureProvider
 }
 
 // Tunnel relays one raw exchange: the route must be allowed, the headers are

@@ -2,12 +2,16 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 
+	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/internal/h1"
 )
 
@@ -135,6 +139,57 @@ func TestAPIPath(t *testing.T) {
 	for _, bad := range []string{"v1beta", "//evil.example/x", "/a/../b", "/a/./b", "/a//b", "/a?q=1", "/a#f", "/a%2Fb", "/a b", "/ä"} {
 		if err := cl.SetAPIPath(bad); err == nil {
 			t.Errorf("API path %q accepted", bad)
+		}
+	}
+}
+
+// TestDecodeAnswer: a whole answer is one JSON object within its bound;
+// anything else is the provider's failure with a note that names no
+// content, unless the caller's context ended first.
+func TestDecodeAnswer(t *testing.T) {
+	type answer struct {
+		A int `json:"a"`
+	}
+	for _, tc := range []struct {
+		body, note string
+	}{
+		{` {"a":1} `, ""},
+		{`{"a":1}{"a":2}`, "malformed upstream answer"},
+		{`null`, "malformed upstream answer"},
+		{`[]`, "malformed upstream answer"},
+		{``, "malformed upstream answer"},
+		{`{"a":"x"}`, "malformed upstream answer"},
+		{`{"a":1,"pad":"` + strings.Repeat("x", 64) + `"}`, "upstream answer too large"},
+	} {
+		var v answer
+		err := DecodeAnswer(context.Background(), strings.NewReader(tc.body), 64, &v)
+		if tc.note == "" {
+			if err != nil || v.A != 1 {
+				t.Errorf("%q: %v, %+v", tc.body, err, v)
+			}
+			continue
+		}
+		var f *execution.Failure
+		if !errors.As(err, &f) || f.Class != execution.FailureProvider || f.Message != tc.note {
+			t.Errorf("%q: %v, want provider: %s", tc.body, err, tc.note)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var f *execution.Failure
+	if err := DecodeAnswer(ctx, iotest.ErrReader(context.Canceled), 64, new(answer)); !errors.As(err, &f) || f.Class != execution.FailureCanceled {
+		t.Errorf("a read the caller cancelled: %v, want canceled", err)
+	}
+}
+
+func TestStatusClass(t *testing.T) {
+	for status, want := range map[int]execution.FailureClass{
+		400: execution.FailureInvalidRequest, 401: execution.FailureProvider, 404: execution.FailureInvalidRequest,
+		422: execution.FailureInvalidRequest, 429: execution.FailureRateLimited, 500: execution.FailureProvider,
+		503: execution.FailureUnavailable, 529: execution.FailureUnavailable,
+	} {
+		if got := StatusClass(status); got != want {
+			t.Errorf("%d: %v, want %v", status, got, want)
 		}
 	}
 }
