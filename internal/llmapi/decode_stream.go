@@ -688,14 +688,22 @@ func anthropicStop(s string) StopReason {
 	return StopEnd
 }
 
+// errorTypeFromAnthropic is the canonical type of an Anthropic error
+// event's type; one outside the API's documented set is api_error.
 func errorTypeFromAnthropic(t string) string {
 	switch t {
 	case "overloaded_error":
 		return "overloaded"
 	case "rate_limit_error":
 		return "rate_limit"
-	case "invalid_request_error":
+	case "invalid_request_error", "request_too_large":
 		return "invalid_request"
+	case "authentication_error":
+		return "authentication"
+	case "permission_error":
+		return "permission"
+	case "not_found_error":
+		return "not_found"
 	}
 	return "api_error"
 }

@@ -1146,3 +1146,36 @@ func TestModelClass(t *testing.T) {
 		}
 	}
 }
+
+// TestAnthropicStreamErrorTypes: an error event in an Anthropic stream
+// reaches an Anthropic client with its documented type, and a Chat
+// Completions client with the nearest type of its own; a type outside
+// the documented set is a plain api_error, never echoed.
+func TestAnthropicStreamErrorTypes(t *testing.T) {
+	for _, tc := range []struct{ in, anthropic, chat string }{
+		{"overloaded_error", "overloaded_error", "server_error"},
+		{"rate_limit_error", "rate_limit_error", "rate_limit_error"},
+		{"invalid_request_error", "invalid_request_error", "invalid_request_error"},
+		{"request_too_large", "invalid_request_error", "invalid_request_error"},
+		{"authentication_error", "authentication_error", "authentication_error"},
+		{"permission_error", "permission_error", "server_error"},
+		{"not_found_error", "not_found_error", "invalid_request_error"},
+		{"api_error", "api_error", "server_error"},
+		{"sk-secret_error", "api_error", "server_error"},
+	} {
+		in := "event: message_start\n" + `data: {"type":"message_start","message":{"id":"m","usage":{"input_tokens":1}}}` + "\n\n" +
+			"event: error\n" + `data: {"type":"error","error":{"type":"` + tc.in + `","message":"boom"}}` + "\n\n"
+		for name, want := range map[string]string{"anthropic": tc.anthropic, "chat": tc.chat} {
+			var r llmapi.Renderer = &llmapi.ChatRenderer{ID: "c"}
+			if name == "anthropic" {
+				r = &llmapi.AnthropicRenderer{ID: "m"}
+			}
+			stream, _, _ := llmapitest.Render(t, llmapi.DecodeAnthropicStream(strings.NewReader(in)), r)
+			evs := llmapitest.Events(t, stream)
+			last := string(evs[len(evs)-1].Data)
+			if !strings.Contains(last, `"type":"`+want+`"`) || strings.Contains(string(stream), "sk-secret") || strings.Contains(string(stream), "boom") {
+				t.Errorf("%s to %s: last event %s", tc.in, name, last)
+			}
+		}
+	}
+}
