@@ -3,18 +3,10 @@ package anthropic
 import (
 	"bytes"
 	"context"
-	"errors"
 	"testing"
 
-	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/execution/adapters/internal/adaptertest"
 )
-
-type events []execution.Event
-
-func (e *events) WriteEvent(ev execution.Event) error {
-	*e = append(*e, ev)
-	return nil
-}
 
 // FuzzReadAnswer feeds a provider's answer, whole and as a stream, to the
 // adapter's decoders: whatever the bytes, a run ends either with a
@@ -30,51 +22,10 @@ func FuzzReadAnswer(f *testing.F) {
 		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"))
 	f.Add([]byte("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, read := range []func(context.Context, *bytes.Reader, *events) (execution.Result, error){
-			func(ctx context.Context, r *bytes.Reader, w *events) (execution.Result, error) {
-				return readMessage(ctx, r, w)
-			},
-			func(ctx context.Context, r *bytes.Reader, w *events) (execution.Result, error) {
-				return readStream(ctx, r, w)
-			},
-		} {
-			var evs events
-			res, err := read(context.Background(), bytes.NewReader(body), &evs)
-			checkRun(t, res, err, evs)
-		}
+		var whole, stream adaptertest.Events
+		res, err := readMessage(context.Background(), bytes.NewReader(body), &whole)
+		adaptertest.CheckRun(t, res, err, whole, true)
+		res, err = readStream(context.Background(), bytes.NewReader(body), &stream)
+		adaptertest.CheckRun(t, res, err, stream, true)
 	})
-}
-
-func checkRun(t *testing.T, res execution.Result, err error, evs events) {
-	t.Helper()
-	if err != nil {
-		var f *execution.Failure
-		if !errors.As(err, &f) {
-			t.Fatalf("unclassified error %v", err)
-		}
-		switch f.Class {
-		case execution.FailureProvider, execution.FailureUnavailable, execution.FailureRateLimited, execution.FailureInvalidRequest:
-		default:
-			t.Fatalf("failure class %v for a provider's answer", f.Class)
-		}
-		for _, e := range evs {
-			if e.Kind == execution.EventUsage {
-				t.Fatal("usage written for a failed run")
-			}
-		}
-		return
-	}
-	if len(evs) == 0 || evs[len(evs)-1].Kind != execution.EventUsage || evs[len(evs)-1].Usage == nil {
-		t.Fatalf("a finished run's events do not end in its usage: %+v", evs)
-	}
-	for _, e := range evs {
-		if e.Kind == execution.EventToolCall && e.ToolCall == nil {
-			t.Fatal("tool call event without its call")
-		}
-	}
-	switch res.StopReason {
-	case "stop", "length", "tool_calls", "content_filter":
-	default:
-		t.Fatalf("stop reason %q", res.StopReason)
-	}
 }
