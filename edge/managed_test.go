@@ -186,9 +186,13 @@ func TestManagedLeasedCredential(t *testing.T) {
 	// before reaching the Node; the upstream is not called.
 	cfg := r.cfg
 	cfg.Credentials = []edge.Credential{{ID: "upstream-key", Revision: 1, Secret: execution.EnvCredential("IOP_TEST_UPSTREAM_KEY"), Revoked: true}}
+	first := rt.Status().Revision
 	if err := r.srv.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
+	// The revocation reaches the Node too; the rotation below must not
+	// take its arrival for its own.
+	waitUntil(t, "the node applied the revocation", func() bool { return rt.Status().Revision > first })
 	if status, _ := r.chat("revoked"); status != 503 {
 		t.Fatalf("a revoked credential: %d", status)
 	}
