@@ -248,9 +248,13 @@ func (s *Server) authFor(w http.ResponseWriter, r *http.Request, snap *snapshot,
 }
 
 // fail writes an error in the client API's own shape: Anthropic's for
-// Messages, OpenAI's otherwise.
+// Messages, OpenAI's otherwise. A 429 or 503 (Anthropic's 529) carries
+// Retry-After: the caller's, set before, or one second.
 func fail(w http.ResponseWriter, a api, status int, typ, msg string, code any) {
 	w.Header().Set("Content-Type", "application/json")
+	if (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1")
+	}
 	if a == apiMessages {
 		if status == http.StatusServiceUnavailable && typ == "overloaded" {
 			status = 529

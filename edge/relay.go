@@ -393,7 +393,6 @@ func (s *Server) tunnelRefused(ctx context.Context, w http.ResponseWriter, req *
 	case nodes.TunnelDeadline:
 		fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
 	case nodes.TunnelUpstreamUnreachable, nodes.TunnelTransport, nodes.TunnelStaleGeneration, nodes.TunnelAtCapacity:
-		w.Header().Set("Retry-After", "1")
 		fail(w, req.api, http.StatusServiceUnavailable, "overloaded", "The model provider is unavailable.", nil)
 	default:
 		fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider could not serve the request.", nil)
@@ -692,11 +691,8 @@ func (s *Server) holdRun(ctx context.Context, w http.ResponseWriter, req *reques
 func (s *Server) runRefused(w http.ResponseWriter, req *request, f *execution.Failure) {
 	ae := llmapi.FailureError(f)
 	s.log.Warn("run failed before the answer", "request_id", req.rid, "status", ae.Status, "type", ae.Type)
-	switch ae.Status {
-	case 499:
+	if ae.Status == 499 {
 		return // the caller cancelled: no one is there to answer
-	case http.StatusServiceUnavailable:
-		w.Header().Set("Retry-After", "1")
 	}
 	fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
 }
@@ -717,6 +713,9 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 	if status != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(tn, 64<<10))
 		ae := providerError(status, b)
+		if v := hdr.Get("Retry-After"); v != "" && (ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable) {
+			w.Header().Set("Retry-After", retryAfter(v))
+		}
 		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
 		return
 	}
@@ -774,6 +773,21 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 			return
 		}
 	}
+}
+
+// maxRetryAfter bounds the delay a provider's Retry-After passes on.
+const maxRetryAfter = time.Hour
+
+// retryAfter is the Retry-After a translated refusal carries for the
+// provider's: its delay in seconds, bounded by maxRetryAfter, or one
+// second for one this does not read (an HTTP date, a fraction, anything
+// else).
+func retryAfter(provider string) string {
+	n, err := strconv.Atoi(provider)
+	if err != nil || n < 1 {
+		return "1"
+	}
+	return strconv.Itoa(min(n, int(maxRetryAfter/time.Second)))
 }
 
 // providerError maps a provider's error answer to the client's terms. A

@@ -312,6 +312,39 @@ func TestTranslatedAnthropicErrorsCarryTheRequestID(t *testing.T) {
 	r.settled()
 }
 
+// TestTranslatedRefusalsCarryRetryAfter: a provider's refusal that a
+// retry may get past (rate limited, overloaded) reaches a client of
+// another format with the status its SDK retries on and a Retry-After:
+// the provider's own delay, bounded, or one second.
+func TestTranslatedRefusalsCarryRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, model string
+		upStatus          int
+		upRetry           string
+		status            int
+		retry             string
+	}{
+		{"chat to anthropic, rate limited", "/v1/chat/completions", "via-anthropic", 429, "7", 429, "7"},
+		{"chat to anthropic, overloaded", "/v1/chat/completions", "via-anthropic", 529, "", 503, "1"},
+		{"anthropic to chat, unavailable", "/v1/messages", "gpt-local", 503, "30", 529, "30"},
+		{"a delay beyond the bound", "/v1/chat/completions", "via-anthropic", 429, "999999", 429, "3600"},
+		{"a date is not read", "/v1/chat/completions", "via-anthropic", 503, "Wed, 21 Oct 2015 07:28:00 GMT", 503, "1"},
+		{"a server error is not retried", "/v1/chat/completions", "via-anthropic", 500, "5", 502, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, rigOpts{reply: func(*upstreamtest.Request) upstreamtest.Script {
+				return upstreamtest.Script{Status: tc.upStatus, RetryAfter: tc.upRetry}
+			}})
+			resp, body := r.do(t, "POST", tc.path, `{"model":"`+tc.model+`","max_tokens":50,"messages":[{"role":"user","content":"x"}]}`,
+				map[string]string{"Authorization": "Bearer " + apiKey, "x-api-key": apiKey, "anthropic-version": "2023-06-01"})
+			if resp.StatusCode != tc.status || resp.Header.Get("Retry-After") != tc.retry {
+				t.Fatalf("%d Retry-After %q, want %d %q\n%s", resp.StatusCode, resp.Header.Get("Retry-After"), tc.status, tc.retry, body)
+			}
+			r.settled()
+		})
+	}
+}
+
 // TestJSONOutputThroughTranslation: a Chat Completions client's JSON
 // output format reaches each upstream in that upstream's own field, and
 // what a translation cannot carry is refused with a 400 that names it,

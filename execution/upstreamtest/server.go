@@ -74,6 +74,8 @@ type Script struct {
 	// Status, when not 0 or 200, answers with the API's error body and this
 	// status.
 	Status int
+	// RetryAfter, when set, is the Retry-After header of an error answer.
+	RetryAfter string
 	// ArgumentsInChunks splits each tool call's arguments into this many
 	// streamed fragments (default 3).
 	ArgumentsInChunks int
@@ -464,6 +466,9 @@ func prelude(w http.ResponseWriter, r *http.Request, api string, sc *Script) boo
 		return false
 	}
 	if sc.Status != 0 && sc.Status != http.StatusOK {
+		if sc.RetryAfter != "" {
+			w.Header().Set("Retry-After", sc.RetryAfter)
+		}
 		kind := "server_error"
 		switch sc.Status {
 		case http.StatusTooManyRequests:
