@@ -653,6 +653,12 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 				}
 				capacity = 0
 			}
+			// A lease the Node would refuse under the configuration it
+			// still holds (a credential rotated right after its
+			// revocation) waits for its acknowledgement too.
+			if applied.LeaseRefused {
+				capacity = 0
+			}
 			out = append(out, pool.Candidate{Key: pool.Key{NodeID: pi.nodeID, ProviderID: t.ProviderID}, Generation: gen,
 				Capacity: capacity, LongContextCapacity: now.longCapacity, Weight: t.Weight,
 				Target: &req.route.Targets[i]}) // the snapshot's, never changed: no copy to box

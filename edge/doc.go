@@ -76,7 +76,12 @@
 //
 // Credentials a provider names (nodes.ProviderSpec.Credential) reach its
 // Node only as a credential lease per dispatch (package credentiallease),
-// bound to the Node's key and connection generation; in managed mode
+// bound to the Node's key and connection generation. A revoked credential
+// is leased no more at once. Where the configuration a Node still holds
+// would refuse a lease the new one allows (a credential rotated right
+// after its revocation, a provider enabled again or moved to another
+// credential), the provider's requests wait in the queue until the Node
+// has applied the change, rather than be refused by it. In managed mode
 // (Config.Managed) Nodes register only with an Edge-CA certificate naming
 // their id (package edge/identity). OpenWorkspace admits a request to a
 // workspace ref on its one Node and generation (package workspace).

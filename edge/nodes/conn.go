@@ -35,6 +35,12 @@ type conn struct {
 	providers map[string]providerReport
 	refused   map[string]iopv1.RefusalReason
 	inflight  map[string]int
+
+	// sent are the payloads sent on this connection that the Node has not
+	// acknowledged yet, oldest first (at most maxUnacked); appliedCfg is
+	// the one it last applied (at revision; nil when it is not known).
+	sent       []*iopv1.NodeConfig
+	appliedCfg *iopv1.NodeConfig
 }
 
 type providerReport struct {
@@ -57,6 +63,72 @@ type Applied struct {
 	// the Edge sent it: what it lacks then, it lacks for good (until the
 	// next change), not for want of an acknowledgement.
 	Current bool
+	// LeaseRefused is set when the configuration the Node applied would
+	// refuse the credential lease the latest gives this provider: the
+	// provider's credential changed, or the applied lease policy revokes
+	// it, requires a later revision of it or disables the provider. A
+	// leased dispatch then waits for the Node's acknowledgement instead
+	// of being refused by the Node (a credential rotated right after its
+	// revocation, say).
+	LeaseRefused bool
+}
+
+// maxUnacked bounds the payloads a connection remembers until the Node
+// acknowledges them; an acknowledgement of one forgotten leaves what the
+// Node applied unknown (LeaseRefused for every leased provider) until
+// the next acknowledgement of one remembered.
+const maxUnacked = 16
+
+// sentLocked notes that cfg was sent on c (r.mu held).
+func (c *conn) sentLocked(cfg *iopv1.NodeConfig) {
+	if cfg == nil {
+		return
+	}
+	if len(c.sent) == maxUnacked {
+		c.sent = slices.Delete(c.sent, 0, 1)
+	}
+	c.sent = append(c.sent, cfg)
+}
+
+// appliedLocked notes that the Node applied revision (r.mu held): the
+// payload sent with it is what it now admits by, and older ones are no
+// longer pending.
+func (c *conn) appliedLocked(revision uint64) {
+	c.appliedCfg = nil
+	i := 0
+	for ; i < len(c.sent) && c.sent[i].GetRevision() <= revision; i++ {
+		if c.sent[i].GetRevision() == revision {
+			c.appliedCfg = c.sent[i]
+		}
+	}
+	c.sent = slices.Delete(c.sent, 0, i)
+}
+
+// leaseRefused reports whether a Node that applied applied would refuse
+// the credential lease latest gives provider (see Applied.LeaseRefused).
+func leaseRefused(applied, latest *iopv1.NodeConfig, provider string) bool {
+	cred := credentialOf(latest, provider)
+	if cred == "" {
+		return false // not leased: no lease to refuse
+	}
+	if applied == nil {
+		return true
+	}
+	pol := applied.GetLeasePolicy()
+	return credentialOf(applied, provider) != cred ||
+		slices.Contains(pol.GetRevokedCredentials(), cred) ||
+		slices.Contains(pol.GetDisabledProfiles(), provider) ||
+		pol.GetMinRevisions()[cred] > latest.GetLeasePolicy().GetMinRevisions()[cred]
+}
+
+// credentialOf is the credential cfg names for provider ("" for none).
+func credentialOf(cfg *iopv1.NodeConfig, provider string) string {
+	for _, p := range cfg.GetProviders() {
+		if p.GetId() == provider {
+			return p.GetCredentialId()
+		}
+	}
+	return ""
 }
 
 func (r *Registry) hook(stage string) {
@@ -226,6 +298,7 @@ func (r *Registry) admit(ctx context.Context, c *conn) (*iopv1.NodeConfig, iopv1
 			c.gen = gen
 			ns.cur = c
 			payload := ns.payload
+			c.sentLocked(payload)
 			r.mu.Unlock()
 			return payload, 0
 		}
@@ -306,6 +379,7 @@ func (r *Registry) markReady(c *conn, req *iopv1.NodeReadyRequest) error {
 	c.ready = true
 	c.readyAt = time.Now()
 	c.revision = req.GetRevision()
+	c.appliedLocked(c.revision)
 	c.inflight = make(map[string]int)
 	c.setProviders(ns, req.GetProviders(), req.GetRefused())
 	c.workspaces = configuredRefs(ns, req.GetWorkspaces())
@@ -313,6 +387,7 @@ func (r *Registry) markReady(c *conn, req *iopv1.NodeReadyRequest) error {
 	var stale *iopv1.NodeConfig
 	if ns.payload != nil && ns.payload.GetRevision() > c.revision {
 		stale = ns.payload // the config changed while the Node was registering
+		c.sentLocked(stale)
 	}
 	r.mu.Unlock()
 	r.log.Info("node ready", "node", c.nodeID, "generation", c.gen, "revision", c.revision)
@@ -513,6 +588,7 @@ func (r *Registry) applyReport(c *conn, revision uint64, full bool, snaps []*iop
 	changed := c.setProviders(ns, snaps, refused)
 	if full && revision > c.revision {
 		c.revision = revision
+		c.appliedLocked(revision)
 		r.hub.publish(Event{Kind: EventConfigApplied, NodeID: c.nodeID, Generation: c.gen, Revision: revision})
 	}
 	snap := ns.snapshot()

@@ -276,3 +276,95 @@ func TestTunnelRefusesInvalidStatus(t *testing.T) {
 		ts.Reset(wire.ResetCancel)
 	}
 }
+
+// TestLeaseRefusedUntilApplied: a leased provider is admitted nothing
+// while the configuration its Node still holds would refuse the lease
+// the latest gives it (a credential rotated right after its revocation,
+// a provider moved to another credential or enabled again), and is
+// admitted as soon as the Node acknowledges the configuration that
+// lifts it. A change a lease does not depend on, and a provider that
+// takes no lease, never hold anything back.
+func TestLeaseRefusedUntilApplied(t *testing.T) {
+	leased := spec("p1", "m1", 2)
+	leased.Credential = "cred-a"
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", leased, spec("p2", "m2", 2)))})
+	revoked := &iopv1.LeasePolicy{RevokedCredentials: []string{"cred-a"}, MinRevisions: map[string]uint64{"cred-a": 1}}
+	e.reg.SetLeasePolicy(revoked)
+
+	_, st := rawNode(t, e)
+	r := register(t, st, "n1", token)
+	avail := func(id string) *iopv1.ProviderSnapshot {
+		return &iopv1.ProviderSnapshot{ProviderId: id, Status: iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE, Health: iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY, Capacity: 2}
+	}
+	st.WriteMessage(nodewire.Msg(&iopv1.NodeReadyRequest{Generation: r.GetGeneration(), Revision: r.GetConfig().GetRevision(), Providers: []*iopv1.ProviderSnapshot{avail("p1"), avail("p2")}}))
+	if env, err := st.ReadMessage(ctx(t)); err != nil || !env.GetNodeReadyResponse().GetAccepted() {
+		t.Fatalf("ready answer %v %v", env, err)
+	}
+	// next reads the next configuration the Edge pushes; ack applies it.
+	next := func() uint64 {
+		t.Helper()
+		env, err := st.ReadMessage(ctx(t))
+		if err != nil || env.GetConfigUpdate() == nil {
+			t.Fatalf("push %v %v", env, err)
+		}
+		return env.GetConfigUpdate().GetConfig().GetRevision()
+	}
+	ack := func(rev uint64) {
+		t.Helper()
+		st.WriteMessage(nodewire.Msg(&iopv1.ConfigUpdateAck{Revision: rev, Providers: []*iopv1.ProviderSnapshot{avail("p1"), avail("p2")}}))
+		eventually(t, "the acknowledgement applied", func() bool {
+			_, a, ok := e.reg.Admission("n1", "p2")
+			return ok && a.Current
+		})
+	}
+	refused := func(id string) bool {
+		t.Helper()
+		_, a, ok := e.reg.Admission("n1", id)
+		if !ok {
+			t.Fatalf("%s not available", id)
+		}
+		return a.LeaseRefused
+	}
+	// Applied as registered: the Edge itself refuses to lease a revoked
+	// credential, so the applied policy holds nothing back.
+	if refused("p1") || refused("p2") {
+		t.Fatal("held back under the configuration the Node applied")
+	}
+
+	steps := []struct {
+		name   string
+		change func()
+		held   bool
+	}{
+		{"rotated after its revocation", func() {
+			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{MinRevisions: map[string]uint64{"cred-a": 2}})
+		}, true},
+		{"a lower revision than the Node's", func() {
+			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{MinRevisions: map[string]uint64{"cred-a": 1}})
+		}, true},
+		{"a capacity change", func() {
+			leased.Capacity = 3
+			e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
+		}, false},
+		{"moved to another credential", func() {
+			leased.Credential = "cred-b"
+			e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
+		}, true},
+		{"enabled again", func() {
+			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{DisabledProfiles: []string{"p1"}})
+			ack(next())
+			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{})
+		}, true},
+	}
+	for _, s := range steps {
+		s.change()
+		rev := next()
+		if refused("p1") != s.held || refused("p2") {
+			t.Fatalf("%s, unacknowledged: p1 held back %v (want %v), p2 %v", s.name, refused("p1"), s.held, refused("p2"))
+		}
+		ack(rev)
+		if refused("p1") || refused("p2") {
+			t.Fatalf("%s: held back after the Node applied it", s.name)
+		}
+	}
+}

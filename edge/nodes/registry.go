@@ -359,6 +359,7 @@ func (r *Registry) applyStoreLocked(s Store) (pushes []push, drops []*conn) {
 		r.revision++
 		ns.payload = &iopv1.NodeConfig{Revision: r.revision, Providers: providers, LeasePolicy: policy, Workspaces: rec.Workspaces}
 		if c := ns.cur; c != nil && c.ready {
+			c.sentLocked(ns.payload)
 			pushes = append(pushes, push{c, ns.payload})
 		}
 	}
@@ -479,6 +480,7 @@ func (r *Registry) Admission(nodeID, providerID string) (gen uint64, applied App
 	}
 	applied = rep.applied
 	applied.Current = ns.payload == nil || ns.cur.revision >= ns.payload.GetRevision()
+	applied.LeaseRefused = !applied.Current && leaseRefused(ns.cur.appliedCfg, ns.payload, providerID)
 	return ns.cur.gen, applied, true
 }
 
