@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -719,13 +720,24 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
 		return
 	}
+	// The answer is decoded as what it is and rendered as what the client
+	// asked for: a provider that ignores the stream flag (an event
+	// stream for a whole answer, or the reverse) is served all the same.
+	// An answer whose type names neither is read as asked.
+	streamed := req.stream
+	switch ct := hdr.Get("Content-Type"); {
+	case strings.HasPrefix(ct, "text/event-stream"):
+		streamed = true
+	case strings.HasPrefix(ct, "application/json"):
+		streamed = false
+	}
 	var dec llmapi.Decoder
 	switch {
-	case req.stream && x.format == formatChat:
+	case streamed && x.format == formatChat:
 		dec = llmapi.DecodeChatStream(tn)
-	case req.stream && x.format == formatResponses:
+	case streamed && x.format == formatResponses:
 		dec = llmapi.DecodeResponsesStream(tn)
-	case req.stream:
+	case streamed:
 		dec = llmapi.DecodeAnthropicStream(tn)
 	default:
 		b, err := io.ReadAll(io.LimitReader(tn, 64<<20))

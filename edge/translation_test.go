@@ -345,6 +345,50 @@ func TestTranslatedRefusalsCarryRetryAfter(t *testing.T) {
 	}
 }
 
+// TestTranslatedAnswerOfTheOtherKind: a provider that ignores the stream
+// flag (an event stream for a whole answer, a whole answer for a stream)
+// is decoded as what it sent and rendered as what the client asked for,
+// usage booked; before, either was a 502 or a broken stream.
+func TestTranslatedAnswerOfTheOtherKind(t *testing.T) {
+	anthropicSSE := "event: message_start\n" + `data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"up-model","usage":{"input_tokens":11,"output_tokens":1}}}` + "\n\n" +
+		"event: content_block_start\n" + `data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}` + "\n\n" +
+		"event: content_block_delta\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi there"}}` + "\n\n" +
+		"event: content_block_stop\n" + `data: {"type":"content_block_stop","index":0}` + "\n\n" +
+		"event: message_delta\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}` + "\n\n" +
+		"event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n"
+	anthropicJSON := `{"id":"msg_1","type":"message","role":"assistant","model":"up-model","content":[{"type":"text","text":"hi there"}],"stop_reason":"end_turn","usage":{"input_tokens":11,"output_tokens":5}}`
+	chatSSE := `data: {"id":"c1","object":"chat.completion.chunk","model":"up-model","choices":[{"index":0,"delta":{"role":"assistant","content":"hi there"}}]}` + "\n\n" +
+		`data: {"id":"c1","object":"chat.completion.chunk","model":"up-model","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
+		`data: {"id":"c1","object":"chat.completion.chunk","model":"up-model","choices":[],"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16}}` + "\n\n" +
+		"data: [DONE]\n\n"
+	for _, tc := range []struct {
+		name, path, model, raw string
+		stream                 bool
+		want                   string // in the client's answer
+	}{
+		{"whole chat answer from an anthropic stream", "/v1/chat/completions", "via-anthropic", anthropicSSE, false, `"content":"hi there"`},
+		{"chat stream from a whole anthropic answer", "/v1/chat/completions", "via-anthropic", anthropicJSON, true, `"content":"hi there"`},
+		{"whole messages answer from a chat stream", "/v1/messages", "gpt-local", chatSSE, false, `"text":"hi there"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, rigOpts{reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: tc.raw} }})
+			resp, body := r.do(t, "POST", tc.path, fmt.Sprintf(`{"model":%q,"max_tokens":50,"stream":%t,"messages":[{"role":"user","content":"x"}]}`, tc.model, tc.stream),
+				map[string]string{"Authorization": "Bearer " + apiKey, "x-api-key": apiKey, "anthropic-version": "2023-06-01"})
+			ct := resp.Header.Get("Content-Type")
+			if resp.StatusCode != 200 || !strings.Contains(body, tc.want) || strings.HasPrefix(ct, "text/event-stream") != tc.stream {
+				t.Fatalf("%d %s:\n%s", resp.StatusCode, ct, body)
+			}
+			if tc.stream && (!strings.Contains(body, "[DONE]") || strings.Contains(body, `"error"`)) {
+				t.Fatalf("stream without its end:\n%s", body)
+			}
+			r.settled()
+			if u := r.usageOf("alice"); u.InputTokens != 11 || u.OutputTokens != 5 {
+				t.Fatalf("usage %+v", u)
+			}
+		})
+	}
+}
+
 // TestJSONOutputThroughTranslation: a Chat Completions client's JSON
 // output format reaches each upstream in that upstream's own field, and
 // what a translation cannot carry is refused with a 400 that names it,
