@@ -244,3 +244,36 @@ func TestStreamUsageTotals(t *testing.T) {
 		})
 	}
 }
+
+// TestAnswerOfTheOtherKind: a server that ignores the stream flag is read
+// as what it sent (by its Content-Type), not as what was asked.
+func TestAnswerOfTheOtherKind(t *testing.T) {
+	whole := `{"content":[{"type":"text","text":"hi there"}],"stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":2}}`
+	stream := sse(msgStart,
+		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi there"}}`,
+		`{"type":"content_block_stop","index":0}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}`, msgStop)
+	for _, tc := range []struct {
+		asked bool
+		raw   string
+	}{{false, stream}, {true, whole}} {
+		srv := upstreamtest.New(upstreamtest.Config{Reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: tc.raw} }})
+		url := srv.Start()
+		a, _ := anthropic.New(anthropic.Config{ID: "c", BaseURL: url})
+		var s sink
+		res, err := a.Run(context.Background(), &execution.RunRequest{RunID: "r", ProviderID: "c", Target: "x", Options: execution.Options{Stream: tc.asked}}, &s)
+		srv.Close()
+		if err != nil || len(s.events) == 0 {
+			t.Fatalf("stream asked %v: %v, %d events", tc.asked, err, len(s.events))
+		}
+		text := ""
+		for _, e := range s.events {
+			text += e.Text
+		}
+		last := s.events[len(s.events)-1]
+		if text != "hi there" || res.StopReason != "stop" || last.Kind != execution.EventUsage || last.Usage.OutputTokens != 2 {
+			t.Fatalf("stream asked %v: %v, %q %q %+v", tc.asked, err, text, res.StopReason, last)
+		}
+	}
+}

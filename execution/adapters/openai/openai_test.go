@@ -311,3 +311,24 @@ func TestAnswerFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestAnswerOfTheOtherKind: a server that ignores the stream flag is read
+// as what it sent (by its Content-Type), not as what was asked.
+func TestAnswerOfTheOtherKind(t *testing.T) {
+	t.Setenv("IOP_TEST_OPENAI_KEY", "node-key")
+	whole := `{"choices":[{"index":0,"message":{"role":"assistant","content":"hi there"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}`
+	stream := `data: {"choices":[{"index":0,"delta":{"content":"hi there"}}]}` + "\n\n" +
+		`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
+		`data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}` + "\n\n" + "data: [DONE]\n\n"
+	for _, tc := range []struct {
+		asked bool
+		raw   string
+	}{{false, stream}, {true, whole}} {
+		_, a := start(t, upstreamtest.Script{Raw: tc.raw})
+		var s sink
+		res, err := a.Run(context.Background(), req(tc.asked), &s)
+		if err != nil || s.text(false) != "hi there" || res.StopReason != "stop" || s.usage() == nil || s.usage().OutputTokens != 2 {
+			t.Fatalf("stream asked %v: %v, %q %q %+v", tc.asked, err, s.text(false), res.StopReason, s.usage())
+		}
+	}
+}
