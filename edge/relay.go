@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -62,7 +61,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 	for k, vs := range hdr {
 		w.Header()[k] = vs
 	}
-	isSSE := bytes.HasPrefix([]byte(hdr.Get("Content-Type")), []byte("text/event-stream"))
+	isSSE := sse.Streamed(hdr.Get("Content-Type"), false)
 	if !req.stream || status != http.StatusOK || !isSSE {
 		if !isSSE {
 			// A JSON answer is read whole (bounded) and checked before the
@@ -724,13 +723,7 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 	// asked for: a provider that ignores the stream flag (an event
 	// stream for a whole answer, or the reverse) is served all the same.
 	// An answer whose type names neither is read as asked.
-	streamed := req.stream
-	switch ct := hdr.Get("Content-Type"); {
-	case strings.HasPrefix(ct, "text/event-stream"):
-		streamed = true
-	case strings.HasPrefix(ct, "application/json"):
-		streamed = false
-	}
+	streamed := sse.Streamed(hdr.Get("Content-Type"), req.stream)
 	var dec llmapi.Decoder
 	switch {
 	case streamed && x.format == formatChat:

@@ -10,8 +10,23 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 )
+
+// Streamed reports whether an answer of Content-Type ct is an event
+// stream: yes for text/event-stream, no for application/json, and asked
+// (what the request asked for) for any other type or none. A gateway
+// reads an answer as what it is, whatever the stream flag it sent.
+func Streamed(ct string, asked bool) bool {
+	switch {
+	case strings.HasPrefix(ct, "text/event-stream"):
+		return true
+	case strings.HasPrefix(ct, "application/json"):
+		return false
+	}
+	return asked
+}
 
 // Event is one dispatched event.
 type Event struct {

@@ -315,3 +315,23 @@ func BenchmarkReader(b *testing.B) {
 		}
 	}
 }
+
+func TestStreamed(t *testing.T) {
+	for _, tc := range []struct {
+		ct          string
+		asked, want bool
+	}{
+		{"text/event-stream", false, true},
+		{"text/event-stream; charset=utf-8", false, true},
+		{"application/json", true, false},
+		{"application/json; charset=utf-8", true, false},
+		{"", true, true},
+		{"", false, false},
+		{"text/plain", true, true},
+		{"application/x-ndjson", false, false},
+	} {
+		if got := Streamed(tc.ct, tc.asked); got != tc.want {
+			t.Errorf("Streamed(%q, %v) = %v", tc.ct, tc.asked, got)
+		}
+	}
+}

@@ -158,7 +158,7 @@ func (a *Adapter) Run(ctx context.Context, req *execution.RunRequest, w executio
 		return execution.Result{}, err
 	}
 	defer resp.Body.Close()
-	if !upstream.Streamed(resp, mr.Stream) {
+	if !sse.Streamed(resp.Header.Get("Content-Type"), mr.Stream) {
 		return readMessage(ctx, resp.Body, w)
 	}
 	return readStream(ctx, resp.Body, w)

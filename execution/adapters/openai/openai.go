@@ -255,7 +255,7 @@ func (a *Adapter) Run(ctx context.Context, req *execution.RunRequest, w executio
 		return execution.Result{}, err
 	}
 	defer resp.Body.Close()
-	if !upstream.Streamed(resp, req.Options.Stream) {
+	if !sse.Streamed(resp.Header.Get("Content-Type"), req.Options.Stream) {
 		return readChat(ctx, resp.Body, w)
 	}
 	return readChatStream(ctx, resp.Body, w)

@@ -277,20 +277,6 @@ func DecodeAnswer(ctx context.Context, body io.Reader, limit int64, v any) error
 	return nil
 }
 
-// Streamed reports whether resp is an event stream: by its Content-Type
-// when that names an event stream or JSON, else by what the caller
-// asked for. An adapter reads a provider that ignores the stream flag as
-// what it sent.
-func Streamed(resp *http.Response, asked bool) bool {
-	switch ct := resp.Header.Get("Content-Type"); {
-	case strings.HasPrefix(ct, "text/event-stream"):
-		return true
-	case strings.HasPrefix(ct, "application/json"):
-		return false
-	}
-	return asked
-}
-
 // StatusClass is the failure class of an upstream's error status, or of
 // the status an error reported inside a stream stands for: 429 is rate
 // limited, 503 and 529 (Anthropic's overloaded) unavailable, 400, 404
