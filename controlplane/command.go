@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -113,7 +114,7 @@ func (h *Hub) Command(ctx context.Context, edgeID string, cmd Command) (*Command
 	if len(cmd.ID) > maxCommandIDLen {
 		return nil, Reject(RejectInvalidArgument, "command id above %d bytes", maxCommandIDLen)
 	}
-	cctx, cancel := context.WithTimeout(h.ctx, orDefault(h.cfg.CommandTimeout, DefaultCommandTimeout))
+	cctx, cancel := context.WithTimeout(h.ctx, cmp.Or(h.cfg.CommandTimeout, DefaultCommandTimeout))
 	st, err := c.sess.OpenStream(ctx)
 	if err != nil {
 		cancel()

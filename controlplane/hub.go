@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -207,7 +208,7 @@ func New(cfg Config) (*Hub, error) {
 		cfg:       cfg,
 		log:       log,
 		epoch:     uint32(time.Now().Unix()),
-		events:    newFeed(orDefault(cfg.EventBuffer, DefaultEventBuffer), orDefault(cfg.RecentEvents, DefaultRecentEvents)),
+		events:    newFeed(cmp.Or(cfg.EventBuffer, DefaultEventBuffer), cmp.Or(cfg.RecentEvents, DefaultRecentEvents)),
 		edges:     map[string]*edgeState{},
 		records:   map[string]EdgeRecord{},
 		listeners: map[net.Listener]struct{}{},
@@ -220,13 +221,6 @@ func New(cfg Config) (*Hub, error) {
 		h.edges[e.ID] = &edgeState{id: e.ID, view: EdgeView{ID: e.ID, Nodes: []NodeView{}}}
 	}
 	return h, nil
-}
-
-func orDefault[T int | time.Duration](v, def T) T {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // ServeEdges accepts Edge connections on ln until Close, and then returns
@@ -247,7 +241,7 @@ func (h *Hub) ServeEdges(ln net.Listener) error {
 	}()
 	return acceptloop.Serve(ln, h.log, h.ctx.Done(), ErrClosed, func(nc net.Conn) error {
 		h.mu.Lock()
-		if h.closed || h.pending >= orDefault(h.cfg.MaxPending, DefaultMaxPending) {
+		if h.closed || h.pending >= cmp.Or(h.cfg.MaxPending, DefaultMaxPending) {
 			closed := h.closed
 			h.mu.Unlock()
 			nc.Close()
@@ -304,7 +298,7 @@ type edgeConn struct {
 }
 
 func (h *Hub) serveConn(nc net.Conn) {
-	ctx, cancel := context.WithTimeout(h.ctx, orDefault(h.cfg.HelloTimeout, DefaultHelloTimeout))
+	ctx, cancel := context.WithTimeout(h.ctx, cmp.Or(h.cfg.HelloTimeout, DefaultHelloTimeout))
 	sess, err := wire.Accept(ctx, nc, h.cfg.TLS, h.cfg.Wire)
 	release := func() {
 		h.mu.Lock()
@@ -469,7 +463,7 @@ func (h *Hub) admit(ctx context.Context, c *edgeConn) iopv1.EdgeHelloRejection {
 		}
 		es.probing = true
 		h.mu.Unlock()
-		pctx, cancel := context.WithTimeout(ctx, orDefault(h.cfg.ProbeTimeout, DefaultProbeTimeout))
+		pctx, cancel := context.WithTimeout(ctx, cmp.Or(h.cfg.ProbeTimeout, DefaultProbeTimeout))
 		_, perr := old.sess.Ping(pctx)
 		cancel()
 		h.mu.Lock()
@@ -551,7 +545,7 @@ func (c *edgeConn) readEvents() {
 // statusLoop takes a status at once, then every StatusInterval and
 // whenever asked.
 func (c *edgeConn) statusLoop() {
-	interval := orDefault(c.h.cfg.StatusInterval, DefaultStatusInterval)
+	interval := cmp.Or(c.h.cfg.StatusInterval, DefaultStatusInterval)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {

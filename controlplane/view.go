@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -96,7 +97,7 @@ const maxStatusNodes = 1 << 20
 
 // takeStatus asks c's Edge for its status and applies it.
 func (h *Hub) takeStatus(ctx context.Context, c *edgeConn) error {
-	ctx, cancel := context.WithTimeout(ctx, orDefault(h.cfg.StatusTimeout, DefaultStatusTimeout))
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(h.cfg.StatusTimeout, DefaultStatusTimeout))
 	defer cancel()
 	st, err := c.sess.OpenStream(ctx)
 	if err != nil {

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -95,10 +96,10 @@ func newSnapshot(c *Config) *snapshot {
 		keys:           c.APIKeys,
 		routes:         make(map[string]*Route, len(c.Routes)),
 		providers:      map[string]providerInfo{},
-		maxBody:        orDefault(c.MaxBodyBytes, DefaultMaxBodyBytes),
-		queueTimeout:   orDefault(c.QueueTimeout, DefaultQueueTimeout),
-		requestTimeout: orDefault(c.RequestTimeout, DefaultRequestTimeout),
-		keepAlive:      orDefault(c.KeepAlive, DefaultKeepAlive),
+		maxBody:        cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes),
+		queueTimeout:   cmp.Or(c.QueueTimeout, DefaultQueueTimeout),
+		requestTimeout: cmp.Or(c.RequestTimeout, DefaultRequestTimeout),
+		keepAlive:      cmp.Or(c.KeepAlive, DefaultKeepAlive),
 		longContext:    c.LongContextTokens,
 		creds:          map[string]Credential{},
 		workspaces:     map[string]WorkspaceSpec{},
@@ -127,13 +128,6 @@ func newSnapshot(c *Config) *snapshot {
 		}
 	}
 	return s
-}
-
-func orDefault[T int64 | time.Duration](v, def T) T {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // New validates cfg and returns a Server. It listens nowhere until Serve

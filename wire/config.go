@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -148,16 +149,16 @@ func (c *Config) settings() settings {
 		c = &Config{}
 	}
 	s := settings{
-		streamWindow:     uint32(orDefault(c.StreamWindow, DefaultStreamWindow)),
-		maxStreams:       orDefault(c.MaxStreams, DefaultMaxStreams),
+		streamWindow:     uint32(cmp.Or(c.StreamWindow, DefaultStreamWindow)),
+		maxStreams:       cmp.Or(c.MaxStreams, DefaultMaxStreams),
 		acceptBacklog:    c.AcceptBacklog,
-		maxMessageSize:   orDefault(c.MaxMessageSize, DefaultMaxMessageSize),
-		writeTimeout:     orDefault(c.WriteTimeout, DefaultWriteTimeout),
-		handshakeTimeout: orDefault(c.HandshakeTimeout, DefaultHandshakeTimeout),
-		maxQueuedControl: orDefault(c.MaxQueuedControl, DefaultMaxQueuedControl),
-		resetRate:        float64(orDefault(c.ResetRate, DefaultResetRate)),
-		resetBurst:       float64(orDefault(c.ResetBurst, DefaultResetBurst)),
-		closeLinger:      orDefault(c.CloseLinger, DefaultCloseLinger),
+		maxMessageSize:   cmp.Or(c.MaxMessageSize, DefaultMaxMessageSize),
+		writeTimeout:     cmp.Or(c.WriteTimeout, DefaultWriteTimeout),
+		handshakeTimeout: cmp.Or(c.HandshakeTimeout, DefaultHandshakeTimeout),
+		maxQueuedControl: cmp.Or(c.MaxQueuedControl, DefaultMaxQueuedControl),
+		resetRate:        float64(cmp.Or(c.ResetRate, DefaultResetRate)),
+		resetBurst:       float64(cmp.Or(c.ResetBurst, DefaultResetBurst)),
+		closeLinger:      cmp.Or(c.CloseLinger, DefaultCloseLinger),
 		heartbeat:        HeartbeatProfile{Interval: DefaultHeartbeatInterval, Timeout: DefaultHeartbeatTimeout},
 		logger:           c.Logger,
 	}
@@ -171,11 +172,4 @@ func (c *Config) settings() settings {
 		s.logger = hclog.NewNullLogger()
 	}
 	return s
-}
-
-func orDefault[T int | time.Duration](v, def T) T {
-	if v == 0 {
-		return def
-	}
-	return v
 }

@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -137,10 +138,10 @@ func New(cfg Config) (*Registry, error) {
 		cfg:        cfg,
 		log:        cfg.Logger,
 		auth:       cfg.Authenticator,
-		probe:      cmpOr(cfg.ProbeTimeout, DefaultProbeTimeout),
-		regTimeout: cmpOr(cfg.RegisterTimeout, DefaultRegisterTimeout),
-		maxPending: cmpOr(cfg.MaxPending, DefaultMaxPending),
-		hub:        newHub(cmpOr(cfg.EventBuffer, DefaultEventBuffer)),
+		probe:      cmp.Or(cfg.ProbeTimeout, DefaultProbeTimeout),
+		regTimeout: cmp.Or(cfg.RegisterTimeout, DefaultRegisterTimeout),
+		maxPending: cmp.Or(cfg.MaxPending, DefaultMaxPending),
+		hub:        newHub(cmp.Or(cfg.EventBuffer, DefaultEventBuffer)),
 		nodes:      make(map[string]*nodeState),
 		listeners:  make(map[net.Listener]struct{}),
 		sessions:   make(map[*wire.Session]struct{}),
@@ -158,13 +159,6 @@ func New(cfg Config) (*Registry, error) {
 	r.applyStoreLocked(cfg.Store)
 	r.mu.Unlock()
 	return r, nil
-}
-
-func cmpOr[T int | time.Duration](v, def T) T {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // Serve accepts Node connections on ln until Close or Shutdown, and then
