@@ -450,7 +450,11 @@ func renderer(req *request) llmapi.Renderer {
 		}
 		return r
 	}
-	return &llmapi.ChatRenderer{ID: "chatcmpl-" + req.rid, Model: req.route.Model, Created: created, IncludeUsage: req.includeUsage}
+	r := &llmapi.ChatRenderer{ID: "chatcmpl-" + req.rid, Model: req.route.Model, Created: created, IncludeUsage: req.includeUsage}
+	if req.ir != nil {
+		r.Freeform = req.ir.FreeformTools()
+	}
+	return r
 }
 
 // headHold bounds how long a streamed answer's head waits for its first

@@ -389,6 +389,101 @@ func TestTranslatedAnswerOfTheOtherKind(t *testing.T) {
 	}
 }
 
+// TestChatCustomToolThroughTranslation: a Chat Completions client's
+// custom tool reaches an Anthropic upstream as a function with one string
+// parameter, and the model's call of it comes back as a custom tool call,
+// whole (read through the official SDK) and streamed; the next turn sends
+// the call and its output back as the upstream's tool_use and
+// tool_result.
+func TestChatCustomToolThroughTranslation(t *testing.T) {
+	const patch = "*** Begin Patch\n*** Add File: a.txt\n+\"hi\"\n*** End Patch"
+	args, _ := json.Marshal(map[string]string{"input": patch})
+	r := newRig(t, rigOpts{reply: func(*upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{ToolCalls: []upstreamtest.ToolCall{{ID: "call_p", Name: "apply_patch", Arguments: string(args)}}}
+	}})
+	tool := openai.ChatCompletionCustomTool(openai.ChatCompletionCustomToolCustomParam{Name: "apply_patch", Description: openai.String("Edit files."),
+		Format: openai.ChatCompletionCustomToolCustomFormatUnionParam{OfGrammar: &openai.ChatCompletionCustomToolCustomFormatGrammarParam{
+			Grammar: openai.ChatCompletionCustomToolCustomFormatGrammarGrammarParam{Syntax: "lark", Definition: "start: patch"}}}})
+	params := chatParams("via-anthropic", "add a.txt")
+	params.Tools = []openai.ChatCompletionToolUnionParam{tool}
+	resp, err := r.client.Chat.Completions.New(ctx(t), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls := resp.Choices[0].Message.ToolCalls; len(calls) != 1 || calls[0].Type != "custom" ||
+		calls[0].AsCustom().ID != "call_p" || calls[0].AsCustom().Custom.Name != "apply_patch" || calls[0].AsCustom().Custom.Input != patch {
+		t.Fatalf("calls %+v", resp.Choices[0].Message.ToolCalls)
+	}
+
+	// Streamed (the SDK has no type for a custom call's delta: read raw).
+	body, _ := json.Marshal(map[string]any{"model": "via-anthropic", "stream": true, "messages": []any{map[string]any{"role": "user", "content": "add a.txt"}},
+		"tools": []any{map[string]any{"type": "custom", "custom": map[string]any{"name": "apply_patch"}}}})
+	_, stream := r.do(t, "POST", "/v1/chat/completions", string(body), map[string]string{"Authorization": "Bearer " + apiKey})
+	input, name := "", ""
+	for _, line := range strings.Split(stream, "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var c struct {
+			Choices []struct {
+				Delta struct {
+					ToolCalls []struct {
+						Type     string
+						Function json.RawMessage
+						Custom   struct{ Name, Input string }
+					} `json:"tool_calls"`
+				}
+			}
+		}
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			t.Fatalf("%v: %s", err, data)
+		}
+		for _, ch := range c.Choices {
+			for _, tc := range ch.Delta.ToolCalls {
+				if tc.Function != nil {
+					t.Fatalf("a function delta for a custom tool: %s", data)
+				}
+				name += tc.Custom.Name
+				input += tc.Custom.Input
+			}
+		}
+	}
+	if name != "apply_patch" || input != patch || !strings.Contains(stream, `"finish_reason":"tool_calls"`) {
+		t.Fatalf("streamed call %q %q:\n%s", name, input, stream)
+	}
+
+	// The upstream, asked in Anthropic Messages, got a function tool; the
+	// next turn carries the call and its output back.
+	params.Messages = append(params.Messages, resp.Choices[0].Message.ToParam(), openai.ToolMessage("Done!", "call_p"))
+	if _, err := r.client.Chat.Completions.New(ctx(t), params); err != nil {
+		t.Fatal(err)
+	}
+	calls := r.calls()
+	var up struct {
+		Tools []struct {
+			Name        string
+			InputSchema struct {
+				Properties map[string]struct{ Type, Description string }
+			} `json:"input_schema"`
+		}
+		Messages []struct {
+			Role    string
+			Content []map[string]any
+		}
+	}
+	if err := json.Unmarshal(calls[len(calls)-1].Body, &up); err != nil || len(up.Tools) != 1 || len(up.Messages) != 3 {
+		t.Fatalf("upstream request %s: %v", calls[len(calls)-1].Body, err)
+	}
+	if in := up.Tools[0].InputSchema.Properties["input"]; in.Type != "string" || !strings.Contains(in.Description, "lark grammar:\nstart: patch") {
+		t.Errorf("upstream tool %+v", up.Tools[0])
+	}
+	if c := up.Messages[1].Content[0]; c["type"] != "tool_use" || c["input"].(map[string]any)["input"] != patch || up.Messages[2].Content[0]["type"] != "tool_result" {
+		t.Errorf("history upstream: %s", calls[len(calls)-1].Body)
+	}
+	r.settled()
+}
+
 // TestJSONOutputThroughTranslation: a Chat Completions client's JSON
 // output format reaches each upstream in that upstream's own field, and
 // what a translation cannot carry is refused with a 400 that names it,

@@ -33,6 +33,7 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 		// Calls of these tools (names the seeds use) render as
 		// custom_tool_call items.
 		&llmapi.ResponsesRenderer{ID: "resp_2", Model: "m", Freeform: map[string]bool{"f": true, "get_weather": true, "apply_patch": true}},
+		&llmapi.ChatRenderer{ID: "c_2", Model: "m", Freeform: map[string]bool{"f": true, "get_weather": true, "apply_patch": true}},
 	}
 	for _, r := range renderers {
 		dec := mk()
@@ -113,6 +114,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":[{"type":"document","title":"t","source":{"type":"base64","media_type":"application/pdf","data":"JVBE"}},{"type":"document","source":{"type":"content","content":[{"type":"text","text":"x"}]}},{"type":"file","file":{"filename":"a","file_data":"data:application/pdf;base64,JVBE"}},{"type":"input_file","file_url":"https://x/a.pdf"}]}]}`))
 	f.Add([]byte(`{"model":"m","input":[{"type":"custom_tool_call","call_id":"c","name":"p","input":"*** Begin Patch"},{"type":"custom_tool_call_output","call_id":"c","output":"ok"}],"tools":[{"type":"custom","name":"p","format":{"type":"grammar","syntax":"lark","definition":"start: x"}},{"type":"custom","name":"q","format":{"type":"text"}}],"tool_choice":{"type":"custom","name":"p"}}`))
 	f.Add([]byte(`{"model":"m","input":"x","tools":[{"type":"function","name":"a"},{"type":"custom","name":"b"}],"tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"custom","name":"b"}]},"allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"a"}}]}}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"p","input":"*** Begin Patch"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}],"tools":[{"type":"custom","custom":{"name":"p","format":{"type":"grammar","grammar":{"syntax":"lark","definition":"start: x"}}}},{"type":"custom","custom":{"name":"q","format":{"type":"text"}}}],"tool_choice":{"type":"custom","custom":{"name":"p"}}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, dec := range []func([]byte) (*llmapi.Request, error){
 			llmapi.DecodeAnthropicRequest, llmapi.DecodeChatRequest, llmapi.DecodeResponsesRequest,

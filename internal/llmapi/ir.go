@@ -71,11 +71,12 @@ type Tool struct {
 	Description string
 	// Schema is the JSON Schema of the input.
 	Schema json.RawMessage
-	// Freeform marks a Responses custom tool, whose input is one string
-	// (Codex's apply_patch): no other format has such tools, so it is
-	// carried as a function whose one parameter, FreeformParam, is that
-	// string, and its calls are rendered back to the Responses client as
-	// custom_tool_call items (ResponsesRenderer.Freeform).
+	// Freeform marks a custom tool of Responses or Chat Completions, whose
+	// input is one string (Codex's apply_patch): Anthropic has no such
+	// tools, so it is carried as a function whose one parameter,
+	// FreeformParam, is that string, and its calls are rendered back to
+	// the client as custom calls (ResponsesRenderer.Freeform,
+	// ChatRenderer.Freeform).
 	Freeform bool
 }
 

@@ -305,10 +305,16 @@ type ChatRenderer struct {
 	ID, Model    string
 	Created      int64
 	IncludeUsage bool
-	st           state
-	started      bool
-	callIndex    map[int]int // canonical block index -> tool_calls index
-	scratch      []byte      // a text chunk's JSON, before it is framed
+	// Freeform names the client's custom tools (Request.FreeformTools).
+	// A call of one is a custom tool call whose input is the string the
+	// model gave as the function's FreeformParam (its whole arguments when
+	// it gave no such string). The input is whole only once the call is,
+	// so it is streamed in one delta, when the call ends.
+	Freeform  map[string]bool
+	st        state
+	started   bool
+	callIndex map[int]int // canonical block index -> tool_calls index
+	scratch   []byte      // a text chunk's JSON, before it is framed
 }
 
 var _ Renderer = (*ChatRenderer)(nil)
@@ -376,8 +382,18 @@ func (r *ChatRenderer) Event(e Event) []byte {
 		if e.Block == BlockToolUse {
 			i := len(r.callIndex)
 			r.callIndex[e.Index] = i
+			if r.Freeform[e.Name] {
+				return r.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": e.ToolID, "type": "custom",
+					"custom": map[string]any{"name": e.Name, "input": ""}}}}, nil)
+			}
 			return r.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": e.ToolID, "type": "function",
 				"function": map[string]any{"name": e.Name, "arguments": ""}}}}, nil)
+		}
+	case EvBlockStop:
+		if e.Block == BlockToolUse && r.custom(e.Index) {
+			if in := freeformInput(r.st.toolInput(e.Index)); in != "" {
+				return r.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": r.callIndex[e.Index], "custom": map[string]any{"input": in}}}}, nil)
+			}
 		}
 	case EvDelta:
 		switch e.Block {
@@ -388,7 +404,9 @@ func (r *ChatRenderer) Event(e Event) []byte {
 				return r.textChunk("reasoning_content", e.Text)
 			}
 		case BlockToolUse:
-			return r.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": r.callIndex[e.Index], "function": map[string]any{"arguments": e.Text}}}}, nil)
+			if !r.custom(e.Index) {
+				return r.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": r.callIndex[e.Index], "function": map[string]any{"arguments": e.Text}}}}, nil)
+			}
 		}
 	case EvStop:
 		out := r.chunk(map[string]any{}, chatFinish(r.st.finalStop()))
@@ -423,6 +441,10 @@ func (r *ChatRenderer) Body() (int, []byte) {
 		case PartThinking:
 			reasoning.WriteString(b.Text)
 		case PartToolUse:
+			if r.Freeform[b.Name] {
+				calls = append(calls, map[string]any{"id": b.ID, "type": "custom", "custom": map[string]any{"name": b.Name, "input": freeformInput(r.st.toolInput(i))}})
+				continue
+			}
 			calls = append(calls, map[string]any{"id": b.ID, "type": "function", "function": map[string]any{"name": b.Name, "arguments": string(r.st.toolInput(i))}})
 		}
 	}
@@ -487,12 +509,18 @@ type ResponsesRenderer struct {
 }
 
 // custom reports whether block i is a call of a freeform tool.
-func (r *ResponsesRenderer) custom(i int) bool {
-	if i >= len(r.st.blocks) || r.st.blocks[i] == nil {
+func (r *ResponsesRenderer) custom(i int) bool { return r.st.custom(i, r.Freeform) }
+
+// custom reports whether block i is a call of a freeform tool.
+func (r *ChatRenderer) custom(i int) bool { return r.st.custom(i, r.Freeform) }
+
+// custom reports whether block i is a call of one of the freeform tools.
+func (s *state) custom(i int, freeform map[string]bool) bool {
+	if i >= len(s.blocks) || s.blocks[i] == nil {
 		return false
 	}
-	b := r.st.blocks[i]
-	return b.Kind == PartToolUse && r.Freeform[b.Name]
+	b := s.blocks[i]
+	return b.Kind == PartToolUse && freeform[b.Name]
 }
 
 // freeformInput is a freeform tool's input, from the arguments of the

@@ -432,7 +432,12 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 			Content   json.RawMessage `json:"content"`
 			ToolCalls []struct {
 				ID       string       `json:"id"`
+				Type     string       `json:"type"`
 				Function chatFunction `json:"function"`
+				Custom   *struct {
+					Name  string  `json:"name"`
+					Input *string `json:"input"`
+				} `json:"custom"`
 			} `json:"tool_calls"`
 			ToolCallID string `json:"tool_call_id"`
 			Refusal    string `json:"refusal"` // an earlier answer's refusal, in place of content
@@ -444,6 +449,11 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 				Description string          `json:"description"`
 				Parameters  json.RawMessage `json:"parameters"`
 			} `json:"function"`
+			Custom *struct {
+				Name        string          `json:"name"`
+				Description string          `json:"description"`
+				Format      json.RawMessage `json:"format"`
+			} `json:"custom"`
 		} `json:"tools"`
 		ToolChoice          json.RawMessage `json:"tool_choice"`
 		ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
@@ -517,6 +527,19 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 				parts = append(parts, Part{Kind: PartText, Text: m.Refusal})
 			}
 			for j, tc := range m.ToolCalls {
+				switch tc.Type {
+				case "", "function":
+				case "custom":
+					// A custom tool's call is carried as a call of the
+					// function the tool is carried as.
+					if tc.Custom == nil || tc.Custom.Input == nil {
+						return nil, badRequest("%s.tool_calls[%d]: a custom call needs custom.input, a string", where, j)
+					}
+					parts = append(parts, Part{Kind: PartToolUse, ID: tc.ID, Name: tc.Custom.Name, Input: mustJSON(map[string]string{FreeformParam: *tc.Custom.Input})})
+					continue
+				default:
+					return nil, badRequest("%s.tool_calls[%d].type %q", where, j, tc.Type)
+				}
 				args := strings.TrimSpace(tc.Function.Arguments)
 				if args == "" {
 					args = "{}"
@@ -542,11 +565,29 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 			return nil, badRequest("%s.role %q", where, m.Role)
 		}
 	}
-	for _, t := range c.Tools {
-		if t.Type != "" && t.Type != "function" {
+	for i, t := range c.Tools {
+		switch t.Type {
+		case "", "function":
+			r.Tools = append(r.Tools, Tool{Name: t.Function.Name, Description: t.Function.Description, Schema: t.Function.Parameters})
+		case "custom":
+			// Carried as a function with one string parameter, as a
+			// Responses custom tool is; its calls come back as custom.
+			if t.Custom == nil || t.Custom.Name == "" {
+				return nil, badRequest("tools[%d]: a custom tool needs custom.name", i)
+			}
+			where := fmt.Sprintf("tools[%d].custom.format", i)
+			format, err := chatCustomFormat(t.Custom.Format, where)
+			if err != nil {
+				return nil, err
+			}
+			schema, err := freeformSchema(format, where)
+			if err != nil {
+				return nil, err
+			}
+			r.Tools = append(r.Tools, Tool{Name: t.Custom.Name, Description: t.Custom.Description, Schema: schema, Freeform: true})
+		default:
 			return nil, badRequest("tool type %q cannot be translated", t.Type)
 		}
-		r.Tools = append(r.Tools, Tool{Name: t.Function.Name, Description: t.Function.Description, Schema: t.Function.Parameters})
 	}
 	if err := r.setToolChoice(c.ToolChoice); err != nil {
 		return nil, err
@@ -558,6 +599,29 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 		r.ToolChoice.DisableParallel = true
 	}
 	return r, nil
+}
+
+// chatCustomFormat is a Chat Completions custom tool's format in the
+// shape a Responses one has: Chat nests a grammar's syntax and definition
+// in "grammar", Responses does not.
+func chatCustomFormat(raw json.RawMessage, where string) (json.RawMessage, error) {
+	if !present(raw) {
+		return raw, nil
+	}
+	var f struct {
+		Type    string `json:"type"`
+		Grammar *struct {
+			Syntax     string `json:"syntax"`
+			Definition string `json:"definition"`
+		} `json:"grammar"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, badRequest("%s must be an object", where)
+	}
+	if f.Type != "grammar" || f.Grammar == nil {
+		return raw, nil
+	}
+	return mustJSON(map[string]string{"type": "grammar", "syntax": f.Grammar.Syntax, "definition": f.Grammar.Definition}), nil
 }
 
 func allToolResults(ps []Part) bool {
@@ -580,6 +644,9 @@ func (r *Request) setToolChoice(raw json.RawMessage) error {
 		Function struct {
 			Name string `json:"name"`
 		} `json:"function"`
+		Custom struct {
+			Name string `json:"name"`
+		} `json:"custom"` // Chat's custom tools
 	}
 	type allowed struct {
 		Mode  string  `json:"mode"`
@@ -610,7 +677,7 @@ func (r *Request) setToolChoice(raw json.RawMessage) error {
 	}
 	keep := map[string]bool{}
 	for i, t := range a.Tools {
-		name := cmp.Or(t.Name, t.Function.Name)
+		name := cmp.Or(t.Name, t.Function.Name, t.Custom.Name)
 		if (t.Type != "function" && t.Type != "custom") || name == "" {
 			return badRequest("tool_choice.tools[%d]: only function and custom tools can be translated, by name", i)
 		}
@@ -647,14 +714,14 @@ func chatToolChoice(raw json.RawMessage) (*ToolChoice, error) {
 		Function struct {
 			Name string `json:"name"`
 		} `json:"function"`
+		Custom struct {
+			Name string `json:"name"`
+		} `json:"custom"` // Chat's custom tools
 	}
 	if err := json.Unmarshal(raw, &o); err != nil {
 		return nil, badRequest("tool_choice must be a string or an object")
 	}
-	name := o.Function.Name
-	if name == "" {
-		name = o.Name
-	}
+	name := cmp.Or(o.Function.Name, o.Custom.Name, o.Name)
 	if name == "" {
 		return nil, badRequest("tool_choice names no function")
 	}

@@ -1179,3 +1179,140 @@ func TestAnthropicStreamErrorTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestChatCustomTool: a Chat Completions custom tool is carried as a
+// function with one string parameter (its grammar, in Chat's nested
+// shape, in that parameter's description), its calls in the history as
+// calls of that function, a custom tool_choice by name; a call of it
+// comes back to the Chat client as a custom tool call, streamed and
+// buffered, its input whole.
+func TestChatCustomTool(t *testing.T) {
+	const grammar = "start: begin_patch hunk+ end_patch"
+	ir, err := llmapi.DecodeChatRequest([]byte(`{"model":"gpt-5","messages":[
+		{"role":"user","content":"fix it"},
+		{"role":"assistant","tool_calls":[{"id":"call_1","type":"custom","custom":{"name":"apply_patch","input":"*** Begin Patch\n*** End Patch"}}]},
+		{"role":"tool","tool_call_id":"call_1","content":"Done!"}],
+		"tools":[{"type":"custom","custom":{"name":"apply_patch","description":"Edit files.","format":{"type":"grammar","grammar":{"syntax":"lark","definition":"` + grammar + `"}}}},
+			{"type":"custom","custom":{"name":"note","format":{"type":"text"}}},
+			{"type":"function","function":{"name":"shell","parameters":{"type":"object"}}}],
+		"tool_choice":{"type":"custom","custom":{"name":"apply_patch"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ir.FreeformTools(); len(got) != 2 || !got["apply_patch"] || !got["note"] {
+		t.Fatalf("freeform tools %v", got)
+	}
+	b, err := llmapi.EncodeAnthropic(ir, "claude-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Tools      []map[string]any
+		ToolChoice map[string]any `json:"tool_choice"`
+		Messages   []struct{ Content []map[string]any }
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	param := func(desc string) map[string]any {
+		return map[string]any{"type": "object", "required": []any{"input"}, "additionalProperties": false,
+			"properties": map[string]any{"input": map[string]any{"type": "string", "description": desc}}}
+	}
+	const free = "The tool's whole input, as free-form text."
+	wantTools := []map[string]any{
+		{"name": "apply_patch", "description": "Edit files.", "input_schema": param(free + " It must match this lark grammar:\n" + grammar)},
+		{"name": "note", "description": "", "input_schema": param(free)},
+		{"name": "shell", "description": "", "input_schema": map[string]any{"type": "object"}},
+	}
+	if d := cmp.Diff(wantTools, got.Tools); d != "" {
+		t.Errorf("tools (-want +got):\n%s", d)
+	}
+	if got.ToolChoice["type"] != "tool" || got.ToolChoice["name"] != "apply_patch" {
+		t.Errorf("tool_choice %v", got.ToolChoice)
+	}
+	if len(got.Messages) != 3 {
+		t.Fatalf("%d messages: %s", len(got.Messages), b)
+	}
+	wantCall := []map[string]any{{"type": "tool_use", "id": "call_1", "name": "apply_patch", "input": map[string]any{"input": "*** Begin Patch\n*** End Patch"}}}
+	if d := cmp.Diff(wantCall, got.Messages[1].Content); d != "" {
+		t.Errorf("the call in the history (-want +got):\n%s", d)
+	}
+
+	for _, tc := range []struct{ body, want string }{
+		{`"tools":[{"type":"custom"}]`, `tools[0]: a custom tool needs custom.name`},
+		{`"tools":[{"type":"custom","custom":{"name":"a","format":{"type":"grammar","grammar":{"syntax":"ebnf","definition":"x"}}}}]`, `tools[0].custom.format: a grammar needs syntax "lark" or "regex"`},
+		{`"tools":[{"type":"custom","custom":{"name":"a","format":"text"}}]`, `tools[0].custom.format must be an object`},
+		{`"tools":[{"type":"web_search"}]`, `tool type "web_search" cannot be translated`},
+		{`"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"a"}}]}]`, `messages[0].tool_calls[0]: a custom call needs custom.input`},
+		{`"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"a","input":{"x":1}}}]}]`, `invalid request body`},
+		{`"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"mcp"}]}]`, `messages[0].tool_calls[0].type "mcp"`},
+	} {
+		body := `{"model":"m",` + tc.body + `}`
+		if !strings.Contains(tc.body, `"messages"`) {
+			body = `{"model":"m","messages":[{"role":"user","content":"x"}],` + tc.body + `}`
+		}
+		_, err := llmapi.DecodeChatRequest([]byte(body))
+		var ae *llmapi.APIError
+		if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, tc.want) {
+			t.Errorf("%s: %v, want a 400 with %q", tc.body, err, tc.want)
+		}
+	}
+
+	// Rendered back: the call is a custom call, its input whole.
+	const patch = "*** Begin Patch\n*** Update File: hello.go\n@@\n-\tfmt.Println(\"helo\")\n+\tfmt.Println(\"hello é\")\n*** End Patch"
+	fx := llmapitest.Fixture(t, "anthropic_stream_apply_patch.sse")
+	stream, status, whole := llmapitest.Render(t, llmapi.DecodeAnthropicStream(bytes.NewReader(fx)),
+		&llmapi.ChatRenderer{ID: "c1", Model: "pub", Freeform: map[string]bool{"apply_patch": true}})
+	var input string
+	var started bool
+	for _, ev := range llmapitest.Events(t, stream) {
+		if string(ev.Data) == "[DONE]" {
+			continue
+		}
+		var c struct {
+			Choices []struct {
+				Delta struct {
+					ToolCalls []struct {
+						ID, Type string
+						Function *struct{ Arguments string }
+						Custom   *struct{ Name, Input string }
+					} `json:"tool_calls"`
+				}
+			}
+		}
+		if err := json.Unmarshal(ev.Data, &c); err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range c.Choices {
+			for _, tc := range ch.Delta.ToolCalls {
+				if tc.Function != nil {
+					t.Errorf("a function delta for a custom tool: %s", ev.Data)
+				}
+				if tc.Type == "custom" && tc.Custom != nil && tc.Custom.Name == "apply_patch" && tc.ID != "" {
+					started = true
+				}
+				if tc.Custom != nil {
+					input += tc.Custom.Input
+				}
+			}
+		}
+	}
+	if !started || input != patch {
+		t.Errorf("stream: started %v, input %q, want %q", started, input, patch)
+	}
+	var resp struct {
+		Choices []struct {
+			Message struct {
+				ToolCalls []map[string]any `json:"tool_calls"`
+			}
+			FinishReason string `json:"finish_reason"`
+		}
+	}
+	if err := json.Unmarshal(whole, &resp); status != 200 || err != nil || len(resp.Choices) != 1 {
+		t.Fatalf("buffered %d %s", status, whole)
+	}
+	want := []map[string]any{{"id": "toolu_01P", "type": "custom", "custom": map[string]any{"name": "apply_patch", "input": patch}}}
+	if d := cmp.Diff(want, resp.Choices[0].Message.ToolCalls); d != "" || resp.Choices[0].FinishReason != "tool_calls" {
+		t.Errorf("buffered call (-want +got):\n%s finish %q", d, resp.Choices[0].FinishReason)
+	}
+}
