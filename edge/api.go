@@ -68,6 +68,20 @@ const (
 )
 
 // apiNames are the API names of ProviderSpec.APIs.
+// clientFormat is the wire format of a generating API's requests and
+// answers (embeddings have none of those).
+func clientFormat(a api) (wireFormat, bool) {
+	switch a {
+	case apiChat:
+		return formatChat, true
+	case apiResponses:
+		return formatResponses, true
+	case apiMessages:
+		return formatMessages, true
+	}
+	return 0, false
+}
+
 var apiNames = map[string]api{"chat": apiChat, "responses": apiResponses, "messages": apiMessages, "embeddings": apiEmbeddings}
 
 // adapterAPIs are, per adapter, the APIs its upstream can serve natively

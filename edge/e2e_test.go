@@ -1092,49 +1092,56 @@ func TestStoppedNodeClosesUpstreamConnections(t *testing.T) {
 	}
 }
 
-// TestWholeRequestAnsweredAsStream: a provider that answers a request
-// which did not ask to stream with an event stream anyway (some servers
-// ignore stream:false) has its answer passed on as it came, and the
-// usage in it booked for the key, as a stream's would be.
-func TestWholeRequestAnsweredAsStream(t *testing.T) {
+// TestAnswerOfTheOtherKind: a provider of the client's own format that
+// ignores the stream flag (an event stream for a whole answer, a whole
+// answer for a stream) is not passed on in a shape the client cannot
+// read: its answer is decoded and rendered as asked, and its usage
+// booked for the key.
+func TestAnswerOfTheOtherKind(t *testing.T) {
 	for _, tc := range []struct {
 		name, path, model, raw string
+		stream                 bool
+		want                   string // in the client's answer
 		in, out                int64
 	}{
-		{"chat", "/v1/chat/completions", "gpt-local",
+		{"whole chat answer from a stream", "/v1/chat/completions", "gpt-local",
 			`data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n" +
+				`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
 				`data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}` + "\n\n" +
-				"data: [DONE]\n\n", 7, 3},
-		{"messages", "/v1/messages", "via-anthropic",
+				"data: [DONE]\n\n", false, `"object":"chat.completion","usage"`, 7, 3},
+		{"whole messages answer from a stream", "/v1/messages", "via-anthropic",
 			"event: message_start\n" + `data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"up-model","usage":{"input_tokens":11,"cache_read_input_tokens":4,"output_tokens":1}}}` + "\n\n" +
+				"event: content_block_start\n" + `data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}` + "\n\n" +
+				"event: content_block_delta\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}` + "\n\n" +
+				"event: content_block_stop\n" + `data: {"type":"content_block_stop","index":0}` + "\n\n" +
 				"event: message_delta\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}` + "\n\n" +
-				"event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n", 15, 5},
-		{"responses", "/v1/responses", "via-responses",
+				"event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n", false, `"text":"hi"`, 15, 5},
+		{"whole responses answer from a stream", "/v1/responses", "via-responses",
 			"event: response.created\n" + `data: {"type":"response.created","response":{"id":"resp_sse1","status":"in_progress"}}` + "\n\n" +
-				"event: response.completed\n" + `data: {"type":"response.completed","response":{"id":"resp_sse1","status":"completed","usage":{"input_tokens":9,"output_tokens":2,"total_tokens":11}}}` + "\n\n", 9, 2},
+				"event: response.output_item.added\n" + `data: {"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"m1","role":"assistant","content":[]}}` + "\n\n" +
+				"event: response.output_text.delta\n" + `data: {"type":"response.output_text.delta","item_id":"m1","output_index":0,"content_index":0,"delta":"hi"}` + "\n\n" +
+				"event: response.output_item.done\n" + `data: {"type":"response.output_item.done","output_index":0,"item":{"type":"message","id":"m1","role":"assistant","content":[{"type":"output_text","text":"hi"}]}}` + "\n\n" +
+				"event: response.completed\n" + `data: {"type":"response.completed","response":{"id":"resp_sse1","status":"completed","usage":{"input_tokens":9,"output_tokens":2,"total_tokens":11}}}` + "\n\n", false, `"text":"hi"`, 9, 2},
+		{"chat stream from a whole answer", "/v1/chat/completions", "gpt-local",
+			`{"id":"c1","object":"chat.completion","model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`,
+			true, `"content":"hi"`, 7, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, rigOpts{reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: tc.raw} }})
-			body := `{"model":"` + tc.model + `","max_tokens":100,"messages":[{"role":"user","content":"x"}]}`
-			if tc.name == "responses" {
-				body = `{"model":"` + tc.model + `","input":"x"}`
+			body := fmt.Sprintf(`{"model":%q,"max_tokens":100,"stream":%t,"messages":[{"role":"user","content":"x"}]}`, tc.model, tc.stream)
+			if strings.HasPrefix(tc.path, "/v1/responses") {
+				body = fmt.Sprintf(`{"model":%q,"stream":%t,"input":"x"}`, tc.model, tc.stream)
 			}
 			resp, got := r.do(t, "POST", tc.path, body, map[string]string{
 				"Authorization": "Bearer " + apiKey, "x-api-key": apiKey, "anthropic-version": "2023-06-01"})
-			if resp.StatusCode != http.StatusOK || got != tc.raw {
-				t.Fatalf("%d %q:\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), got)
+			ct := resp.Header.Get("Content-Type")
+			if resp.StatusCode != http.StatusOK || !strings.Contains(got, tc.want) || strings.HasPrefix(ct, "text/event-stream") != tc.stream ||
+				(!tc.stream && !json.Valid([]byte(got))) || (tc.stream && !strings.HasSuffix(got, "data: [DONE]\n\n")) {
+				t.Fatalf("%d %q:\n%s", resp.StatusCode, ct, got)
 			}
 			r.settled()
 			if u := r.usageOf("alice"); u.InputTokens != tc.in || u.OutputTokens != tc.out {
 				t.Fatalf("usage %+v, want %d in, %d out", u, tc.in, tc.out)
-			}
-			if tc.name == "responses" {
-				// The Edge passes the GET on to the provider that made the
-				// response (this upstream has no such path) rather than
-				// answering that it never saw the id.
-				if _, got := r.do(t, "GET", "/v1/responses/resp_sse1", "", map[string]string{"Authorization": "Bearer " + apiKey}); strings.Contains(got, "passed through this Edge") {
-					t.Fatalf("the response id in the stream was not remembered: %s", got)
-				}
 			}
 		})
 	}

@@ -42,7 +42,8 @@ func putAnswerBuf(b *bytes.Buffer) {
 // headers and body as they come. For streams it passes events through
 // unchanged (only re-framed), keeps a silent stream alive with comments,
 // reads usage for the books, and drops the usage chunk the client did not
-// ask for.
+// ask for. A successful answer of the other kind than asked (a provider
+// that ignores the stream flag) is decoded and rendered as asked.
 func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *request, x *exchange) {
 	tn := x.tunnel
 	s.metrics.upstreamBytes().Add(float64(len(req.body)))
@@ -58,10 +59,20 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		return
 	}
 	req.providerRID = providerRequestID(hdr)
+	ct := hdr.Get("Content-Type")
+	isSSE := sse.Streamed(ct, false)
+	if f, ok := clientFormat(req.api); ok && status == http.StatusOK && sse.Streamed(ct, req.stream) != req.stream {
+		// The provider ignored the stream flag: its answer is of the
+		// client's own format, so it is decoded and rendered as asked
+		// instead of passed on in a shape the client cannot read (what
+		// the canonical form does not carry is lost, and ids are the
+		// Edge's, as on the translate path).
+		s.relayDecoded(ctx, w, req, tn, !req.stream, f)
+		return
+	}
 	for k, vs := range hdr {
 		w.Header()[k] = vs
 	}
-	isSSE := sse.Streamed(hdr.Get("Content-Type"), false)
 	if !req.stream || status != http.StatusOK || !isSSE {
 		if !isSSE {
 			// A JSON answer is read whole (bounded) and checked before the
@@ -106,22 +117,12 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			}
 			return
 		}
-		// An event stream a whole-answer request did not ask for (a
-		// provider that ignores stream:false), or an error status sent as
-		// one, is passed on as it comes; a successful one's usage is
-		// booked from a bounded copy once it has ended.
+		// An error status sent as an event stream (or an embeddings
+		// answer sent as one) is passed on as it comes; it reports no
+		// usage.
 		w.WriteHeader(status)
-		var capture bytes.Buffer
-		dst := io.Writer(w)
-		if status == http.StatusOK {
-			dst = io.MultiWriter(w, &limitWriter{&capture, maxCapture})
-		}
-		if _, err := io.Copy(dst, tn); err != nil {
+		if _, err := io.Copy(w, tn); err != nil {
 			s.log.Debug("tunnel body ended early", "request_id", req.rid, "error", err)
-			return
-		}
-		if status == http.StatusOK {
-			s.bookEvents(req, x, capture.Bytes())
 		}
 		return
 	}
@@ -230,41 +231,6 @@ const maxBurst = 32 << 10
 
 // burstBufs holds the buffers a streamed answer's bursts are written from.
 var burstBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
-
-// bookEvents records the usage (and a Responses id) of a whole event
-// stream that answered a request which did not ask for one (a provider
-// that ignores stream:false): the last usage snapshot in it, as a
-// relayed stream's is booked. A malformed event ends the reading, as it
-// would end a relayed stream.
-func (s *Server) bookEvents(req *request, x *exchange, body []byte) {
-	r := sse.NewReader(bytes.NewReader(body), 0)
-	defer r.Release()
-	var usage *execution.Usage
-	for {
-		ev, err := r.NextShared()
-		if err != nil {
-			break
-		}
-		if string(ev.Data) == "[DONE]" {
-			continue
-		}
-		ok, hasUsage := llmapi.ValidFind(ev.Data, "usage")
-		if !ok {
-			break
-		}
-		if hasUsage {
-			if u, _ := streamUsage(req, ev, usage); u != nil {
-				usage = u
-			}
-		}
-		if id, ok := createdResponse(req, ev); ok {
-			s.rememberResponse(req, x, id)
-		}
-	}
-	if usage != nil {
-		s.recordUsage(req, usage)
-	}
-}
 
 // createdResponse returns the response id a Responses stream's
 // response.created event names.
@@ -723,16 +689,20 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
 		return
 	}
-	// The answer is decoded as what it is and rendered as what the client
-	// asked for: a provider that ignores the stream flag (an event
-	// stream for a whole answer, or the reverse) is served all the same.
-	// An answer whose type names neither is read as asked.
-	streamed := sse.Streamed(hdr.Get("Content-Type"), req.stream)
+	s.relayDecoded(ctx, w, req, tn, sse.Streamed(hdr.Get("Content-Type"), req.stream), x.format)
+}
+
+// relayDecoded answers from a provider's successful answer in format:
+// decoded into canonical events as what it is (streamed or whole) and
+// rendered in the client's format as what the client asked for, so a
+// provider that ignores the stream flag (an event stream for a whole
+// answer, or the reverse) is served all the same.
+func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *request, tn *nodes.Tunnel, streamed bool, format wireFormat) {
 	var dec llmapi.Decoder
 	switch {
-	case streamed && x.format == formatChat:
+	case streamed && format == formatChat:
 		dec = llmapi.DecodeChatStream(tn)
-	case streamed && x.format == formatResponses:
+	case streamed && format == formatResponses:
 		dec = llmapi.DecodeResponsesStream(tn)
 	case streamed:
 		dec = llmapi.DecodeAnthropicStream(tn)
@@ -746,7 +716,7 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 			}
 			return
 		}
-		switch x.format {
+		switch format {
 		case formatChat:
 			dec = llmapi.DecodeChat(b)
 		case formatResponses:
@@ -831,19 +801,6 @@ func providerError(status int, body []byte) *llmapi.APIError {
 		return &llmapi.APIError{Status: 400, Type: "invalid_request", Message: "The model provider refused the request: " + msg}
 	}
 	return &llmapi.APIError{Status: 502, Type: "api_error", Message: fmt.Sprintf("The model provider answered %d.", status)}
-}
-
-// limitWriter keeps at most n bytes and then drops the rest silently.
-type limitWriter struct {
-	buf *bytes.Buffer
-	n   int
-}
-
-func (l *limitWriter) Write(p []byte) (int, error) {
-	if room := l.n - l.buf.Len(); room > 0 {
-		l.buf.Write(p[:min(room, len(p))])
-	}
-	return len(p), nil
 }
 
 // maxReportedTokens bounds a token count a provider can believably report
