@@ -1238,6 +1238,14 @@ func TestChatCustomTool(t *testing.T) {
 		t.Errorf("the call in the history (-want +got):\n%s", d)
 	}
 
+	// Chat's allowed_tools names a custom tool in its own shape.
+	ir, err = llmapi.DecodeChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],
+		"tools":[{"type":"custom","custom":{"name":"apply_patch"}},{"type":"function","function":{"name":"shell"}}],
+		"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"custom","custom":{"name":"apply_patch"}}]}}}`))
+	if err != nil || len(ir.Tools) != 1 || ir.Tools[0].Name != "apply_patch" || !ir.Tools[0].Freeform || ir.ToolChoice == nil || ir.ToolChoice.Mode != "any" {
+		t.Fatalf("allowed custom tool: %v, %+v", err, ir)
+	}
+
 	for _, tc := range []struct{ body, want string }{
 		{`"tools":[{"type":"custom"}]`, `tools[0]: a custom tool needs custom.name`},
 		{`"tools":[{"type":"custom","custom":{"name":"a","format":{"type":"grammar","grammar":{"syntax":"ebnf","definition":"x"}}}}]`, `tools[0].custom.format: a grammar needs syntax "lark" or "regex"`},
