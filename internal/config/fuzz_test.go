@@ -16,8 +16,9 @@ func FuzzParseEdge(f *testing.F) {
 	}
 	f.Add([]byte("api: {listen: x}\nnodes_listen: y\nstate_dir: z\nnodes: [{id: a, token: {sha256: zz}}]"))
 	f.Add([]byte("{{{"))
+	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
-		dir := t.TempDir() // no state directory inside: nothing is written
+		defer nothingWritten(t, dir)
 		ef, err := ParseEdge(b, dir)
 		if err != nil {
 			return
@@ -34,11 +35,13 @@ func FuzzParseNode(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte("workspaces: [{ref: r, root: /, platform: linux}]\nplaintext: true"))
+	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if strings.Contains(string(b), "key_file") || strings.Contains(string(b), "replay_file") {
 			return // those create files; covered by the unit tests
 		}
-		nf, err := ParseNode(b, t.TempDir())
+		defer nothingWritten(t, dir)
+		nf, err := ParseNode(b, dir)
 		if err != nil {
 			return
 		}
@@ -51,8 +54,10 @@ func FuzzParseHub(f *testing.F) {
 	if b, err := os.ReadFile(examples(nil, "controlplane/hub.yaml")); err == nil {
 		f.Add(b)
 	}
+	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
-		hf, err := ParseHub(b, t.TempDir())
+		defer nothingWritten(t, dir)
+		hf, err := ParseHub(b, dir)
 		if err != nil {
 			return
 		}
@@ -60,4 +65,14 @@ func FuzzParseHub(f *testing.F) {
 			t.Fatalf("ParseHub accepted what Config refuses: %v", err)
 		}
 	})
+}
+
+// nothingWritten fails t if parsing or loading a configuration left
+// anything in dir (the one directory every input shares, which parsing
+// must only read: relative paths resolve against it).
+func nothingWritten(t *testing.T, dir string) {
+	t.Helper()
+	if es, err := os.ReadDir(dir); err != nil || len(es) != 0 {
+		t.Fatalf("the configuration's directory after parsing: %v, %d entries", err, len(es))
+	}
 }
