@@ -68,6 +68,8 @@ const (
 )
 
 // apiNames are the API names of ProviderSpec.APIs.
+var apiNames = map[string]api{"chat": apiChat, "responses": apiResponses, "messages": apiMessages, "embeddings": apiEmbeddings}
+
 // clientFormat is the wire format of a generating API's requests and
 // answers (embeddings have none of those).
 func clientFormat(a api) (wireFormat, bool) {
@@ -81,8 +83,6 @@ func clientFormat(a api) (wireFormat, bool) {
 	}
 	return 0, false
 }
-
-var apiNames = map[string]api{"chat": apiChat, "responses": apiResponses, "messages": apiMessages, "embeddings": apiEmbeddings}
 
 // adapterAPIs are, per adapter, the APIs its upstream can serve natively
 // (its tunnel allows them) and, in order, the default when a provider

@@ -60,10 +60,11 @@
 // a run the Node cannot start, or one that fails before any output, while
 // a stream's head is still held, at most 20 ms) is answered with an HTTP
 // error status, streamed request or not, so that clients' retry rules see
-// it. Every 429 and 503 (529) carries Retry-After: a key limit's time to
-// its next slot, a translated provider refusal's own delay (at most an
-// hour), one second otherwise. Every
-// request gets exactly one terminal: a whole answer, an error body, or the
+// it. Every 429 and 503 (529) the Edge writes carries Retry-After: a key
+// limit's time to its next slot, a translated provider refusal's own
+// delay (at most an hour), one second otherwise; a provider's error
+// relayed untranslated keeps the provider's own headers. Every request
+// gets exactly one terminal: a whole answer, an error body, or the
 // API's error event in a stream (also when the hard deadline passes, the
 // provider's stream breaks off or sends a malformed event). A client that
 // disconnects cancels the upstream call; a silent stream gets a
