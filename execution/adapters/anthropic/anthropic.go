@@ -171,13 +171,6 @@ func failure(ctx context.Context, msg string) error {
 	return &execution.Failure{Class: execution.FailureProvider, Message: msg}
 }
 
-// maxAnswer bounds a whole answer; maxToolArguments the tool call
-// arguments a stream's blocks accumulate, all together.
-const (
-	maxAnswer        = 64 << 20
-	maxToolArguments = 64 << 20
-)
-
 // errorStatus is the HTTP status each of the Messages API's error types
 // stands for (its documented pairs).
 var errorStatus = map[string]int{
@@ -216,7 +209,7 @@ func readMessage(ctx context.Context, body io.Reader, w execution.EventWriter) (
 		StopReason string    `json:"stop_reason"`
 		Usage      usageJSON `json:"usage"`
 	}
-	if err := upstream.DecodeAnswer(ctx, body, maxAnswer, &out); err != nil {
+	if err := upstream.DecodeAnswer(ctx, body, upstream.MaxAnswer, &out); err != nil {
 		return execution.Result{}, err
 	}
 	for _, b := range out.Content {
@@ -314,7 +307,7 @@ func readStream(ctx context.Context, body io.Reader, w execution.EventWriter) (e
 			case "thinking_delta":
 				out = &execution.Event{Kind: execution.EventDelta, Text: m.Delta.Thinking, Reasoning: true}
 			case "input_json_delta":
-				if argBytes += len(m.Delta.PartialJSON); argBytes > maxToolArguments {
+				if argBytes += len(m.Delta.PartialJSON); argBytes > upstream.MaxAnswer {
 					return execution.Result{}, failure(ctx, "tool call arguments too large")
 				}
 				b.args.WriteString(m.Delta.PartialJSON)

@@ -228,13 +228,6 @@ func (e *errorJSON) failure() *execution.Failure {
 	return &execution.Failure{Class: upstream.StatusClass(status), Message: "upstream error in stream: " + strconv.Itoa(status)}
 }
 
-// maxAnswer bounds a whole answer; maxToolArguments the tool call
-// arguments a stream's calls accumulate, all together.
-const (
-	maxAnswer        = 64 << 20
-	maxToolArguments = 64 << 20
-)
-
 // StopReason maps a Chat Completions finish_reason to the normalized one.
 func StopReason(finish string) string {
 	switch finish {
@@ -273,7 +266,7 @@ func readChat(ctx context.Context, body io.Reader, w execution.EventWriter) (exe
 		} `json:"choices"`
 		Usage *usageJSON `json:"usage"`
 	}
-	if err := upstream.DecodeAnswer(ctx, body, maxAnswer, &out); err != nil {
+	if err := upstream.DecodeAnswer(ctx, body, upstream.MaxAnswer, &out); err != nil {
 		return execution.Result{}, err
 	}
 	if len(out.Choices) == 0 {
@@ -376,7 +369,7 @@ func readChatStream(ctx context.Context, body io.Reader, w execution.EventWriter
 				if tc.Function.Name != "" {
 					p.name = tc.Function.Name
 				}
-				if argBytes += len(tc.Function.Arguments); argBytes > maxToolArguments {
+				if argBytes += len(tc.Function.Arguments); argBytes > upstream.MaxAnswer {
 					return execution.Result{}, &execution.Failure{Class: execution.FailureProvider, Message: "tool call arguments too large"}
 				}
 				p.args.WriteString(tc.Function.Arguments)

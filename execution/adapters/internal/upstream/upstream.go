@@ -251,6 +251,10 @@ func StatusFailure(resp *http.Response) error {
 	return &execution.Failure{Class: StatusClass(resp.StatusCode), Message: fmt.Sprintf("upstream answered %d", resp.StatusCode)}
 }
 
+// MaxAnswer bounds what an adapter reads of one answer: a whole answer,
+// or the tool call arguments a stream accumulates, all calls together.
+const MaxAnswer = 64 << 20
+
 // DecodeAnswer reads a whole JSON answer of at most limit bytes into v.
 // The answer must be one JSON object with nothing after it: null, an
 // array, a truncated or a trailing-garbage body is malformed, never an
