@@ -389,6 +389,40 @@ func TestTranslatedAnswerOfTheOtherKind(t *testing.T) {
 	}
 }
 
+// upstreamCarriesFreeform checks the last upstream call, which must be
+// an Anthropic Messages request carrying the freeform tool apply_patch
+// (lark grammar "start: patch") as one function tool whose one string
+// parameter describes the grammar; with history, also the turn before it:
+// the call as a tool_use whose input holds patch, then its tool_result.
+func (r *rig) upstreamCarriesFreeform(t *testing.T, patch string, history bool) {
+	t.Helper()
+	calls := r.calls()
+	last := calls[len(calls)-1]
+	var up struct {
+		Tools []struct {
+			InputSchema struct {
+				Properties map[string]struct{ Type, Description string }
+			} `json:"input_schema"`
+		}
+		Messages []struct{ Content []map[string]any }
+	}
+	if err := json.Unmarshal(last.Body, &up); err != nil || last.API != "messages" || len(up.Tools) != 1 {
+		t.Fatalf("upstream request %s %s: %v", last.API, last.Body, err)
+	}
+	if in := up.Tools[0].InputSchema.Properties["input"]; in.Type != "string" || !strings.Contains(in.Description, "lark grammar:\nstart: patch") {
+		t.Errorf("upstream tool %+v", up.Tools[0])
+	}
+	if !history {
+		return
+	}
+	if len(up.Messages) != 3 || up.Messages[1].Content[0]["type"] != "tool_use" || up.Messages[2].Content[0]["type"] != "tool_result" {
+		t.Fatalf("history upstream: %s", last.Body)
+	}
+	if in, _ := up.Messages[1].Content[0]["input"].(map[string]any); in["input"] != patch {
+		t.Errorf("the call upstream: %v", up.Messages[1].Content[0])
+	}
+}
+
 // TestChatCustomToolThroughTranslation: a Chat Completions client's
 // custom tool reaches an Anthropic upstream as a function with one string
 // parameter, and the model's call of it comes back as a custom tool call,
@@ -459,28 +493,7 @@ func TestChatCustomToolThroughTranslation(t *testing.T) {
 	if _, err := r.client.Chat.Completions.New(ctx(t), params); err != nil {
 		t.Fatal(err)
 	}
-	calls := r.calls()
-	var up struct {
-		Tools []struct {
-			Name        string
-			InputSchema struct {
-				Properties map[string]struct{ Type, Description string }
-			} `json:"input_schema"`
-		}
-		Messages []struct {
-			Role    string
-			Content []map[string]any
-		}
-	}
-	if err := json.Unmarshal(calls[len(calls)-1].Body, &up); err != nil || len(up.Tools) != 1 || len(up.Messages) != 3 {
-		t.Fatalf("upstream request %s: %v", calls[len(calls)-1].Body, err)
-	}
-	if in := up.Tools[0].InputSchema.Properties["input"]; in.Type != "string" || !strings.Contains(in.Description, "lark grammar:\nstart: patch") {
-		t.Errorf("upstream tool %+v", up.Tools[0])
-	}
-	if c := up.Messages[1].Content[0]; c["type"] != "tool_use" || c["input"].(map[string]any)["input"] != patch || up.Messages[2].Content[0]["type"] != "tool_result" {
-		t.Errorf("history upstream: %s", calls[len(calls)-1].Body)
-	}
+	r.upstreamCarriesFreeform(t, patch, true)
 	r.settled()
 }
 
@@ -703,22 +716,7 @@ func TestFreeformToolThroughTranslation(t *testing.T) {
 	check(t, final)
 
 	// The upstream, asked in Anthropic Messages, got a function tool.
-	calls := r.calls()
-	var up struct {
-		Tools []struct {
-			Name        string
-			InputSchema struct {
-				Properties map[string]struct{ Type, Description string }
-				Required   []string
-			} `json:"input_schema"`
-		}
-	}
-	if err := json.Unmarshal(calls[len(calls)-1].Body, &up); err != nil || calls[len(calls)-1].API != "messages" || len(up.Tools) != 1 {
-		t.Fatalf("upstream request %s: %v", calls[len(calls)-1].Body, err)
-	}
-	if in := up.Tools[0].InputSchema.Properties["input"]; in.Type != "string" || !strings.Contains(in.Description, "lark grammar:\nstart: patch") {
-		t.Errorf("upstream tool %+v", up.Tools[0])
-	}
+	r.upstreamCarriesFreeform(t, patch, false)
 
 	// The next turn sends the call and its output back.
 	params.Input = responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
@@ -729,19 +727,6 @@ func TestFreeformToolThroughTranslation(t *testing.T) {
 	if _, err := r.client.Responses.New(ctx(t), params); err != nil {
 		t.Fatal(err)
 	}
-	calls = r.calls()
-	var next struct {
-		Messages []struct {
-			Role    string
-			Content []map[string]any
-		}
-	}
-	json.Unmarshal(calls[len(calls)-1].Body, &next)
-	if len(next.Messages) != 3 || next.Messages[1].Content[0]["type"] != "tool_use" || next.Messages[2].Content[0]["type"] != "tool_result" {
-		t.Fatalf("history upstream: %s", calls[len(calls)-1].Body)
-	}
-	if in, _ := next.Messages[1].Content[0]["input"].(map[string]any); in["input"] != patch {
-		t.Errorf("the call upstream: %v", next.Messages[1].Content[0])
-	}
+	r.upstreamCarriesFreeform(t, patch, true)
 	r.settled()
 }

@@ -898,6 +898,33 @@ func TestFreeformTool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	anthropicCarriesFreeform(t, ir, grammar)
+
+	for _, tc := range []struct{ body, want string }{
+		{`"input":"x","tools":[{"type":"custom","name":"a","format":{"type":"grammar","syntax":"ebnf","definition":"x"}}]`, `tools[0].format: a grammar needs syntax "lark" or "regex"`},
+		{`"input":"x","tools":[{"type":"custom","name":"a","format":{"type":"grammar","syntax":"lark"}}]`, `tools[0].format: a grammar needs`},
+		{`"input":"x","tools":[{"type":"custom","name":"a","format":{"type":"json"}}]`, `tools[0].format.type "json"`},
+		{`"input":"x","tools":[{"type":"custom","name":"a","format":"text"}]`, `tools[0].format must be an object`},
+		{`"input":[{"type":"custom_tool_call","call_id":"c","name":"a","input":{"patch":"x"}}]`, `input[0]: input must be a string`},
+		{`"input":[{"type":"custom_tool_call","call_id":"c","name":"a"}]`, `input[0]: input must be a string`},
+	} {
+		_, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m",` + tc.body + `}`))
+		var ae *llmapi.APIError
+		if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, tc.want) {
+			t.Errorf("%s: %v, want a 400 with %q", tc.body, err, tc.want)
+		}
+	}
+}
+
+// anthropicCarriesFreeform checks how ir, decoded from a request with
+// the custom tools apply_patch (a lark grammar) and note, the function
+// shell, a custom tool_choice of apply_patch, and one turn of an
+// apply_patch call (call_1) and its output, reaches an Anthropic
+// upstream: each custom tool a function with one string parameter
+// (the grammar in its description), the choice by name, the call a
+// tool_use whose input holds the tool's input, its output a tool_result.
+func anthropicCarriesFreeform(t *testing.T, ir *llmapi.Request, grammar string) {
+	t.Helper()
 	if got := ir.FreeformTools(); len(got) != 2 || !got["apply_patch"] || !got["note"] {
 		t.Fatalf("freeform tools %v", got)
 	}
@@ -940,21 +967,6 @@ func TestFreeformTool(t *testing.T) {
 	}
 	if c := got.Messages[2].Content; len(c) != 1 || c[0]["type"] != "tool_result" || c[0]["tool_use_id"] != "call_1" {
 		t.Errorf("the call's output in the history: %v", c)
-	}
-
-	for _, tc := range []struct{ body, want string }{
-		{`"input":"x","tools":[{"type":"custom","name":"a","format":{"type":"grammar","syntax":"ebnf","definition":"x"}}]`, `tools[0].format: a grammar needs syntax "lark" or "regex"`},
-		{`"input":"x","tools":[{"type":"custom","name":"a","format":{"type":"grammar","syntax":"lark"}}]`, `tools[0].format: a grammar needs`},
-		{`"input":"x","tools":[{"type":"custom","name":"a","format":{"type":"json"}}]`, `tools[0].format.type "json"`},
-		{`"input":"x","tools":[{"type":"custom","name":"a","format":"text"}]`, `tools[0].format must be an object`},
-		{`"input":[{"type":"custom_tool_call","call_id":"c","name":"a","input":{"patch":"x"}}]`, `input[0]: input must be a string`},
-		{`"input":[{"type":"custom_tool_call","call_id":"c","name":"a"}]`, `input[0]: input must be a string`},
-	} {
-		_, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m",` + tc.body + `}`))
-		var ae *llmapi.APIError
-		if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, tc.want) {
-			t.Errorf("%s: %v, want a 400 with %q", tc.body, err, tc.want)
-		}
 	}
 }
 
@@ -1199,44 +1211,7 @@ func TestChatCustomTool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ir.FreeformTools(); len(got) != 2 || !got["apply_patch"] || !got["note"] {
-		t.Fatalf("freeform tools %v", got)
-	}
-	b, err := llmapi.EncodeAnthropic(ir, "claude-x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got struct {
-		Tools      []map[string]any
-		ToolChoice map[string]any `json:"tool_choice"`
-		Messages   []struct{ Content []map[string]any }
-	}
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
-	}
-	param := func(desc string) map[string]any {
-		return map[string]any{"type": "object", "required": []any{"input"}, "additionalProperties": false,
-			"properties": map[string]any{"input": map[string]any{"type": "string", "description": desc}}}
-	}
-	const free = "The tool's whole input, as free-form text."
-	wantTools := []map[string]any{
-		{"name": "apply_patch", "description": "Edit files.", "input_schema": param(free + " It must match this lark grammar:\n" + grammar)},
-		{"name": "note", "description": "", "input_schema": param(free)},
-		{"name": "shell", "description": "", "input_schema": map[string]any{"type": "object"}},
-	}
-	if d := cmp.Diff(wantTools, got.Tools); d != "" {
-		t.Errorf("tools (-want +got):\n%s", d)
-	}
-	if got.ToolChoice["type"] != "tool" || got.ToolChoice["name"] != "apply_patch" {
-		t.Errorf("tool_choice %v", got.ToolChoice)
-	}
-	if len(got.Messages) != 3 {
-		t.Fatalf("%d messages: %s", len(got.Messages), b)
-	}
-	wantCall := []map[string]any{{"type": "tool_use", "id": "call_1", "name": "apply_patch", "input": map[string]any{"input": "*** Begin Patch\n*** End Patch"}}}
-	if d := cmp.Diff(wantCall, got.Messages[1].Content); d != "" {
-		t.Errorf("the call in the history (-want +got):\n%s", d)
-	}
+	anthropicCarriesFreeform(t, ir, grammar)
 
 	// Chat's allowed_tools names a custom tool in its own shape.
 	ir, err = llmapi.DecodeChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],
