@@ -10,6 +10,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,12 +41,18 @@ var ui embed.FS
 //	POST /api/edges/{id}/commands      run a command; SSE with Accept: text/event-stream
 //	GET  /api/events                   recent events
 //	GET  /api/events/stream            live events (SSE)
+//
+// A query may hold only the flags shown, once each, as 1 or 0 (or true or
+// false); any other parameter or value is refused with 400 invalid_query.
 func (h *Hub) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// api holds the API's patterns, so that a known route asked with
 	// another method gets 405 and not 404.
 	api := http.NewServeMux()
-	handle := func(pattern string, h http.HandlerFunc) {
+	// handle serves an API route whose query may hold only the flags
+	// named (onlyFlags).
+	handle := func(pattern string, h http.HandlerFunc, flags ...string) {
+		h = onlyFlags(h, flags...)
 		mux.HandleFunc(pattern, h)
 		api.HandleFunc(pattern, h)
 	}
@@ -53,8 +62,8 @@ func (h *Hub) Handler() http.Handler {
 	handle("POST /api/login", h.login)
 	handle("GET /api/session", h.auth(false, h.session))
 	handle("POST /api/logout", h.auth(true, h.logout))
-	handle("GET /api/edges", h.auth(false, h.listEdges))
-	handle("GET /api/edges/{id}", h.auth(false, h.getEdge))
+	handle("GET /api/edges", h.auth(false, h.listEdges), "nodes")
+	handle("GET /api/edges/{id}", h.auth(false, h.getEdge), "refresh")
 	handle("POST /api/edges/{id}/commands", h.auth(true, h.postCommand))
 	handle("GET /api/events", h.auth(false, h.recentEvents))
 	handle("GET /api/events/stream", h.auth(false, h.streamEvents))
@@ -211,8 +220,60 @@ func summarize(v EdgeView, withNodes bool) edgeSummary {
 	return s
 }
 
+// onlyFlags wraps an API handler so that its query may hold only the
+// boolean flags named, each at most once, with a value strconv.ParseBool
+// takes ("1", "0", "true", "false", ...) or none (true). Anything else (an
+// unknown or repeated parameter, another value) is refused with a 400
+// that names it: a mistyped flag must not silently read as false. The
+// handler reads its flags with flag.
+func onlyFlags(next http.HandlerFunc, names ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			apiError(w, http.StatusBadRequest, "invalid_query", "malformed query string")
+			return
+		}
+		for k, vs := range q {
+			switch {
+			case !slices.Contains(names, k):
+				msg := fmt.Sprintf("unknown query parameter %.64q", k)
+				if len(names) > 0 {
+					msg += "; this route takes " + strings.Join(names, ", ")
+				}
+				apiError(w, http.StatusBadRequest, "invalid_query", msg)
+				return
+			case len(vs) > 1:
+				apiError(w, http.StatusBadRequest, "invalid_query", "query parameter "+k+" given more than once")
+				return
+			}
+			if _, err := parseFlag(vs[0]); err != nil {
+				apiError(w, http.StatusBadRequest, "invalid_query", fmt.Sprintf("query parameter %s must be 1 or 0 (true or false), not %.64q", k, vs[0]))
+				return
+			}
+		}
+		next(w, r)
+	}
+}
+
+func parseFlag(v string) (bool, error) {
+	if v == "" {
+		return true, nil
+	}
+	return strconv.ParseBool(v)
+}
+
+// flag reads a query flag onlyFlags has checked: false when absent.
+func flag(r *http.Request, name string) bool {
+	vs, ok := r.URL.Query()[name]
+	if !ok {
+		return false
+	}
+	on, _ := parseFlag(vs[0])
+	return on
+}
+
 func (h *Hub) listEdges(w http.ResponseWriter, r *http.Request) {
-	withNodes := r.URL.Query().Get("nodes") == "1"
+	withNodes := flag(r, "nodes")
 	edges := h.Edges()
 	out := make([]edgeSummary, 0, len(edges))
 	for _, e := range edges {
@@ -225,7 +286,7 @@ func (h *Hub) getEdge(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var v EdgeView
 	var err error
-	if r.URL.Query().Get("refresh") == "1" {
+	if flag(r, "refresh") {
 		v, err = h.Refresh(r.Context(), id)
 	} else {
 		var ok bool

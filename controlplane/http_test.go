@@ -134,6 +134,15 @@ func TestOperatorAuth(t *testing.T) {
 	if len(listed.Edges) != 3 || listed.Edges[0].ID != "e1" || !listed.Edges[0].Connected || listed.Edges[0].NodesOnline != 1 || listed.Edges[0].Nodes[0].ID != "n-e1" {
 		t.Fatalf("list: %s", a.body)
 	}
+	// The flag's other spellings: nodes only when it is on.
+	for q, want := range map[string]bool{"": false, "?nodes=0": false, "?nodes=false": false, "?nodes": true, "?nodes=true": true} {
+		a := do(t, c, h.url, apiCall{method: "GET", path: "/api/edges" + q, header: bearer(operatorToken)})
+		listed.Edges = nil
+		json.Unmarshal([]byte(a.body), &listed)
+		if a.status != 200 || len(listed.Edges) != 3 || (len(listed.Edges[0].Nodes) > 0) != want {
+			t.Errorf("GET /api/edges%s: %d, want nodes %v: %s", q, a.status, want, a.body)
+		}
+	}
 	call = refresh
 	call.header = bearer(operatorToken)
 	if a := do(t, c, h.url, call); a.status != 200 || a.json(t)["outcome"] != "succeeded" {
@@ -240,6 +249,17 @@ func TestOperatorAPIErrors(t *testing.T) {
 		{apiCall{method: "GET", path: "/api/edges/e1/commands"}, 405, "method_not_allowed"},
 		{apiCall{method: "DELETE", path: "/api/edges/e1"}, 405, "method_not_allowed"},
 		{apiCall{method: "GET", path: "/api/edges/e3?refresh=1"}, 409, "edge_offline"},
+		{apiCall{method: "GET", path: "/api/edges/e3?refresh=true"}, 409, "edge_offline"},
+		// A query holds only the route's flags, once, as booleans: a typo
+		// must not read as false (here: the cached view of an offline Edge).
+		{apiCall{method: "GET", path: "/api/edges/e3?refresh=yes"}, 400, "invalid_query"},
+		{apiCall{method: "GET", path: "/api/edges/e3?refersh=1"}, 400, "invalid_query"},
+		{apiCall{method: "GET", path: "/api/edges/e3?refresh=1&refresh=0"}, 400, "invalid_query"},
+		{apiCall{method: "GET", path: "/api/edges/e3?refresh=%zz"}, 400, "invalid_query"},
+		{apiCall{method: "GET", path: "/api/edges?nodes=2"}, 400, "invalid_query"},
+		{apiCall{method: "GET", path: "/api/edges?refresh=1"}, 400, "invalid_query"},
+		{apiCall{method: "GET", path: "/api/events?nodes=1"}, 400, "invalid_query"},
+		{apiCall{method: "POST", path: "/api/edges/e1/commands?dry_run=1", body: `{"operation":"config.refresh"}`}, 400, "invalid_query"},
 		{apiCall{method: "POST", path: "/api/edges/e1/commands", body: `{"operation":"config.refresh","extra":1}`}, 400, "invalid_body"},
 		{apiCall{method: "POST", path: "/api/edges/e1/commands", body: `{"operation":`}, 400, "invalid_body"},
 		{apiCall{method: "POST", path: "/api/edges/e1/commands", body: `{"operation":"config.refresh"}{}`}, 400, "invalid_body"},
