@@ -12,7 +12,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
+
+	"github.com/iop-dev/iop/internal/atomicfile"
 )
 
 // kem is the suite's key encapsulation: DHKEM(X25519, HKDF-SHA256).
@@ -154,81 +155,24 @@ func readKeyFile(path string, size int) ([]byte, error) {
 	return b, nil
 }
 
-// writeKeyFile writes b to path with mode 0600 through a temporary file
-// and a rename, so a crash leaves the old key or the new one. The
-// directory is synced after the rename: until it is, a power loss may
-// bring the old file back, and with a replay file the uses appended to the
-// new one after it would be forgotten.
+// writeKeyFile writes b to path with mode 0600 (package atomicfile), so a
+// crash leaves the old key or the new one: with a replay file, a power loss
+// that brought the old file back would forget the uses appended to the new
+// one after it.
 func writeKeyFile(path string, b []byte) error {
-	return placeKeyFile(path, b, os.Rename)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return atomicfile.Write(path, b, 0o600)
 }
 
-// createKeyFile is writeKeyFile for a file that must not exist yet: the
-// temporary file is linked into place, never renamed over one, so that of
-// two processes creating the same key at once the second gets
-// fs.ErrExist (and reads the first's) instead of replacing a key the
-// first has already handed out. Where the filesystem has no hard links,
-// it falls back to a rename after a check, as before.
+// createKeyFile is writeKeyFile for a file that must not exist yet: of two
+// processes creating the same key at once the second gets fs.ErrExist (and
+// reads the first's) instead of replacing a key the first has already
+// handed out.
 func createKeyFile(path string, b []byte) error {
-	return placeKeyFile(path, b, func(tmp, path string) error {
-		err := os.Link(tmp, path)
-		if err == nil || errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		if _, serr := os.Lstat(path); serr == nil {
-			return fs.ErrExist
-		}
-		return os.Rename(tmp, path)
-	})
-}
-
-// placeKeyFile writes b to a synced temporary file beside path, puts it in
-// place with place, and syncs the directory.
-func placeKeyFile(path string, b []byte, place func(tmp, path string) error) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".key-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := place(tmp.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-// syncDir makes a rename in dir durable. Windows cannot sync a directory
-// through os, so there the rename is as durable as the filesystem makes
-// it; elsewhere a failure is returned.
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return atomicfile.Create(path, b, 0o600)
 }

@@ -31,6 +31,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/iop-dev/iop/internal/atomicfile"
 )
 
 // Kind is the workload kind in a SPIFFE ID path.
@@ -52,6 +54,9 @@ var (
 	// ErrCSR: the certificate request is malformed or not self-signed by
 	// its key.
 	ErrCSR = errors.New("identity: invalid certificate request")
+	// ErrCAExpired: the CA's certificate ends before the certificate to
+	// issue would start.
+	ErrCAExpired = errors.New("identity: the CA certificate has expired")
 )
 
 // ID returns the SPIFFE ID of a workload.
@@ -212,16 +217,22 @@ func LoadCA(certPath, keyPath string) (*CA, error) {
 	return &CA{TrustDomain: cert.URIs[0].Host, Cert: cert, key: signer, certPEM: pemBlock("CERTIFICATE", cblk.Bytes)}, nil
 }
 
-// Save writes the CA certificate (0644) and key (0600).
+// Save writes the CA key (0600) and then its certificate (0644), each
+// whole or not at all (package atomicfile). It never replaces a key: a
+// file at keyPath, another CA's key perhaps, is left alone and Save
+// returns an error matching fs.ErrExist, with the certificate untouched.
 func (ca *CA) Save(certPath, keyPath string) error {
 	kd, err := x509.MarshalPKCS8PrivateKey(ca.key)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(keyPath, pemBlock("PRIVATE KEY", kd), 0o600); err != nil {
-		return err
+	if err := atomicfile.Create(keyPath, pemBlock("PRIVATE KEY", kd), 0o600); err != nil {
+		return fmt.Errorf("identity: CA key: %w", err)
 	}
-	return os.WriteFile(certPath, ca.certPEM, 0o644)
+	if err := atomicfile.Write(certPath, ca.certPEM, 0o644); err != nil {
+		return fmt.Errorf("identity: CA certificate: %w", err)
+	}
+	return nil
 }
 
 // CertPEM returns the CA certificate, for trust pools.
@@ -236,7 +247,8 @@ func (ca *CA) Pool() *x509.CertPool {
 
 // Options shape an issued certificate.
 type Options struct {
-	// Validity is the lifetime. Zero means DefaultCertValidity.
+	// Validity is the lifetime. Zero means DefaultCertValidity. A
+	// certificate never outlives the CA's: it ends when the CA's ends.
 	Validity time.Duration
 	// DNSNames and IPAddresses make the certificate usable by a server
 	// (an Edge accepting Nodes, a Hub) as well as a client.
@@ -324,11 +336,20 @@ func (ca *CA) sign(pub crypto.PublicKey, kind Kind, id string, opt Options) ([]b
 	if start.IsZero() {
 		start = time.Now().Add(-time.Minute)
 	}
+	// A certificate outliving its CA's would fail verification from the
+	// CA's end anyway: it ends with the CA.
+	end := start.Add(opt.Validity)
+	if end.After(ca.Cert.NotAfter) {
+		end = ca.Cert.NotAfter
+	}
+	if !end.After(start) {
+		return nil, fmt.Errorf("%w (at %s)", ErrCAExpired, ca.Cert.NotAfter.UTC().Format(time.RFC3339))
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: id},
 		NotBefore:    start,
-		NotAfter:     start.Add(opt.Validity),
+		NotAfter:     end,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		URIs:         []*url.URL{ID(ca.TrustDomain, kind, id)},

@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -11,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -178,5 +180,69 @@ func TestSaveLoadCA(t *testing.T) {
 	os.Chmod(kp, 0o600)
 	if _, err := LoadCA(filepath.Join(dir, "o.crt"), kp); err == nil {
 		t.Fatal("a key that does not match the certificate was accepted")
+	}
+}
+
+// TestSaveNeverReplacesAKey: a second CA saved over the first's files is
+// refused and leaves both files as they were (a CA key lost is every
+// certificate it issued orphaned).
+func TestSaveNeverReplacesAKey(t *testing.T) {
+	dir := t.TempDir()
+	cp, kp := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	first, _ := NewCA("iop.test", 0)
+	if err := first.Save(cp, kp); err != nil {
+		t.Fatal(err)
+	}
+	cert0, _ := os.ReadFile(cp)
+	key0, _ := os.ReadFile(kp)
+	second, _ := NewCA("iop.test", 0)
+	if err := second.Save(cp, kp); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("Save over an existing key: %v, want fs.ErrExist", err)
+	}
+	cert1, _ := os.ReadFile(cp)
+	key1, _ := os.ReadFile(kp)
+	if !bytes.Equal(cert0, cert1) || !bytes.Equal(key0, key1) {
+		t.Fatal("a refused Save changed the CA's files")
+	}
+	if _, err := LoadCA(cp, kp); err != nil {
+		t.Fatalf("the first CA no longer loads: %v", err)
+	}
+	if st, _ := os.Stat(kp); st.Mode().Perm() != 0o600 {
+		t.Fatalf("key mode %v", st.Mode().Perm())
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) > 0 {
+		t.Fatalf("temporary files left: %v", left)
+	}
+}
+
+// TestIssueEndsWithTheCA: a certificate never outlives its CA, and a CA
+// past its end issues nothing.
+func TestIssueEndsWithTheCA(t *testing.T) {
+	ca, err := NewCA("iop.test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, _, err := ca.Issue(KindNode, "gpu-box", Options{Validity: 90 * 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := parsePEM(t, certPEM).NotAfter; !got.Equal(ca.Cert.NotAfter) {
+		t.Fatalf("NotAfter %v, want the CA's %v", got, ca.Cert.NotAfter)
+	}
+	certPEM, _, err = ca.Issue(KindNode, "gpu-box", Options{Validity: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := parsePEM(t, certPEM); c.NotAfter.Sub(c.NotBefore) != time.Minute {
+		t.Fatalf("a short validity was changed: %v", c.NotAfter.Sub(c.NotBefore))
+	}
+	after := Options{NotBefore: ca.Cert.NotAfter.Add(time.Second)}
+	if _, _, err := ca.Issue(KindNode, "gpu-box", after); !errors.Is(err, ErrCAExpired) {
+		t.Fatalf("Issue after the CA's end: %v, want ErrCAExpired", err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	csr, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if _, err := ca.SignCSR(csr, KindNode, "gpu-box", after); !errors.Is(err, ErrCAExpired) {
+		t.Fatalf("SignCSR after the CA's end: %v, want ErrCAExpired", err)
 	}
 }

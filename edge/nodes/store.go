@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/internal/atomicfile"
 	"github.com/iop-dev/iop/wire/iopv1"
 )
 
@@ -195,7 +195,7 @@ func (a TokenAuthenticator) Authenticate(_ context.Context, h Hello) error {
 }
 
 // NextEpoch reads the boot epoch stored at path, increments it, stores it
-// durably (temporary file, fsync, rename) and returns the new value. The
+// durably (package atomicfile) and returns the new value. The
 // Edge calls it once at startup, so every generation it hands out is above
 // those of any earlier run. A missing file starts at 1.
 func NextEpoch(path string) (uint32, error) {
@@ -215,28 +215,8 @@ func NextEpoch(path string) (uint32, error) {
 		return 0, fmt.Errorf("nodes: epoch file %s: epoch exhausted", path)
 	}
 	next := uint32(cur + 1)
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".epoch-*")
-	if err != nil {
+	if err := atomicfile.Write(path, []byte(strconv.FormatUint(uint64(next), 10)+"\n"), 0o600); err != nil {
 		return 0, fmt.Errorf("nodes: epoch file: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(strconv.FormatUint(uint64(next), 10) + "\n"); err != nil {
-		tmp.Close()
-		return 0, fmt.Errorf("nodes: epoch file: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return 0, fmt.Errorf("nodes: epoch file: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return 0, fmt.Errorf("nodes: epoch file: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return 0, fmt.Errorf("nodes: epoch file: %w", err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return next, nil
 }
