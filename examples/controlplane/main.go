@@ -81,6 +81,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		if err := fs.Parse(args[1:]); err != nil {
 			return usageError(err.Error())
 		}
+		if fs.NArg() > 0 {
+			// `serve my.yaml` must not run with the default hub.yaml.
+			return usageError(fmt.Sprintf("serve: unexpected argument %q (the configuration goes with -config)", fs.Arg(0)))
+		}
 		return serve(ctx, *path, hclog.New(&hclog.LoggerOptions{Name: "hub", Level: hclog.Info}), nil)
 	}
 	base := getenv("IOP_HUB_URL")
@@ -94,6 +98,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	c := &client{base: strings.TrimRight(base, "/"), token: token, out: out}
 	switch args[0] {
 	case "edges":
+		if len(args) > 1 {
+			return usageError("edges takes no arguments (for one Edge: edge EDGE)")
+		}
 		return c.edges(ctx)
 	case "edge":
 		fs := flag.NewFlagSet("edge", flag.ContinueOnError)
@@ -123,6 +130,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		}
 		return c.command(ctx, edgeID, op, *node, *provider, argv)
 	case "events":
+		if len(args) > 1 {
+			return usageError("events takes no arguments")
+		}
 		return c.events(ctx)
 	}
 	return usageError(fmt.Sprintf("unknown command %q", args[0]))

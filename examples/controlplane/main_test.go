@@ -110,7 +110,9 @@ operators:
 		t.Fatal("config.refresh without a configuration source succeeded")
 	}
 	var ue usageError
-	for _, args := range [][]string{{}, {"bogus"}, {"command", "e1"}, {"edge"}, {"command", "e1", "node.drain", "-arg", "novalue"}} {
+	for _, args := range [][]string{{}, {"bogus"}, {"command", "e1"}, {"edge"}, {"command", "e1", "node.drain", "-arg", "novalue"},
+		// A stray word is refused, never run with a default in its place.
+		{"serve", "hub.yaml"}, {"edges", "e1"}, {"events", "e1"}, {"edge", "e1", "extra"}} {
 		if _, err := cli(args...); !errors.As(err, &ue) {
 			t.Errorf("%q: %v, want a usage error", args, err)
 		}

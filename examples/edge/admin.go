@@ -10,10 +10,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/iop-dev/iop/credentiallease"
 	"github.com/iop-dev/iop/edge/identity"
+	"github.com/iop-dev/iop/internal/atomicfile"
 	"github.com/iop-dev/iop/internal/config"
 )
 
@@ -23,12 +26,35 @@ type listFlag []string
 func (l *listFlag) String() string     { return fmt.Sprint(*l) }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
+// maxDays bounds -days: a hundred years, far below where a duration
+// overflows.
+const maxDays = 36500
+
+// parse parses a subcommand's flags and refuses anything left over: a
+// stray word (a value without its flag) must not run with a default.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q (every value goes with a flag; -h lists them)", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+// caFlags are the flags each ca subcommand takes.
+var caFlags = map[string][]string{
+	"init":  {"dir", "trust-domain"},
+	"issue": {"dir", "kind", "id", "days", "dns", "ip"},
+	"sign":  {"dir", "kind", "id", "days", "csr", "dns", "ip"},
+}
+
 // subcommand runs `ca ...` or `lease-key`.
 func subcommand(args []string, out io.Writer) error {
 	if args[0] == "lease-key" {
 		fs := flag.NewFlagSet("lease-key", flag.ContinueOnError)
 		path := fs.String("config", "edge.yaml", "path to edge.yaml")
-		if err := fs.Parse(args[1:]); err != nil {
+		if err := parse(fs, args[1:]); err != nil {
 			return err
 		}
 		f, err := config.LoadEdge(*path)
@@ -49,6 +75,10 @@ func subcommand(args []string, out io.Writer) error {
 	if len(args) < 2 {
 		return errors.New("ca: init, issue or sign")
 	}
+	takes, known := caFlags[args[1]]
+	if !known {
+		return fmt.Errorf("ca %s: unknown (init, issue or sign)", args[1])
+	}
 	fs := flag.NewFlagSet("ca "+args[1], flag.ContinueOnError)
 	dir := fs.String("dir", "ca", "the CA directory (ca.crt, ca.key; issued files go here too)")
 	td := fs.String("trust-domain", "", "SPIFFE trust domain (init)")
@@ -59,8 +89,22 @@ func subcommand(args []string, out io.Writer) error {
 	var dns, ips listFlag
 	fs.Var(&dns, "dns", "a DNS name the certificate serves (repeatable; makes it a server certificate too)")
 	fs.Var(&ips, "ip", "an IP address the certificate serves (repeatable)")
-	if err := fs.Parse(args[2:]); err != nil {
+	if err := parse(fs, args[2:]); err != nil {
 		return err
+	}
+	var stray []string
+	fs.Visit(func(f *flag.Flag) {
+		if !slices.Contains(takes, f.Name) {
+			stray = append(stray, "-"+f.Name)
+		}
+	})
+	if len(stray) > 0 {
+		// Ignoring one would do something else than asked (issue with
+		// -csr makes a new key instead of signing the request).
+		return fmt.Errorf("ca %s does not take %s", args[1], strings.Join(stray, ", "))
+	}
+	if *days < 1 || *days > maxDays {
+		return fmt.Errorf("-days %d: from 1 to %d (a certificate also ends with its CA)", *days, maxDays)
 	}
 	caCert, caKey := filepath.Join(*dir, "ca.crt"), filepath.Join(*dir, "ca.key")
 	switch args[1] {
@@ -91,6 +135,11 @@ func subcommand(args []string, out io.Writer) error {
 		if *id == "" {
 			return errors.New("-id is required")
 		}
+		certPath, keyPath := filepath.Join(*dir, *id+".crt"), filepath.Join(*dir, *id+".key")
+		if certPath == caCert || keyPath == caKey {
+			// Issuing to them would write over the CA's own key.
+			return fmt.Errorf("-id %q: its files would be the CA's (%s, %s); choose another id", *id, caCert, caKey)
+		}
 		opt := identity.Options{Validity: time.Duration(*days) * 24 * time.Hour, DNSNames: dns}
 		for _, s := range ips {
 			ip := net.ParseIP(s)
@@ -99,8 +148,10 @@ func subcommand(args []string, out io.Writer) error {
 			}
 			opt.IPAddresses = append(opt.IPAddresses, ip)
 		}
-		certPath := filepath.Join(*dir, *id+".crt")
 		if args[1] == "sign" {
+			if *csr == "" {
+				return errors.New("ca sign: -csr is required")
+			}
 			b, err := os.ReadFile(*csr)
 			if err != nil {
 				return err
@@ -109,7 +160,7 @@ func subcommand(args []string, out io.Writer) error {
 			if err != nil {
 				return err
 			}
-			if err := os.WriteFile(certPath, certPEM, 0o644); err != nil {
+			if err := atomicfile.Write(certPath, certPEM, 0o644); err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "%s: %s\n", identity.ID(ca.TrustDomain, identity.Kind(*kind), *id), certPath)
@@ -119,11 +170,10 @@ func subcommand(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		keyPath := filepath.Join(*dir, *id+".key")
-		if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
+		if err := atomicfile.Write(keyPath, keyPEM, 0o600); err != nil {
 			return err
 		}
-		if err := os.WriteFile(certPath, certPEM, 0o644); err != nil {
+		if err := atomicfile.Write(certPath, certPEM, 0o644); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "%s: %s, %s\n", identity.ID(ca.TrustDomain, identity.Kind(*kind), *id), certPath, keyPath)

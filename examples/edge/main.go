@@ -48,6 +48,11 @@ func main() {
 	path := flag.String("config", "edge.yaml", "path to edge.yaml")
 	grace := flag.Duration("shutdown-grace", 30*time.Second, "how long in-flight requests may finish on shutdown")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		// `edge my.yaml` must not run with the default edge.yaml.
+		fmt.Fprintf(os.Stderr, "edge: unexpected argument %q (the configuration goes with -config; -h lists the flags)\n", flag.Arg(0))
+		os.Exit(2)
+	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "edge", Level: hclog.Info})
 	if err := run(*path, *grace, log); err != nil {
 		log.Error("edge stopped", "error", err)

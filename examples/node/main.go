@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,6 +23,11 @@ import (
 func main() {
 	path := flag.String("config", "node.yaml", "path to node.yaml")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		// `node my.yaml` must not run with the default node.yaml.
+		fmt.Fprintf(os.Stderr, "node: unexpected argument %q (the configuration goes with -config; -h lists the flags)\n", flag.Arg(0))
+		os.Exit(2)
+	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "node", Level: hclog.Info})
 	if err := run(*path, log); err != nil {
 		log.Error("node stopped", "error", err)

@@ -49,6 +49,10 @@ func main() {
 	flag.StringVar(&o.statusAddr, "status-addr", "127.0.0.1:8081", "status page and operator API listen address (a free port is used if it is taken)")
 	flag.StringVar(&o.ollamaURL, "ollama", "http://127.0.0.1:11434", "an Ollama server to offer too, if it answers (empty: never)")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "quickstart: unexpected argument %q (-h lists the flags)\n", flag.Arg(0))
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o, os.Stdout); err != nil {

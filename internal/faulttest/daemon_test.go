@@ -423,3 +423,23 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(l, "\n")
 }
+
+// TestDaemonsRefuseStrayArguments: a configuration path given without its
+// flag stops the daemon with a usage error (exit 2) instead of running it
+// with the default file in its place.
+func TestDaemonsRefuseStrayArguments(t *testing.T) {
+	edgeBin, nodeBin := binaries(t)
+	dir := t.TempDir()
+	for _, c := range []struct{ bin, arg string }{{edgeBin, "my-edge.yaml"}, {nodeBin, "my-node.yaml"}} {
+		cmd := exec.Command(c.bin, c.arg)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), `unexpected argument "`+c.arg+`"`) {
+			t.Errorf("%s %s: %v\n%s", filepath.Base(c.bin), c.arg, err, out)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+		t.Errorf("a refused start wrote %v", ents)
+	}
+}
