@@ -79,8 +79,16 @@ type Config struct {
 	// Epoch is this Edge run's boot epoch (nodes.NextEpoch). Required.
 	Epoch uint32
 	// NodeTLS, when set, makes Node sessions TLS 1.3 (mutual with
-	// ClientCAs). Nil means plaintext.
+	// ClientCAs). Nil means plaintext. Reload replaces it for sessions
+	// accepted later (a renewed certificate, another client CA pool needs
+	// no restart); a reload that would turn it on or off is refused.
 	NodeTLS *tls.Config
+	// APITLS, when set, is the HTTPS configuration ServeTLS uses when
+	// given none. Unlike a configuration passed to ServeTLS, it follows
+	// Reload as NodeTLS does: connections accepted later get the reloaded
+	// certificates and client CAs. A reload that would turn it on or off
+	// is refused.
+	APITLS *tls.Config
 	// NodeWire tunes Node sessions. Nil means wire defaults.
 	NodeWire *wire.Config
 	// Logger receives server events (ids and classes; never keys, prompts
@@ -386,6 +394,12 @@ func (c *Config) validateLeases() error {
 		}
 	} else if leased {
 		return errors.New("Leases is required: a provider takes a leased credential")
+	}
+	for name, tc := range map[string]*tls.Config{"NodeTLS": c.NodeTLS, "APITLS": c.APITLS} {
+		if tc != nil && len(tc.Certificates) == 0 && tc.GetCertificate == nil && tc.GetConfigForClient == nil {
+			// Every handshake would fail, one client at a time.
+			return fmt.Errorf("%s has no certificate (Certificates, GetCertificate or GetConfigForClient)", name)
+		}
 	}
 	if m := c.Managed; m != nil {
 		if m.TrustDomain == "" {

@@ -60,8 +60,9 @@ type Server struct {
 	reloadMu  sync.Mutex                    // one reload (Reload or config.refresh) at a time
 	links     map[uint64]context.CancelFunc // ConnectControlPlane calls, ended by Close
 	linkSeq   uint64
-	issuer    *credentiallease.Issuer // nil without Config.Leases
-	managed   *Managed                // Config.Managed at New
+	issuer    *credentiallease.Issuer    // nil without Config.Leases
+	managed   *Managed                   // Config.Managed at New
+	apiTLS    atomic.Pointer[tls.Config] // Config.APITLS as ServeTLS serves it; nil without
 }
 
 // snapshot is the immutable, reloadable part of the configuration. A
@@ -163,6 +164,9 @@ func New(cfg Config) (*Server, error) {
 	if m := cfg.Managed; m != nil {
 		s.managed = &Managed{TrustDomain: m.TrustDomain}
 	}
+	if cfg.APITLS != nil {
+		s.apiTLS.Store(httpsConfig(cfg.APITLS))
+	}
 	reg.SetLeasePolicy(leasePolicy(&cfg))
 	s.snap.Store(newSnapshot(&cfg))
 	s.configRev.Store(1)
@@ -183,9 +187,13 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Reload swaps in a new configuration: keys, routes, limits and Node
-// records. Requests already admitted keep what they were admitted under;
-// new requests see the change; connected Nodes receive config updates.
+// Reload swaps in a new configuration: keys, routes, limits, Node
+// records, and the NodeTLS and APITLS configurations for connections
+// accepted later (renewed certificates, other client CAs). Requests
+// already admitted keep what they were admitted under; new requests see
+// the change; connected Nodes receive config updates. A configuration
+// that changes what is fixed at New (Managed, Leases, whether NodeTLS or
+// APITLS is set) is refused with nothing applied.
 func (s *Server) Reload(cfg Config) error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
@@ -205,6 +213,15 @@ func (s *Server) reloadLocked(cfg Config) error {
 		return errors.New("edge: config: Managed cannot change on reload; restart the Edge")
 	case (s.issuer == nil) != (cfg.Leases == nil) || (s.issuer != nil && s.issuer.KeyID() != cfg.Leases.KeyID):
 		return errors.New("edge: config: Leases cannot change on reload; restart the Edge")
+	case (s.apiTLS.Load() == nil) != (cfg.APITLS == nil):
+		return errors.New("edge: config: APITLS cannot be turned on or off on reload; restart the Edge")
+	}
+	// Checked before anything changes; it cannot fail after.
+	if err := s.reg.SetTLS(cfg.NodeTLS); err != nil {
+		return errors.New("edge: config: NodeTLS cannot be turned on or off on reload; restart the Edge (Nodes reconnect)")
+	}
+	if cfg.APITLS != nil {
+		s.apiTLS.Store(httpsConfig(cfg.APITLS))
 	}
 	st, _ := nodes.NewStaticStore(withWorkspaces(cfg.Nodes, cfg.Workspaces))
 	s.snap.Store(newSnapshot(&cfg))
@@ -248,16 +265,39 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-// ServeTLS serves the HTTP API over HTTPS with the given certificate.
+// ServeTLS serves the HTTP API over HTTPS: with cfg when it is given, or
+// else with Config.APITLS, following Reload (ErrNoAPITLS when there is
+// none).
 func (s *Server) ServeTLS(ln net.Listener, cfg *tls.Config) error {
-	c := cfg.Clone()
+	if cfg != nil {
+		return s.Serve(tls.NewListener(ln, httpsConfig(cfg)))
+	}
+	if s.apiTLS.Load() == nil {
+		ln.Close()
+		return ErrNoAPITLS
+	}
+	// Each handshake takes the configuration of the moment.
+	current := &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		return s.apiTLS.Load(), nil
+	}}
+	return s.Serve(tls.NewListener(ln, current))
+}
+
+// ErrNoAPITLS is returned by ServeTLS given no configuration when
+// Config.APITLS is not set either.
+var ErrNoAPITLS = errors.New("edge: ServeTLS without a TLS configuration, and Config.APITLS is not set")
+
+// httpsConfig is a copy of c for serving the API: TLS 1.2 at least,
+// HTTP/2 and HTTP/1.1 offered unless c names its protocols.
+func httpsConfig(c *tls.Config) *tls.Config {
+	c = c.Clone()
 	if c.MinVersion < tls.VersionTLS12 {
 		c.MinVersion = tls.VersionTLS12
 	}
 	if len(c.NextProtos) == 0 {
 		c.NextProtos = []string{"h2", "http/1.1"}
 	}
-	return s.Serve(tls.NewListener(ln, c))
+	return c
 }
 
 // ServeNodes accepts Node sessions on ln until Shutdown or Close.

@@ -140,7 +140,7 @@ func (r *Registry) hook(stage string) {
 // serveConn runs one Node connection from TCP accept to close.
 func (r *Registry) serveConn(nc net.Conn) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.regTimeout)
-	sess, err := wire.Accept(ctx, nc, r.cfg.TLS, r.cfg.Wire)
+	sess, err := wire.Accept(ctx, nc, r.tls.Load(), r.cfg.Wire)
 	if err != nil {
 		cancel()
 		r.releasePending()

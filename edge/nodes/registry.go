@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -40,7 +41,8 @@ type Config struct {
 	// generations are Epoch<<32 | counter, so none repeats across restarts.
 	Epoch uint32
 	// TLS, when set, makes Serve require TLS 1.3 (ALPN iop/1); with
-	// ClientCAs it requires mutual TLS. Nil means plaintext.
+	// ClientCAs it requires mutual TLS. Nil means plaintext. SetTLS
+	// replaces it for connections accepted later.
 	TLS *tls.Config
 	// Wire tunes the sessions. Nil means wire defaults.
 	Wire *wire.Config
@@ -85,6 +87,7 @@ var (
 // (node, generation).
 type Registry struct {
 	cfg         Config
+	tls         atomic.Pointer[tls.Config] // cfg.TLS until SetTLS; nil: plaintext
 	log         hclog.Logger
 	auth        Authenticator
 	policy      *iopv1.LeasePolicy // sent with every payload; nil until set
@@ -154,11 +157,29 @@ func New(cfg Config) (*Registry, error) {
 		// that changes a token takes effect for the next registration.
 		r.auth = TokenAuthenticator{Store: currentStore{r}}
 	}
+	r.tls.Store(cfg.TLS)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.mu.Lock()
 	r.applyStoreLocked(cfg.Store)
 	r.mu.Unlock()
 	return r, nil
+}
+
+// ErrTLSMode is returned by SetTLS for a configuration that would turn TLS
+// on or off: Nodes dial with one or the other, so the change needs a
+// restart that they reconnect to.
+var ErrTLSMode = errors.New("nodes: TLS cannot be turned on or off while serving")
+
+// SetTLS replaces the TLS configuration for connections accepted from now
+// on: a renewed certificate, another client CA pool. Sessions already up
+// keep the handshake they made. c must be nil exactly when the current
+// configuration is (ErrTLSMode otherwise, and nothing changes).
+func (r *Registry) SetTLS(c *tls.Config) error {
+	if (c == nil) != (r.tls.Load() == nil) {
+		return ErrTLSMode
+	}
+	r.tls.Store(c)
+	return nil
 }
 
 // Serve accepts Node connections on ln until Close or Shutdown, and then

@@ -2,8 +2,11 @@
 // OpenAI-compatible API and accepts Node sessions. With a control_plane
 // section it also reports to a Hub and takes its commands; the Hub's
 // config.refresh re-reads edge.yaml, as SIGHUP does (requests already
-// admitted keep their configuration). SIGINT and SIGTERM shut down
-// gracefully, letting requests in flight finish for up to 30 s.
+// admitted keep their configuration), renewed TLS certificates and client
+// CAs included; the listen addresses, state_dir and control_plane are read
+// at start only, and a reload that changes them logs that they wait for a
+// restart. SIGINT and SIGTERM shut down gracefully, letting requests in
+// flight finish for up to 30 s.
 //
 //	go run ./examples/edge -config examples/edge/edge.yaml
 //
@@ -25,6 +28,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -77,14 +81,10 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 		return err
 	}
 	cfg.Logger = log
-	cfg.ConfigSource = func() (edge.Config, error) { return loadConfig(path, epoch) }
+	cfg.ConfigSource = func() (edge.Config, error) { return loadConfig(path, epoch, f, log) }
 	cfg.Metrics = prometheus.NewRegistry() // served on /metrics
 	cfg.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := edge.New(cfg)
-	if err != nil {
-		return err
-	}
-	apiTLS, err := f.APITLS()
 	if err != nil {
 		return err
 	}
@@ -99,8 +99,8 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 	}
 	errc := make(chan error, 2)
 	go func() {
-		if apiTLS != nil {
-			errc <- srv.ServeTLS(apiLn, apiTLS)
+		if cfg.APITLS != nil {
+			errc <- srv.ServeTLS(apiLn, nil) // cfg.APITLS, renewed certificates on reload
 		} else {
 			errc <- srv.Serve(apiLn)
 		}
@@ -122,7 +122,7 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 		log.Info("reporting to the control plane", "hub", link.HubAddr, "edge_id", link.EdgeID)
 	}
 	scheme := "http"
-	if apiTLS != nil {
+	if cfg.APITLS != nil {
 		scheme = "https"
 	}
 	log.Info("edge running", "api", fmt.Sprintf("%s://%s/v1", scheme, apiLn.Addr()), "nodes", nodeLn.Addr().String(), "epoch", epoch)
@@ -137,7 +137,7 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 			return err
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				if err := reload(srv, path, epoch); err != nil {
+				if err := reload(srv, path, epoch, f, log); err != nil {
 					log.Error("reload refused; the running configuration stays", "error", err)
 				}
 				continue
@@ -154,20 +154,25 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 	}
 }
 
-func reload(srv *edge.Server, path string, epoch uint32) error {
-	cfg, err := loadConfig(path, epoch)
+func reload(srv *edge.Server, path string, epoch uint32, started *config.EdgeFile, log hclog.Logger) error {
+	cfg, err := loadConfig(path, epoch, started, log)
 	if err != nil {
 		return err
 	}
 	return srv.Reload(cfg)
 }
 
-// loadConfig re-reads edge.yaml for a reload. The control_plane section is
-// read once at start: a changed link needs a restart.
-func loadConfig(path string, epoch uint32) (edge.Config, error) {
+// loadConfig re-reads edge.yaml for a reload (SIGHUP or the Hub's
+// config.refresh). What the Edge reads only at start (started's listen
+// addresses, state directory and control_plane link) stays as it was; a
+// change to it is logged as waiting for a restart, never silently kept.
+func loadConfig(path string, epoch uint32, started *config.EdgeFile, log hclog.Logger) (edge.Config, error) {
 	f, err := config.LoadEdge(path)
 	if err != nil {
 		return edge.Config{}, err
+	}
+	if changed := started.StartOnly(f); len(changed) > 0 {
+		log.Warn("edge.yaml changes that take effect only at restart; the running values stay", "settings", strings.Join(changed, ", "))
 	}
 	return f.Config(epoch)
 }

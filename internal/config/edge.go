@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"time"
 
 	"github.com/iop-dev/iop/controlplane"
@@ -215,6 +216,11 @@ func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
 		}
 		cfg.NodeTLS = tc
 	}
+	apiTLS, err := f.APITLS()
+	if err != nil {
+		return cfg, err
+	}
+	cfg.APITLS = apiTLS
 	for i, c := range f.Credentials {
 		src, err := c.Secret.source(f.dir)
 		if err != nil {
@@ -298,6 +304,30 @@ func (f *EdgeFile) leaseKey() (ed25519.PrivateKey, error) {
 		return nil, fmt.Errorf("lease signing key: %w", err)
 	}
 	return k, nil
+}
+
+// StartOnly lists the settings of next that differ from f's among those
+// a running Edge reads only when it starts (the listen addresses, the
+// state directory, the control_plane link): a reload keeps the running
+// ones, so an operator must be told that these wait for a restart.
+// (Turning api.tls or node_tls on or off is refused by the reload
+// itself; their certificates do reload.)
+func (f *EdgeFile) StartOnly(next *EdgeFile) []string {
+	var changed []string
+	for _, c := range []struct {
+		name string
+		same bool
+	}{
+		{"api.listen", f.API.Listen == next.API.Listen},
+		{"nodes_listen", f.NodesListen == next.NodesListen},
+		{"state_dir", f.StatePath("") == next.StatePath("")},
+		{"control_plane", reflect.DeepEqual(f.ControlPlane, next.ControlPlane)},
+	} {
+		if !c.same {
+			changed = append(changed, c.name)
+		}
+	}
+	return changed
 }
 
 // APITLS returns the HTTPS configuration, or nil for plain HTTP.

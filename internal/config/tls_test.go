@@ -106,6 +106,9 @@ node_tls: {cert_file: edge.crt, key_file: edge.key, client_ca_file: ca.crt}
 	if ecfg.NodeTLS == nil || ecfg.NodeTLS.ClientAuth != tls.RequireAndVerifyClientCert {
 		t.Fatalf("NodeTLS %+v", ecfg.NodeTLS)
 	}
+	if ecfg.APITLS == nil || len(ecfg.APITLS.Certificates) != 1 || ecfg.APITLS.ClientAuth != tls.NoClientCert {
+		t.Fatalf("APITLS %+v", ecfg.APITLS)
+	}
 
 	nodeDoc := func(tlsSection string) string {
 		return "edge: edge.iop.test:9440\nnode_id: n1\ntoken: {env: IOP_NODE_TOKEN_FOR_TEST}\ntls: " + tlsSection + "\n"
@@ -201,6 +204,12 @@ operators:
 			ef, err := ParseEdge([]byte(doc), dir)
 			if err == nil {
 				_, err = ef.APITLS()
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+				t.Errorf("%s: %v, want an error starting %q", name, err, c.want)
+			}
+			if ef != nil {
+				_, err = ef.Config(1) // what a start or a reload reads
 			}
 			if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 				t.Errorf("%s: %v, want an error starting %q", name, err, c.want)
