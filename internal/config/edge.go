@@ -282,7 +282,7 @@ func (f *EdgeFile) Connector() (*controlplane.ConnectorConfig, error) {
 		}
 		cc.TLS = tc
 	}
-	if cc.Token == "" && (cc.TLS == nil || len(cc.TLS.Certificates) == 0) {
+	if cc.Token == "" && (cc.TLS == nil || cc.TLS.GetClientCertificate == nil) {
 		return nil, fmt.Errorf("control_plane: a token or a tls client certificate is required")
 	}
 	return cc, nil
@@ -375,11 +375,27 @@ func (t *TLSFiles) client(dir string) (*tls.Config, error) {
 		return nil, fmt.Errorf("cert_file and key_file go together")
 	}
 	if t.CertFile != "" {
-		cert, err := loadKeyPair(resolve(dir, t.CertFile), resolve(dir, t.KeyFile))
-		if err != nil {
+		certFile, keyFile := resolve(dir, t.CertFile), resolve(dir, t.KeyFile)
+		if _, err := loadKeyPair(certFile, keyFile); err != nil {
 			return nil, err
 		}
-		tc.Certificates = []tls.Certificate{cert}
+		// Read at each handshake: a renewed certificate (a workload
+		// certificate lives 90 days by default) is presented from the
+		// next connection on, with no restart. Files that do not load
+		// then (a wrong pair) fail that handshake with the reason, never
+		// fall back to another certificate.
+		tc.GetClientCertificate = func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			c, err := loadKeyPair(certFile, keyFile)
+			if err != nil {
+				return nil, fmt.Errorf("client certificate: %w", err)
+			}
+			if cri.SupportsCertificate(&c) != nil {
+				// As with tls.Config.Certificates: a certificate the
+				// server would not accept (another CA) is not sent.
+				return &tls.Certificate{}, nil
+			}
+			return &c, nil
+		}
 	}
 	return tc, nil
 }

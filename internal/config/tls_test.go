@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -178,8 +179,10 @@ operators:
 	// A client offers only a certificate of a CA the server names; this
 	// one insists on its own.
 	insistent := stranger.Clone()
-	cert := stranger.Certificates[0]
-	insistent.Certificates = nil
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "stranger.crt"), filepath.Join(dir, "stranger.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	insistent.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
 	if err := handshake(t, httpTLS, insistent); err == nil {
 		t.Fatal("operator HTTPS accepted a certificate of another CA")
@@ -232,4 +235,55 @@ operators:
 			}
 		}
 	})
+}
+
+// TestClientCertificateRenewed: a client certificate (node.yaml's tls,
+// edge.yaml's control_plane.tls) is read at each handshake, so a renewed
+// one is presented from the next connection with no restart; files that
+// no longer make a pair fail the handshake with the reason, never fall
+// back to another certificate.
+func TestClientCertificateRenewed(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "iop test CA")
+	writeFile(t, filepath.Join(dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}))
+	writePEM(t, dir, "edge", ca.Issue(t, testpki.Leaf{DNSNames: []string{"edge.iop.test"}}))
+	first := ca.Issue(t, testpki.Leaf{})
+	writePEM(t, dir, "node", first)
+	t.Setenv("IOP_NODE_TOKEN_FOR_TEST", "node-token-0123456789abcdef")
+	nf, err := ParseNode([]byte("edge: edge.iop.test:9440\nnode_id: n1\ntoken: {env: IOP_NODE_TOKEN_FOR_TEST}\n"+
+		"tls: {ca_file: ca.crt, cert_file: node.crt, key_file: node.key, server_name: edge.iop.test}\n"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := nf.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverCert, err := tls.LoadX509KeyPair(filepath.Join(dir, "edge.crt"), filepath.Join(dir, "edge.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var presented []byte
+	server := &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.Pool, ClientAuth: tls.RequireAndVerifyClientCert,
+		VerifyConnection: func(cs tls.ConnectionState) error { presented = cs.PeerCertificates[0].Raw; return nil }}
+
+	if err := handshake(t, server, cfg.TLS); err != nil || !bytes.Equal(presented, first.Certificate[0]) {
+		t.Fatalf("first handshake: %v (presented the configured certificate: %v)", err, bytes.Equal(presented, first.Certificate[0]))
+	}
+	renewed := ca.Issue(t, testpki.Leaf{})
+	writePEM(t, dir, "node", renewed)
+	if err := handshake(t, server, cfg.TLS); err != nil || !bytes.Equal(presented, renewed.Certificate[0]) {
+		t.Fatalf("after renewal: %v (presented the renewed certificate: %v)", err, bytes.Equal(presented, renewed.Certificate[0]))
+	}
+	// A key that is not the certificate's: refused with the reason.
+	other := ca.Issue(t, testpki.Leaf{})
+	key, _ := x509.MarshalPKCS8PrivateKey(other.PrivateKey)
+	writeFile(t, filepath.Join(dir, "node.key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}))
+	presented = nil
+	if err := handshake(t, server, cfg.TLS); err == nil || presented != nil {
+		t.Fatalf("a mismatched pair: %v, presented %v", err, presented != nil)
+	}
+	if _, err := cfg.TLS.GetClientCertificate(&tls.CertificateRequestInfo{}); err == nil || !strings.Contains(err.Error(), "client certificate: tls: private key does not match public key") {
+		t.Fatalf("GetClientCertificate on a mismatched pair: %v", err)
+	}
 }
