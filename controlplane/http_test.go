@@ -3,8 +3,11 @@ package controlplane_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -14,6 +17,8 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/controlplane"
+	"github.com/iop-dev/iop/internal/testpki"
+	"github.com/iop-dev/iop/wire"
 )
 
 // apiCall is one operator request and its answer.
@@ -501,6 +506,17 @@ func TestHubReload(t *testing.T) {
 	if err := h.hub.Reload(cfg([]string{"e/1"})); err == nil {
 		t.Fatal("an invalid configuration was taken")
 	}
+	// Who may connect is fixed at New: a reload that would change it is
+	// refused, never taken in part (e2 would have gone).
+	mtls := cfg([]string{"e1"}, alice)
+	mtls.OperatorMTLS = true
+	tlsOn := cfg([]string{"e1"}, alice)
+	tlsOn.TLS = &tls.Config{Certificates: []tls.Certificate{testpki.NewCA(t, "hub").Issue(t, testpki.Leaf{})}}
+	for _, c := range []controlplane.Config{mtls, tlsOn} {
+		if err := h.hub.Reload(c); !errors.Is(err, controlplane.ErrFixedAtNew) {
+			t.Fatalf("a reload changing who may connect: %v, want ErrFixedAtNew", err)
+		}
+	}
 	if b, _ := h.hub.Edge("e2"); !b.Connected {
 		t.Fatal("a refused reload changed the hub")
 	}
@@ -528,5 +544,43 @@ func TestHubReload(t *testing.T) {
 	call.header = bearer(operatorToken)
 	if a := do(t, c, h.url, call); a.status != 200 || strings.Contains(a.body, `"e2"`) {
 		t.Fatalf("alice after the reload: %d %s", a.status, a.body)
+	}
+}
+
+// TestHubReloadRotatesTLS: a reload with a renewed certificate (here, of
+// another CA) serves it to the next Edge connections, with no restart.
+func TestHubReloadRotatesTLS(t *testing.T) {
+	oldCA, newCA := testpki.NewCA(t, "old"), testpki.NewCA(t, "new")
+	cfg := func(ca *testpki.CA) controlplane.Config {
+		return controlplane.Config{
+			Edges:     []controlplane.EdgeRecord{{ID: "e1", TokenHash: controlplane.HashToken(edgeToken("e1"))}},
+			Operators: []controlplane.Operator{{Name: "alice", TokenHash: controlplane.HashToken(operatorToken)}},
+			TLS:       &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testpki.Leaf{})}},
+		}
+	}
+	hub, err := controlplane.New(cfg(oldCA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	done := make(chan error, 1)
+	go func() { done <- hub.ServeEdges(ln) }()
+	defer func() { hub.Close(); <-done }()
+	trusts := func(ca *testpki.CA) bool {
+		c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1", NextProtos: []string{wire.ALPN}})
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	}
+	if !trusts(oldCA) || trusts(newCA) {
+		t.Fatal("at start: not the configured certificate")
+	}
+	if err := hub.Reload(cfg(newCA)); err != nil {
+		t.Fatal(err)
+	}
+	if !trusts(newCA) || trusts(oldCA) {
+		t.Fatal("after the reload: not the renewed certificate")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -149,6 +150,10 @@ func (c *Config) Validate() error {
 // ErrClosed is returned by ServeEdges after Close.
 var ErrClosed = errors.New("controlplane: hub closed")
 
+// ErrFixedAtNew is returned by Reload for a configuration that changes
+// who may connect (see Reload): that takes a restart.
+var ErrFixedAtNew = errors.New("controlplane: reload cannot change a setting fixed at New")
+
 // ErrUnknownEdge: no Edge with that id is known to the Hub.
 var ErrUnknownEdge = errors.New("controlplane: unknown edge")
 
@@ -163,6 +168,7 @@ var ErrEdgeOffline = errors.New("controlplane: edge not connected")
 // configuration or registry state as a source of truth.
 type Hub struct {
 	cfg    Config
+	tls    atomic.Pointer[tls.Config] // cfg.TLS, then each Reload's
 	log    hclog.Logger
 	epoch  uint32
 	ctx    context.Context
@@ -214,6 +220,7 @@ func New(cfg Config) (*Hub, error) {
 		listeners: map[net.Listener]struct{}{},
 		sessions:  map[*wire.Session]struct{}{},
 	}
+	h.tls.Store(cfg.TLS)
 	h.ops = newOperators(cfg.Operators, cfg.OperatorMTLS)
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	for _, e := range cfg.Edges {
@@ -299,7 +306,7 @@ type edgeConn struct {
 
 func (h *Hub) serveConn(nc net.Conn) {
 	ctx, cancel := context.WithTimeout(h.ctx, cmp.Or(h.cfg.HelloTimeout, DefaultHelloTimeout))
-	sess, err := wire.Accept(ctx, nc, h.cfg.TLS, h.cfg.Wire)
+	sess, err := wire.Accept(ctx, nc, h.tls.Load(), h.cfg.Wire)
 	release := func() {
 		h.mu.Lock()
 		h.pending--
@@ -588,15 +595,33 @@ func (c *edgeConn) askStatus() {
 	}
 }
 
-// Reload takes new Edges and Operators from cfg (the other fields are
-// fixed at New). An Edge no longer configured is disconnected and leaves
-// the view (unless AllowUnknownEdges still admits it by certificate); an
-// Edge whose token changed is disconnected so that it says hello again
-// with the new one; an operator removed, or whose token changed, loses
-// every session it had. An invalid cfg changes nothing.
+// Reload takes new Edges and Operators from cfg, and its TLS for Edge
+// connections accepted later (a renewed certificate, another client CA
+// pool). An Edge no longer configured is disconnected and leaves the view
+// (unless AllowUnknownEdges still admits it by certificate); an Edge whose
+// token changed is disconnected so that it says hello again with the new
+// one; an operator removed, or whose token changed, loses every session it
+// had. Who may connect is fixed at New: a cfg that changes TrustDomain,
+// AllowUnknownEdges or OperatorMTLS, or turns TLS on or off, is refused
+// (ErrFixedAtNew) rather than half applied. The limits, Wire and Logger
+// are fixed at New too and taken as they were. An invalid or refused cfg
+// changes nothing.
 func (h *Hub) Reload(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	for _, c := range []struct {
+		name string
+		same bool
+	}{
+		{"TrustDomain", cfg.TrustDomain == h.cfg.TrustDomain},
+		{"AllowUnknownEdges", cfg.AllowUnknownEdges == h.cfg.AllowUnknownEdges},
+		{"OperatorMTLS", cfg.OperatorMTLS == h.cfg.OperatorMTLS},
+		{"TLS (on or off)", (cfg.TLS == nil) == (h.cfg.TLS == nil)},
+	} {
+		if !c.same {
+			return fmt.Errorf("%w: %s; restart the Hub", ErrFixedAtNew, c.name)
+		}
 	}
 	next := make(map[string]EdgeRecord, len(cfg.Edges))
 	for _, e := range cfg.Edges {
@@ -631,6 +656,7 @@ func (h *Hub) Reload(cfg Config) error {
 		}
 	}
 	h.records = next
+	h.tls.Store(cfg.TLS)
 	h.mu.Unlock()
 	h.ops.setList(cfg.Operators)
 	for _, c := range drop {

@@ -33,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -177,8 +178,13 @@ func serve(ctx context.Context, path string, log hclog.Logger, ready func(edges,
 		return err
 	}
 	scheme := "http"
+	var currentTLS atomic.Pointer[tls.Config] // http.tls, renewed by a reload
 	if httpTLS != nil {
-		httpLn, scheme = tls.NewListener(httpLn, httpTLS), "https"
+		currentTLS.Store(httpTLS)
+		// Each handshake takes the configuration of the moment.
+		httpLn, scheme = tls.NewListener(httpLn, &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return currentTLS.Load(), nil
+		}}), "https"
 	}
 	hs := &http.Server{Handler: hub.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
@@ -202,16 +208,7 @@ wait:
 		case runErr = <-errc:
 			break wait
 		case <-hup:
-			// Edges and operators come from hub.yaml again; the rest
-			// needs a restart.
-			nf, err := config.LoadHub(path)
-			if err == nil {
-				var nc controlplane.Config
-				if nc, err = nf.Config(); err == nil {
-					err = hub.Reload(nc)
-				}
-			}
-			if err != nil {
+			if err := reload(hub, path, f, &currentTLS, log); err != nil {
 				log.Error("reload refused; the running configuration stays", "error", err)
 			}
 		}
@@ -222,6 +219,39 @@ wait:
 	hub.Close()
 	if runErr != nil && !errors.Is(runErr, controlplane.ErrClosed) && !errors.Is(runErr, http.ErrServerClosed) {
 		return runErr
+	}
+	return nil
+}
+
+// reload re-reads hub.yaml: Edges, operators, and the certificates of
+// edge_tls and http.tls take effect (for connections accepted later); what
+// the Hub reads only at start (started's listen addresses and limits) is
+// logged as waiting for a restart; a change of who may connect, or of
+// whether http.tls is on, refuses the whole reload.
+func reload(hub *controlplane.Hub, path string, started *config.HubFile, httpTLS *atomic.Pointer[tls.Config], log hclog.Logger) error {
+	nf, err := config.LoadHub(path)
+	if err != nil {
+		return err
+	}
+	nc, err := nf.Config()
+	if err != nil {
+		return err
+	}
+	nextTLS, err := nf.HTTPTLS()
+	if err != nil {
+		return err
+	}
+	if (nextTLS == nil) != (httpTLS.Load() == nil) {
+		return errors.New("http.tls cannot be turned on or off on reload; restart the Hub")
+	}
+	if err := hub.Reload(nc); err != nil {
+		return err
+	}
+	if nextTLS != nil {
+		httpTLS.Store(nextTLS)
+	}
+	if changed := started.StartOnly(nf); len(changed) > 0 {
+		log.Warn("hub.yaml changes that take effect only at restart; the running values stay", "settings", strings.Join(changed, ", "))
 	}
 	return nil
 }

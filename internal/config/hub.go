@@ -150,6 +150,24 @@ func (f *HubFile) Config() (controlplane.Config, error) {
 
 // HTTPTLS returns the operator server's HTTPS configuration, or nil for
 // plain HTTP (keep that on loopback).
+// StartOnly lists the settings of next that differ from f's among those
+// a running Hub reads only when it starts (the listen addresses and the
+// limits): a reload keeps the running ones, so an operator must be told
+// that these wait for a restart.
+func (f *HubFile) StartOnly(next *HubFile) []string {
+	var changed []string
+	if f.EdgesListen != next.EdgesListen {
+		changed = append(changed, "edges_listen")
+	}
+	if f.HTTP.Listen != next.HTTP.Listen {
+		changed = append(changed, "http.listen")
+	}
+	if f.Limits != next.Limits {
+		changed = append(changed, "limits")
+	}
+	return changed
+}
+
 func (f *HubFile) HTTPTLS() (*tls.Config, error) {
 	if f.HTTP.TLS == nil {
 		return nil, nil
