@@ -345,6 +345,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		`iop_edge_requests_total{api="messages",outcome="ok",route="via-anthropic"} 1`,
 		`iop_edge_tokens_total{direction="input",key="alice"} 21`,
 		`iop_edge_node_connected{node="box"} 1`,
+		`iop_edge_node_draining{node="box"} 0`,
 		`iop_edge_in_flight{node="box",provider="local"} 0`,
 		`iop_edge_queue_depth 0`,
 		`iop_edge_key_requests_total{key="alice"} 3`,

@@ -21,6 +21,7 @@ import (
 	"github.com/iop-dev/iop/internal/httpauth"
 	"github.com/iop-dev/iop/internal/httpmux"
 	"github.com/iop-dev/iop/internal/llmapi"
+	"github.com/iop-dev/iop/wire"
 )
 
 // api is a client API the Edge serves.
@@ -684,16 +685,48 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 		// are online: waiting for one would not help.
 		return nil, http.StatusBadRequest, err
 	}
-	lease, err := s.pool.Acquire(ctx, pool.Request{
-		Candidates:  cands,
-		Weighted:    req.route.Strategy == Weighted,
-		Priority:    req.key.Priority,
-		LongContext: EstimateTokens(req.body) >= req.snap.longContext,
-		Timeout:     req.snap.queueTimeout,
-	})
-	if err != nil {
-		return nil, 0, err
+	queueEnd := time.Now().Add(req.snap.queueTimeout)
+	for attempt := 1; ; attempt++ {
+		lease, err := s.pool.Acquire(ctx, pool.Request{
+			Candidates:  cands,
+			Weighted:    req.route.Strategy == Weighted,
+			Priority:    req.key.Priority,
+			LongContext: EstimateTokens(req.body) >= req.snap.longContext,
+			// The queue timeout bounds the whole wait, retries included.
+			Timeout: max(time.Until(queueEnd), time.Millisecond),
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		x, status, err := s.open(ctx, req, lease)
+		if notStarted(err) && attempt < maxAdmissions {
+			// The Node is shutting down: its GOAWAY came between the
+			// lease and the stream, which never ran there, so the
+			// request is admitted again (the registry no longer offers
+			// that Node).
+			continue
+		}
+		return x, status, err
 	}
+}
+
+// maxAdmissions bounds how often one request is admitted: a lease whose
+// Node refuses the stream before it runs (its GOAWAY) sends the request
+// back to admission, at most this many times in all.
+const maxAdmissions = 3
+
+// notStarted reports whether err says that a dispatch never reached its
+// Node: the stream was not opened (the Node's GOAWAY had come) or the
+// Node refused it unopened. Only such a request may be admitted again.
+func notStarted(err error) bool {
+	var te *nodes.TunnelError
+	return errors.Is(err, wire.ErrGoAway) || errors.As(err, &te) && te.Code == nodes.TunnelNotStarted
+}
+
+// open starts the tunnel or the run of an admitted request on its lease's
+// Node and generation. On an error the lease is released.
+func (s *Server) open(ctx context.Context, req *request, lease *pool.Lease) (*exchange, int, error) {
+	var err error
 	t := *lease.Target.(*Target)
 	pi := req.snap.providers[t.ProviderID]
 	x := &exchange{lease: lease, target: t}
@@ -744,6 +777,14 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			Header: header, Body: bytes.NewReader(body), Slot: req.rid, Target: t.Model, Grant: g,
 		})
 		if err != nil {
+			lease.Release()
+			return nil, http.StatusServiceUnavailable, err
+		}
+		// The head is awaited here rather than by the relay (which reads
+		// it again from the tunnel, at no cost): a Node that refused the
+		// stream unopened sends the request back to admission.
+		if _, _, err := tn.Response(ctx); notStarted(err) {
+			tn.Close()
 			lease.Release()
 			return nil, http.StatusServiceUnavailable, err
 		}

@@ -70,6 +70,14 @@
 // disconnects cancels the upstream call; a silent stream gets a
 // keep-alive comment every 15 s; silence is never a terminal.
 //
+// A Node that shuts down gracefully (node.Runtime.Shutdown; the node
+// daemon on SIGTERM) sends GOAWAY: from then on nothing new is admitted to
+// it (it reports draining, as an operator's drain does) and queued
+// requests go to the route's other providers at once, while the work it
+// has runs to its end. A request whose stream the Node refused unopened
+// (its GOAWAY crossed the dispatch) never reached it and is admitted
+// again, at most three times within its queue timeout.
+//
 // Operators see requests through Prometheus metrics (Config.Metrics, on
 // /metrics; bounded labels), /healthz and /readyz, and, with
 // Config.AccessLog, one log line per request as it ends (request ids,
@@ -93,7 +101,7 @@
 //
 // The Edge is the source of truth for its Nodes and their providers. It
 // must never replay a request or move it to another provider once
-// dispatched, never let a lease be released twice or not at all, never let
+// dispatched (a stream the Node refused unopened was not), never let a lease be released twice or not at all, never let
 // work bound to an ended connection generation complete, and never log a
 // key, a prompt or model output.
 package edge

@@ -134,11 +134,12 @@ var (
 	descProvQueued = prometheus.NewDesc("iop_edge_provider_queued", "Queued requests that could run on a provider.", []string{"node", "provider"}, nil)
 	descConnected  = prometheus.NewDesc("iop_edge_node_connected", "1 when the node is dispatch-ready.", []string{"node"}, nil)
 	descGeneration = prometheus.NewDesc("iop_edge_node_generation", "The node's current connection generation (0 when none).", []string{"node"}, nil)
+	descDraining   = prometheus.NewDesc("iop_edge_node_draining", "1 when nothing new is admitted to the node: an operator drains it, or it is shutting down and finishing its work.", []string{"node"}, nil)
 	descKeyReqs    = prometheus.NewDesc("iop_edge_key_requests_total", "Requests admitted per API key.", []string{"key"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descProvQueued, descConnected, descGeneration, descKeyReqs} {
+	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descProvQueued, descConnected, descGeneration, descDraining, descKeyReqs} {
 		ch <- d
 	}
 }
@@ -152,6 +153,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, conn, n.ID)
 		ch <- prometheus.MustNewConstMetric(descGeneration, prometheus.GaugeValue, float64(n.Generation), n.ID)
+		draining := 0.0
+		if n.Draining {
+			draining = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, draining, n.ID)
 		for _, p := range n.Providers {
 			ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(p.InFlight), n.ID, p.ID)
 			ch <- prometheus.MustNewConstMetric(descProvQueued, prometheus.GaugeValue, float64(p.Queued), n.ID, p.ID)

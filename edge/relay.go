@@ -358,7 +358,7 @@ func (s *Server) tunnelRefused(ctx context.Context, w http.ResponseWriter, req *
 		return
 	case nodes.TunnelDeadline:
 		fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
-	case nodes.TunnelUpstreamUnreachable, nodes.TunnelTransport, nodes.TunnelStaleGeneration, nodes.TunnelAtCapacity:
+	case nodes.TunnelUpstreamUnreachable, nodes.TunnelTransport, nodes.TunnelStaleGeneration, nodes.TunnelAtCapacity, nodes.TunnelNotStarted:
 		fail(w, req.api, http.StatusServiceUnavailable, "overloaded", "The model provider is unavailable.", nil)
 	default:
 		fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider could not serve the request.", nil)

@@ -20,6 +20,11 @@
 // reconnects with gRPC's backoff (1 s, x1.6, jitter 0.2, at most 120 s),
 // reset after each ready handshake.
 //
+// Shutdown stops a Runtime gracefully, for a restart or an upgrade: the
+// Edge is told (GOAWAY) to admit nothing new to this Node and sends its
+// queue elsewhere, while the runs and tunnels in flight finish within the
+// caller's grace. Cancelling Run's context instead cuts them off.
+//
 // A Node must never accept inbound connections, never host anything the
 // Edge asks for outside its allow-list, and never send a local credential
 // to the Edge or log one.

@@ -24,8 +24,16 @@ type Runtime struct {
 	log   hclog.Logger
 	allow map[string]Hosted
 
-	mu     sync.Mutex
-	status Status
+	// stop ends with Shutdown: a registration under way and the backoff
+	// wait end with it, a serving connection drains first.
+	stop    context.Context
+	stopNow context.CancelFunc
+
+	mu       sync.Mutex
+	status   Status
+	stopping bool          // Shutdown was called
+	cur      *session      // the serving connection, nil between them
+	runDone  chan struct{} // closed when Run returns; nil before Run
 }
 
 // State is where a Runtime is in its connection cycle.
@@ -37,6 +45,7 @@ const (
 	StateConnecting  State = "connecting"
 	StateRegistering State = "registering"
 	StateReady       State = "ready"
+	StateDraining    State = "draining" // Shutdown: no new work, the work in flight finishing
 	StateBackoff     State = "backoff"
 	StateStopped     State = "stopped"
 )
@@ -73,6 +82,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	rt := &Runtime{cfg: cfg, log: cfg.Logger, allow: make(map[string]Hosted)}
+	rt.stop, rt.stopNow = context.WithCancel(context.Background())
 	if rt.log == nil {
 		rt.log = hclog.NewNullLogger()
 	}
@@ -96,19 +106,35 @@ func (rt *Runtime) setStatus(f func(*Status)) {
 	rt.mu.Unlock()
 }
 
+// ErrShutdown is returned by Run after Shutdown.
+var ErrShutdown = errors.New("node: runtime shut down")
+
 // Run connects and stays connected until ctx ends, reconnecting with
-// backoff; the backoff resets after each ready handshake. It returns
-// ctx's error, once every run and tunnel it started has ended and the
-// idle upstream connections of its providers (those implementing
-// execution.IdleCloser) are closed. Run must not be called twice at once.
+// backoff; the backoff resets after each ready handshake. When ctx ends,
+// the work in flight is cancelled (Shutdown lets it finish instead). It
+// returns ctx's error, or ErrShutdown after Shutdown, once every run and
+// tunnel it started has ended and the idle upstream connections of its
+// providers (those implementing execution.IdleCloser) are closed. Run
+// must not be called twice at once.
 func (rt *Runtime) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	rt.mu.Lock()
+	rt.runDone = done
+	rt.mu.Unlock()
+	defer close(done)
 	bo := backoff.New(backoff.Config(rt.cfg.Backoff))
 	defer rt.setStatus(func(s *Status) { s.State = StateStopped; s.Generation = 0 })
 	defer rt.closeIdle()
 	for {
+		if rt.stop.Err() != nil {
+			return ErrShutdown
+		}
 		ready, err := rt.connectOnce(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if rt.stop.Err() != nil {
+			return ErrShutdown
 		}
 		if ready {
 			bo.Reset()
@@ -127,8 +153,52 @@ func (rt *Runtime) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
+		case <-rt.stop.Done():
+			t.Stop()
+			return ErrShutdown
 		}
 	}
+}
+
+// Shutdown stops the Runtime gracefully. Its connection tells the Edge
+// (GOAWAY) that it takes no new work, so the Edge admits nothing more to
+// this Node and sends what it queued to other candidates; the runs and
+// tunnels in flight finish, until ctx ends, when what is left is
+// cancelled. Then the connection closes. A connection still registering
+// or a backoff wait ends at once. Shutdown returns when Run has returned
+// (ErrShutdown), or ctx's error when ctx ended first; a Runtime shut down
+// does not connect again.
+func (rt *Runtime) Shutdown(ctx context.Context) error {
+	rt.mu.Lock()
+	rt.stopping = true
+	s, done := rt.cur, rt.runDone
+	rt.mu.Unlock()
+	rt.stopNow()
+	var err error
+	if s != nil {
+		err = s.drain(ctx)
+	}
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			// Run ends soon after: its connection is closed.
+			err = ctx.Err()
+		}
+	}
+	return err
+}
+
+// serving makes s the connection Shutdown drains; false when Shutdown
+// has already been called (s must then close instead of serving).
+func (rt *Runtime) serving(s *session) bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if s != nil && rt.stopping {
+		return false
+	}
+	rt.cur = s
+	return true
 }
 
 // closeIdle closes the providers' idle upstream connections.

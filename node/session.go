@@ -41,6 +41,8 @@ func (rt *Runtime) connectOnce(ctx context.Context) (bool, error) {
 	rt.setStatus(func(s *Status) { s.State = StateConnecting })
 	dctx, cancel := context.WithTimeout(ctx, rt.registerTimeout())
 	defer cancel()
+	stopRegistering := context.AfterFunc(rt.stop, cancel) // Shutdown ends a registration at once
+	defer stopRegistering()
 	sess, err := wire.Dial(dctx, "tcp", rt.cfg.EdgeAddr, rt.tlsConfig(), rt.cfg.Wire)
 	if err != nil {
 		return false, err
@@ -52,9 +54,40 @@ func (rt *Runtime) connectOnce(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	cancel()
+	if !rt.serving(s) {
+		return true, ErrShutdown // Shutdown came during the handshake
+	}
+	defer rt.serving(nil)
 	err = s.serve(ctx)
 	return true, err
 }
+
+// drain ends the connection gracefully for Shutdown: GOAWAY, so the Edge
+// opens no new stream, then the streams in flight run to their end (the
+// control stream stays open for the connection's life) until ctx ends;
+// then the connection closes, cancelling what is left.
+func (s *session) drain(ctx context.Context) error {
+	s.rt.setStatus(func(st *Status) { st.State = StateDraining })
+	s.rt.log.Info("shutting down: no new work; waiting for the work in flight", "generation", s.gen, "streams", s.sess.Stats().StreamsOpen-1)
+	s.sess.GoAway("node shutting down")
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	var err error
+	for err == nil && s.sess.Err() == nil && s.sess.Stats().StreamsOpen > 1 {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+			s.rt.log.Warn("shutdown grace ended; cancelling the work in flight", "streams", s.sess.Stats().StreamsOpen-1)
+		case <-s.sess.Done():
+		case <-t.C:
+		}
+	}
+	s.sess.Close()
+	return err
+}
+
+// drainPoll is how often a drain looks at the streams still open.
+const drainPoll = 10 * time.Millisecond
 
 // register runs registration and the ready handshake.
 func (rt *Runtime) register(ctx context.Context, sess *wire.Session) (*session, error) {

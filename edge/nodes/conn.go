@@ -35,6 +35,9 @@ type conn struct {
 	providers map[string]providerReport
 	refused   map[string]iopv1.RefusalReason
 	inflight  map[string]int
+	// goingAway: the Node sent GOAWAY (it is shutting down): nothing new
+	// is admitted to it; the work it has runs to its end.
+	goingAway bool
 
 	// sent are the payloads sent on this connection that the Node has not
 	// acknowledged yet, oldest first (at most maxUnacked); appliedCfg is
@@ -519,6 +522,15 @@ func (c *conn) push(cfg *iopv1.NodeConfig) {
 // connection with the session's close reason.
 func (c *conn) serve() {
 	r := c.r
+	var watch sync.WaitGroup
+	defer watch.Wait()
+	watch.Go(func() {
+		select {
+		case <-c.sess.RemoteGoAway():
+			r.goingAway(c)
+		case <-c.sess.Done():
+		}
+	})
 	for violation := ""; violation == ""; {
 		env, err := c.ctl.ReadMessage(context.Background())
 		if err != nil {
@@ -548,6 +560,38 @@ func (c *conn) serve() {
 	}
 	<-c.sess.Done()
 	r.drop(c, closeReason(c.sess.Err()))
+}
+
+// goneAway reports whether c's Node sent GOAWAY: from the moment the
+// session has it, not only once goingAway has run, so that a request sent
+// back to admission is not offered the same Node again. r.mu is held.
+func (c *conn) goneAway() bool {
+	if c.goingAway {
+		return true
+	}
+	select {
+	case <-c.sess.RemoteGoAway():
+		return true
+	default:
+		return false
+	}
+}
+
+// goingAway takes c out of admission after its Node's GOAWAY: the Node is
+// shutting down and accepts no new stream, but finishes what it has. The
+// change is published, so requests queued for it are re-evaluated at once
+// against the remaining candidates.
+func (r *Registry) goingAway(c *conn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ns := r.nodes[c.nodeID]
+	if ns == nil || ns.cur != c || c.goingAway {
+		return
+	}
+	before := ns.snapshot()
+	c.goingAway = true
+	r.log.Info("node shutting down: no new work for it", "node", c.nodeID, "generation", c.gen)
+	r.publishChangesLocked(ns, before)
 }
 
 // applyReport applies a config ack (full provider report) or a snapshot

@@ -490,7 +490,7 @@ func (r *Registry) Admission(nodeID, providerID string) (gen uint64, applied App
 		return 0, Applied{}, false
 	}
 	rep, ok := ns.cur.providers[providerID]
-	if !ok || rep.status != StatusAvailable || ns.draining || ns.disabled[providerID] {
+	if !ok || rep.status != StatusAvailable || ns.draining || ns.cur.goneAway() || ns.disabled[providerID] {
 		return 0, Applied{}, false
 	}
 	applied = rep.applied
@@ -691,7 +691,7 @@ func (ns *nodeState) snapshot() NodeSnapshot {
 	snap := NodeSnapshot{
 		ID:             ns.rec.ID,
 		LastDisconnect: ns.lastReason,
-		Draining:       ns.draining,
+		Draining:       ns.draining || (ns.cur != nil && ns.cur.ready && ns.cur.goingAway),
 	}
 	if ns.payload != nil {
 		snap.ConfigRevision = ns.payload.GetRevision()
@@ -722,7 +722,7 @@ func (ns *nodeState) snapshot() NodeSnapshot {
 				ps.Status, ps.Health = rep.status, rep.health
 				if ps.Status == StatusAvailable && ns.disabled[p.ID] {
 					ps.Status = StatusDisabled
-				} else if ps.Status == StatusAvailable && ns.draining {
+				} else if ps.Status == StatusAvailable && snap.Draining {
 					ps.Status = StatusDraining
 				}
 				ps.Capacity = p.Capacity

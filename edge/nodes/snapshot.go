@@ -48,8 +48,10 @@ type NodeSnapshot struct {
 	ConnectedAt time.Time
 	// LastDisconnect is the reason the last ready connection ended.
 	LastDisconnect string
-	// Draining: the Edge admits nothing new to this node (SetDraining);
-	// its available providers report StatusDraining.
+	// Draining: the Edge admits nothing new to this node, because an
+	// operator drains it (SetDraining) or because the Node is shutting
+	// down (it sent GOAWAY and finishes the work it has); its available
+	// providers report StatusDraining.
 	Draining bool
 	// Providers are the configured providers, in configuration order.
 	Providers []ProviderSnapshot

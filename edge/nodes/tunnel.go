@@ -60,6 +60,11 @@ const (
 	TunnelTransport
 	// TunnelAtCapacity: the Node's slots for the provider were all in use.
 	TunnelAtCapacity
+	// TunnelNotStarted: the Node refused the tunnel's stream before
+	// anything ran (it is shutting down and its GOAWAY crossed the
+	// stream, or it was at its stream limit). Nothing reached the
+	// upstream, so the request may be admitted again.
+	TunnelNotStarted
 )
 
 func (c TunnelCode) String() string {
@@ -82,6 +87,8 @@ func (c TunnelCode) String() string {
 		return "transport"
 	case TunnelAtCapacity:
 		return "at_capacity"
+	case TunnelNotStarted:
+		return "not_started"
 	}
 	return "unknown"
 }
@@ -134,6 +141,14 @@ type Tunnel struct {
 	headOK bool
 	ended  bool
 	err    error // terminal: nil for a clean end
+	// head is Response's answer once it has one (not an ended ctx).
+	head *tunnelHead
+}
+
+type tunnelHead struct {
+	status int
+	header http.Header
+	err    error
 }
 
 // OpenTunnel starts a tunnel on the node's connection of generation gen.
@@ -214,8 +229,27 @@ func inlineBody(r io.Reader) ([]byte, bool) {
 }
 
 // Response waits for the upstream's status and headers. A refusal or an
-// unreachable upstream comes back as a *TunnelError.
+// unreachable upstream comes back as a *TunnelError. Once it has an
+// answer, every later call returns the same one (ctx ending first is no
+// answer: a later call waits again).
 func (t *Tunnel) Response(ctx context.Context) (int, http.Header, error) {
+	t.mu.Lock()
+	h := t.head
+	t.mu.Unlock()
+	if h != nil {
+		return h.status, h.header, h.err
+	}
+	status, hdr, err := t.response(ctx)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return 0, nil, err
+	}
+	t.mu.Lock()
+	t.head = &tunnelHead{status, hdr, err}
+	t.mu.Unlock()
+	return status, hdr, err
+}
+
+func (t *Tunnel) response(ctx context.Context) (int, http.Header, error) {
 	env, err := t.st.ReadMessage(ctx)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -293,6 +327,9 @@ func transportErr(err error) *TunnelError {
 	var se *wire.StreamError
 	if errors.As(err, &se) && !se.Remote {
 		return &TunnelError{Code: TunnelCanceled, Message: "closed by the caller"}
+	}
+	if wire.IsRefused(err) {
+		return &TunnelError{Code: TunnelNotStarted, Message: "the node refused the stream before it ran: " + err.Error()}
 	}
 	return &TunnelError{Code: TunnelTransport, Message: "node connection ended: " + closeReason(err)}
 }

@@ -417,6 +417,44 @@ func TestEdgeRestarted(t *testing.T) {
 			tally.ByOutcome, took.Round(100*time.Millisecond))))
 }
 
+// TestNodeStopped: a Node daemon stopped with SIGTERM during 20 streams
+// drains: the Edge sends it nothing new (requests meanwhile go to the
+// other Node, none fails), the streams it holds finish, and it exits 0.
+func TestNodeStopped(t *testing.T) {
+	c := newCluster(t, chunks(50, 20*time.Millisecond))
+	c.startEdge()
+	c.startNode("n1", "")
+	c.startNode("n2", "")
+	waitUntil(t, "both nodes connected", func() bool { return c.connected("n1") && c.connected("n2") })
+	var held Tally
+	streams := c.load(20, "m1", true, &held) // m1: n1's provider only
+	waitUntil(t, "20 streams at the upstream", func() bool { return c.upstreamChats() >= 20 })
+	stopped := make(chan struct{})
+	go func() { c.procs["n1"].signal(syscall.SIGTERM); close(stopped) }()
+	waitUntil(t, "n1 draining", func() bool {
+		return c.metrics()[`iop_edge_node_draining{node="n1"}`] == 1
+	})
+	var during Tally
+	c.load(20, "m", false, &during).Wait()
+	streams.Wait()
+	<-stopped
+	checkTally(t, "streams held by the stopped node", &held)
+	checkTally(t, "requests during its drain", &during)
+	if held.ByOutcome[Complete] != 20 || during.ByOutcome[Complete] != 20 {
+		t.Fatalf("held %v, during %v: %v %v", held.ByOutcome, during.ByOutcome, held.Details, during.Details)
+	}
+	if code := c.procs["n1"].cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("n1 exited %d:\n%s", code, lastLines(c.procs["n1"].out.String(), 10))
+	}
+	waitUntil(t, "n1 gone from the edge", func() bool { return !c.connected("n1") })
+	leaked := c.settled()
+	var all Tally
+	all.Merge(&held)
+	all.Merge(&during)
+	record(t, RowOf("node stopped (SIGTERM) during 20 streams (daemons)", &all, leaked,
+		"the node drained: 20/20 streams it held finished; 20/20 requests during the drain served by the other node; exit 0"))
+}
+
 // TestEdgeReloaded: SIGHUP on the Edge daemon under load. A valid
 // edge.yaml takes effect for new requests (a key added) while the streams
 // in flight finish; a start-only change (api.listen) is logged as waiting
