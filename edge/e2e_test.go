@@ -48,6 +48,10 @@ type rig struct {
 	client   openai.Client
 	// stopNode stops the Node and returns when its Run has.
 	stopNode func()
+	// drainNode shuts the Node down gracefully (Runtime.Shutdown, the
+	// work in flight given grace) and starts a new Runtime in its place,
+	// as a restart of the node daemon does.
+	drainNode func(grace time.Duration)
 }
 
 type rigOpts struct {
@@ -117,11 +121,30 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.Serve(apiLn) })
 	wg.Go(func() { srv.ServeNodes(nodeLn) })
-	rt, _ := node.New(node.Config{EdgeAddr: nodeLn.Addr().String(), NodeID: "box", Token: nodeToken,
-		Providers: append([]node.Hosted{{Provider: oa}, {Provider: an}, {Provider: ro}, {Provider: co}}, o.hosted...), Backoff: node.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
+	nodeCfg := node.Config{EdgeAddr: nodeLn.Addr().String(), NodeID: "box", Token: nodeToken,
+		Providers: append([]node.Hosted{{Provider: oa}, {Provider: an}, {Provider: ro}, {Provider: co}}, o.hosted...), Backoff: node.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}}
 	ctx, cancel := context.WithCancel(context.Background())
-	nodeDone := make(chan struct{})
-	wg.Go(func() { rt.Run(ctx); close(nodeDone) })
+	// The Node's Runtime, replaced by drainNode.
+	var nodeMu sync.Mutex
+	var rt *node.Runtime
+	var nodeDone chan struct{}
+	startNode := func() {
+		next, err := node.New(nodeCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		nodeMu.Lock()
+		rt, nodeDone = next, done
+		nodeMu.Unlock()
+		wg.Go(func() { next.Run(ctx); close(done) })
+	}
+	current := func() (*node.Runtime, chan struct{}) {
+		nodeMu.Lock()
+		defer nodeMu.Unlock()
+		return rt, nodeDone
+	}
+	startNode()
 	t.Cleanup(func() {
 		cancel()
 		srv.Close()
@@ -134,7 +157,16 @@ func newRig(t testing.TB, o rigOpts) *rig {
 		time.Sleep(2 * time.Millisecond)
 	}
 	url := "http://" + apiLn.Addr().String()
-	return &rig{cfg: cfg, t: t, srv: srv, url: url, upstream: up, stopNode: func() { cancel(); <-nodeDone },
+	return &rig{cfg: cfg, t: t, srv: srv, url: url, upstream: up,
+		stopNode: func() { cancel(); _, done := current(); <-done },
+		drainNode: func(grace time.Duration) {
+			cur, done := current()
+			gctx, gcancel := context.WithTimeout(context.Background(), grace)
+			cur.Shutdown(gctx)
+			gcancel()
+			<-done
+			startNode()
+		},
 		client: openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey(apiKey), option.WithMaxRetries(0))}
 }
 

@@ -20,8 +20,9 @@ import (
 // Node and upstream on concurrent goroutines, each ending a random way
 // (success, provider error before or during the answer, client cancel,
 // hard deadline) on a raw tunnel, a translation or a normalized run of a
-// real command, while the Node is fenced and reconnects and the
-// configuration is reloaded. After everything ended, every lease was
+// real command, while the Node is fenced and reconnects, is shut down
+// gracefully (a short grace, so that some work finishes and some is cut)
+// and restarted, and the configuration is reloaded. After everything ended, every lease was
 // released exactly once, nothing is in flight or queued, and every
 // provider's capacity is the configured one.
 func TestPropertyTerminals(t *testing.T) {
@@ -49,13 +50,18 @@ func TestPropertyTerminals(t *testing.T) {
 	}}))
 	stop := make(chan struct{})
 	var chaos sync.WaitGroup
-	var fences, reloads atomic.Int64
+	var fences, drains, reloads atomic.Int64
 	chaos.Go(func() {
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
 			case <-time.After(60 * time.Millisecond):
+			}
+			if i%8 == 5 {
+				r.drainNode(time.Duration(i%3) * 15 * time.Millisecond)
+				drains.Add(1)
+				continue
 			}
 			if i%4 == 3 {
 				if gen, ok := r.srv.Registry().Current("box"); ok {
@@ -150,7 +156,7 @@ func TestPropertyTerminals(t *testing.T) {
 		t.Logf("%-40s %d", k, v.(*atomic.Int64).Load())
 		return true
 	})
-	t.Logf("fences %d, reloads %d, leases granted %d, double releases ignored %d", fences.Load(), reloads.Load(), st.Granted, st.DoubleRelease)
+	t.Logf("fences %d, graceful shutdowns %d, reloads %d, leases granted %d, double releases ignored %d", fences.Load(), drains.Load(), reloads.Load(), st.Granted, st.DoubleRelease)
 	for _, k := range []string{"stream completed", "200", "503", "502"} {
 		if _, ok := outcomes.Load(k); !ok {
 			t.Errorf("no request ended as %q; the run did not cover it", k)
