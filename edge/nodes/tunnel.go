@@ -141,14 +141,11 @@ type Tunnel struct {
 	headOK bool
 	ended  bool
 	err    error // terminal: nil for a clean end
-	// head is Response's answer once it has one (not an ended ctx).
-	head *tunnelHead
-}
-
-type tunnelHead struct {
-	status int
-	header http.Header
-	err    error
+	// Response's answer once it has one (not an ended ctx).
+	headDone   bool
+	headStatus int
+	headHeader http.Header
+	headErr    error
 }
 
 // OpenTunnel starts a tunnel on the node's connection of generation gen.
@@ -234,17 +231,17 @@ func inlineBody(r io.Reader) ([]byte, bool) {
 // answer: a later call waits again).
 func (t *Tunnel) Response(ctx context.Context) (int, http.Header, error) {
 	t.mu.Lock()
-	h := t.head
-	t.mu.Unlock()
-	if h != nil {
-		return h.status, h.header, h.err
+	if t.headDone {
+		defer t.mu.Unlock()
+		return t.headStatus, t.headHeader, t.headErr
 	}
+	t.mu.Unlock()
 	status, hdr, err := t.response(ctx)
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return 0, nil, err
 	}
 	t.mu.Lock()
-	t.head = &tunnelHead{status, hdr, err}
+	t.headDone, t.headStatus, t.headHeader, t.headErr = true, status, hdr, err
 	t.mu.Unlock()
 	return status, hdr, err
 }
