@@ -81,7 +81,10 @@
 // Operators see requests through Prometheus metrics (Config.Metrics, on
 // /metrics; bounded labels), /healthz and /readyz, and, with
 // Config.AccessLog, one log line per request as it ends (request ids,
-// model, key name, provider, node, status, timings, tokens).
+// model, key name, provider, node, status, timings, tokens). The metrics
+// also give when the listeners' certificates and each connected Node's
+// client certificate expire, to alert before one lapses (a renewed one is
+// taken by a reload, and by a Node at its next connection).
 //
 // Credentials a provider names (nodes.ProviderSpec.Credential) reach its
 // Node only as a credential lease per dispatch (package credentiallease),

@@ -294,8 +294,15 @@ func TestManagedIdentity(t *testing.T) {
 	}
 	// The CA really is what decides: the same setup with a good
 	// certificate registers.
-	rt := r.runNode([]tls.Certificate{nodeCert(t, r.ca, "n1", identity.Options{})}, nil, "")
+	good := nodeCert(t, r.ca, "n1", identity.Options{Validity: 30 * 24 * time.Hour})
+	rt := r.runNode([]tls.Certificate{good}, nil, "")
 	waitUntil(t, "the good certificate registers", func() bool { return rt.Status().State == node.StateReady })
+	// Its expiry is in view (a Node reads a renewed certificate at its
+	// next connection: an expiry coming close means nobody renewed it).
+	n, _ := r.srv.Registry().Node("n1")
+	if !n.CertificateExpiry.Equal(good.Leaf.NotAfter) {
+		t.Fatalf("the node's certificate expiry %v, want %v", n.CertificateExpiry, good.Leaf.NotAfter)
+	}
 }
 
 // TestNodeChecksEdgeIdentity: a Node with EdgeIdentity connects only to an

@@ -2,6 +2,8 @@ package edge
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"net"
 	"net/http"
 	"strconv"
@@ -134,18 +136,25 @@ var (
 	descProvQueued = prometheus.NewDesc("iop_edge_provider_queued", "Queued requests that could run on a provider.", []string{"node", "provider"}, nil)
 	descConnected  = prometheus.NewDesc("iop_edge_node_connected", "1 when the node is dispatch-ready.", []string{"node"}, nil)
 	descGeneration = prometheus.NewDesc("iop_edge_node_generation", "The node's current connection generation (0 when none).", []string{"node"}, nil)
+	descTLSExpiry  = prometheus.NewDesc("iop_edge_tls_certificate_expiry_timestamp_seconds", "When the certificate a listener serves expires (Unix seconds), by listener (api: Config.APITLS, nodes: Config.NodeTLS); absent for one chosen per handshake.", []string{"listener"}, nil)
+	descNodeCert   = prometheus.NewDesc("iop_edge_node_certificate_expiry_timestamp_seconds", "When the client certificate a connected node presented expires (Unix seconds).", []string{"node"}, nil)
 	descDraining   = prometheus.NewDesc("iop_edge_node_draining", "1 when nothing new is admitted to the node: an operator drains it, or it is shutting down and finishing its work.", []string{"node"}, nil)
 	descKeyReqs    = prometheus.NewDesc("iop_edge_key_requests_total", "Requests admitted per API key.", []string{"key"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descProvQueued, descConnected, descGeneration, descDraining, descKeyReqs} {
+	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descProvQueued, descConnected, descGeneration, descDraining, descTLSExpiry, descNodeCert, descKeyReqs} {
 		ch <- d
 	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(c.s.pool.Stats().Queued))
+	for listener, tc := range map[string]*tls.Config{"api": c.s.apiTLS.Load(), "nodes": c.s.nodeTLS.Load()} {
+		if end, ok := certExpiry(tc); ok {
+			ch <- prometheus.MustNewConstMetric(descTLSExpiry, prometheus.GaugeValue, float64(end.Unix()), listener)
+		}
+	}
 	for _, n := range c.s.Nodes() {
 		conn := 0.0
 		if n.Connected {
@@ -158,6 +167,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			draining = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, draining, n.ID)
+		if !n.CertificateExpiry.IsZero() {
+			ch <- prometheus.MustNewConstMetric(descNodeCert, prometheus.GaugeValue, float64(n.CertificateExpiry.Unix()), n.ID)
+		}
 		for _, p := range n.Providers {
 			ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(p.InFlight), n.ID, p.ID)
 			ch <- prometheus.MustNewConstMetric(descProvQueued, prometheus.GaugeValue, float64(p.Queued), n.ID, p.ID)
@@ -166,6 +178,22 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, u := range c.s.Usage() {
 		ch <- prometheus.MustNewConstMetric(descKeyReqs, prometheus.CounterValue, float64(u.Requests), u.Key)
 	}
+}
+
+// certExpiry is when the first certificate of tc expires; false when tc
+// has none in place (nil, or one chosen per handshake).
+func certExpiry(tc *tls.Config) (time.Time, bool) {
+	if tc == nil || len(tc.Certificates) == 0 || len(tc.Certificates[0].Certificate) == 0 {
+		return time.Time{}, false
+	}
+	leaf := tc.Certificates[0].Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(tc.Certificates[0].Certificate[0]); err != nil {
+			return time.Time{}, false
+		}
+	}
+	return leaf.NotAfter, true
 }
 
 // recorder wraps a ResponseWriter to see the status, the first streamed

@@ -6,6 +6,9 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/internal/testpki"
@@ -30,11 +33,17 @@ func served(addr string, ca *testpki.CA, protos ...string) (*tls.Certificate, er
 // refused and changes nothing.
 func TestReloadRotatesTLS(t *testing.T) {
 	oldCA, newCA := testpki.NewCA(t, "old"), testpki.NewCA(t, "new")
+	// Each certificate its own expiry, so the metrics tell them apart.
+	expiry := time.Now().Add(10 * time.Hour).Truncate(time.Second)
 	certs := func(ca *testpki.CA) (api, nodes *tls.Config) {
-		return &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testpki.Leaf{})}},
-			&tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testpki.Leaf{})}}
+		expiry = expiry.Add(time.Hour)
+		a := ca.Issue(t, testpki.Leaf{NotAfter: expiry})
+		expiry = expiry.Add(time.Hour)
+		return &tls.Config{Certificates: []tls.Certificate{a}},
+			&tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testpki.Leaf{NotAfter: expiry})}}
 	}
-	cfg := edge.Config{Epoch: 1, APIKeys: []edge.APIKey{{Name: "a", Hash: edge.HashKey(apiKey), Models: []string{"*"}}}}
+	reg := prometheus.NewRegistry()
+	cfg := edge.Config{Epoch: 1, Metrics: reg, APIKeys: []edge.APIKey{{Name: "a", Hash: edge.HashKey(apiKey), Models: []string{"*"}}}}
 	cfg.APITLS, cfg.NodeTLS = certs(oldCA)
 	srv, err := edge.New(cfg)
 	if err != nil {
@@ -48,8 +57,20 @@ func TestReloadRotatesTLS(t *testing.T) {
 	t.Cleanup(func() { srv.Close(); wg.Wait() })
 	api, nodeAddr := apiLn.Addr().String(), nodeLn.Addr().String()
 
+	next := cfg
+	next.APITLS, next.NodeTLS = certs(newCA)
 	check := func(when string, trusted, untrusted *testpki.CA) {
 		t.Helper()
+		// The metrics name the certificates served now.
+		want := map[string]*tls.Config{"api": cfg.APITLS, "nodes": cfg.NodeTLS}
+		if trusted == newCA {
+			want = map[string]*tls.Config{"api": next.APITLS, "nodes": next.NodeTLS}
+		}
+		for listener, tc := range want {
+			if got, end := listenerExpiry(t, reg, listener), tc.Certificates[0].Leaf.NotAfter.Unix(); got != end {
+				t.Errorf("%s: %s certificate expiry metric %d, want %d", when, listener, got, end)
+			}
+		}
 		if _, err := served(api, trusted, "http/1.1"); err != nil {
 			t.Errorf("%s: API handshake: %v", when, err)
 		}
@@ -64,9 +85,6 @@ func TestReloadRotatesTLS(t *testing.T) {
 		}
 	}
 	check("at start", oldCA, newCA)
-
-	next := cfg
-	next.APITLS, next.NodeTLS = certs(newCA)
 	if err := srv.Reload(next); err != nil {
 		t.Fatal(err)
 	}
@@ -112,4 +130,27 @@ func TestServeTLSWithoutConfig(t *testing.T) {
 	if _, err := edge.New(edge.Config{Epoch: 1, NodeTLS: &tls.Config{}}); err == nil {
 		t.Fatal("a NodeTLS without a certificate was accepted")
 	}
+}
+
+// listenerExpiry reads iop_edge_tls_certificate_expiry_timestamp_seconds
+// for a listener (-1 when absent).
+func listenerExpiry(t *testing.T, reg *prometheus.Registry, listener string) int64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "iop_edge_tls_certificate_expiry_timestamp_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "listener" && l.GetValue() == listener {
+					return int64(m.GetGauge().GetValue())
+				}
+			}
+		}
+	}
+	return -1
 }

@@ -28,13 +28,16 @@ type conn struct {
 	// registered on this connection (empty: it takes none).
 	leaseKey []byte
 
-	ready     bool
-	fenced    bool
-	revision  uint64
-	readyAt   time.Time
-	providers map[string]providerReport
-	refused   map[string]iopv1.RefusalReason
-	inflight  map[string]int
+	ready    bool
+	fenced   bool
+	revision uint64
+	readyAt  time.Time
+	// certExpiry is the NotAfter of the client certificate the Node
+	// presented (zero without one).
+	certExpiry time.Time
+	providers  map[string]providerReport
+	refused    map[string]iopv1.RefusalReason
+	inflight   map[string]int
 	// goingAway: the Node sent GOAWAY (it is shutting down): nothing new
 	// is admitted to it; the work it has runs to its end.
 	goingAway bool
@@ -218,6 +221,9 @@ func (r *Registry) register(ctx context.Context, sess *wire.Session) *conn {
 		return nil
 	}
 	c := &conn{r: r, sess: sess, ctl: st, nodeID: req.GetNodeId(), leaseKey: req.GetEncryptionPublicKey()}
+	if hello.TLS != nil && len(hello.TLS.PeerCertificates) > 0 {
+		c.certExpiry = hello.TLS.PeerCertificates[0].NotAfter
+	}
 	payload, rejection := r.admit(ctx, c)
 	if rejection != 0 {
 		r.reject(sess, st, rejection, rejectionNote(rejection))

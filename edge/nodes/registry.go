@@ -703,6 +703,7 @@ func (ns *nodeState) snapshot() NodeSnapshot {
 		snap.Generation = c.gen
 		snap.AppliedRevision = c.revision
 		snap.ConnectedAt = c.readyAt
+		snap.CertificateExpiry = c.certExpiry
 	}
 	for _, p := range ns.rec.Providers {
 		ps := ProviderSnapshot{

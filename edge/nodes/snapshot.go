@@ -46,6 +46,11 @@ type NodeSnapshot struct {
 	AppliedRevision uint64
 	// ConnectedAt is when the current connection became ready.
 	ConnectedAt time.Time
+	// CertificateExpiry is when the client certificate the current
+	// connection presented expires (zero without one): a Node reads a
+	// renewed certificate at its next connection, so an expiry coming
+	// close means nobody renewed it.
+	CertificateExpiry time.Time
 	// LastDisconnect is the reason the last ready connection ended.
 	LastDisconnect string
 	// Draining: the Edge admits nothing new to this node, because an
