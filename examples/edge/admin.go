@@ -136,8 +136,9 @@ func subcommand(args []string, out io.Writer) error {
 			return errors.New("-id is required")
 		}
 		certPath, keyPath := filepath.Join(*dir, *id+".crt"), filepath.Join(*dir, *id+".key")
-		if certPath == caCert || keyPath == caKey {
-			// Issuing to them would write over the CA's own key.
+		if strings.EqualFold(certPath, caCert) || strings.EqualFold(keyPath, caKey) {
+			// Issuing to them would write over the CA's own key (on a
+			// case-insensitive filesystem, "CA" names them too).
 			return fmt.Errorf("-id %q: its files would be the CA's (%s, %s); choose another id", *id, caCert, caKey)
 		}
 		opt := identity.Options{Validity: time.Duration(*days) * 24 * time.Hour, DNSNames: dns}
