@@ -225,7 +225,7 @@ func summarize(v EdgeView, withNodes bool) edgeSummary {
 // takes ("1", "0", "true", "false", ...) or none (true). Anything else (an
 // unknown or repeated parameter, another value) is refused with a 400
 // that names it: a mistyped flag must not silently read as false. The
-// handler reads its flags with flag.
+// handler reads its flags with queryFlag.
 func onlyFlags(next http.HandlerFunc, names ...string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q, err := url.ParseQuery(r.URL.RawQuery)
@@ -262,8 +262,8 @@ func parseFlag(v string) (bool, error) {
 	return strconv.ParseBool(v)
 }
 
-// flag reads a query flag onlyFlags has checked: false when absent.
-func flag(r *http.Request, name string) bool {
+// queryFlag reads a query flag onlyFlags has checked: false when absent.
+func queryFlag(r *http.Request, name string) bool {
 	vs, ok := r.URL.Query()[name]
 	if !ok {
 		return false
@@ -273,7 +273,7 @@ func flag(r *http.Request, name string) bool {
 }
 
 func (h *Hub) listEdges(w http.ResponseWriter, r *http.Request) {
-	withNodes := flag(r, "nodes")
+	withNodes := queryFlag(r, "nodes")
 	edges := h.Edges()
 	out := make([]edgeSummary, 0, len(edges))
 	for _, e := range edges {
@@ -286,7 +286,7 @@ func (h *Hub) getEdge(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var v EdgeView
 	var err error
-	if flag(r, "refresh") {
+	if queryFlag(r, "refresh") {
 		v, err = h.Refresh(r.Context(), id)
 	} else {
 		var ok bool
