@@ -100,7 +100,9 @@ type Config struct {
 	// for new requests and, through the lease policy, on the Nodes).
 	Credentials []Credential
 	// Leases signs credential leases. Required when a provider names a
-	// credential. Fixed at New: a reload that changes it is refused.
+	// credential. Its key is fixed at New (a reload that sets, removes or
+	// changes it is refused); its TTL follows a reload, for leases issued
+	// after it.
 	Leases *LeaseSigner
 	// Workspaces are the workspace refs requests may be admitted to, each
 	// on one Node (reloadable).

@@ -28,7 +28,8 @@ func (s *Server) grant(ctx context.Context, snap *snapshot, principal, route, sl
 		return nil, nil
 	}
 	cred, ok := snap.creds[pi.credential]
-	if !ok || cred.Revoked || s.issuer == nil {
+	issuer := s.issuer.Load()
+	if !ok || cred.Revoked || issuer == nil {
 		return nil, fmt.Errorf("%w: credential %q is revoked or unknown", ErrCredentialUnavailable, pi.credential)
 	}
 	key, ok := s.reg.LeaseKey(nodeID, gen)
@@ -42,7 +43,7 @@ func (s *Server) grant(ctx context.Context, snap *snapshot, principal, route, sl
 	}
 	b := []byte(secret)
 	defer clear(b)
-	env, err := s.issuer.Issue(credentiallease.Binding{
+	env, err := issuer.Issue(credentiallease.Binding{
 		Principal: principal, Route: route, Slot: slot, Profile: t.ProviderID, Target: t.Model,
 		NodeID: nodeID, NodeKeyID: credentiallease.KeyID(key), CredentialID: cred.ID,
 		CredentialRevision: cred.Revision, Generation: gen,

@@ -60,10 +60,10 @@ type Server struct {
 	reloadMu  sync.Mutex                    // one reload (Reload or config.refresh) at a time
 	links     map[uint64]context.CancelFunc // ConnectControlPlane calls, ended by Close
 	linkSeq   uint64
-	issuer    *credentiallease.Issuer    // nil without Config.Leases
-	managed   *Managed                   // Config.Managed at New
-	apiTLS    atomic.Pointer[tls.Config] // Config.APITLS as ServeTLS serves it; nil without
-	nodeTLS   atomic.Pointer[tls.Config] // Config.NodeTLS as the registry serves it (for metrics)
+	issuer    atomic.Pointer[credentiallease.Issuer] // nil without Config.Leases; a reload may change its TTL
+	managed   *Managed                               // Config.Managed at New
+	apiTLS    atomic.Pointer[tls.Config]             // Config.APITLS as ServeTLS serves it; nil without
+	nodeTLS   atomic.Pointer[tls.Config]             // Config.NodeTLS as the registry serves it (for metrics)
 }
 
 // snapshot is the immutable, reloadable part of the configuration. A
@@ -160,7 +160,8 @@ func New(cfg Config) (*Server, error) {
 	s.pool.AgingStep = cfg.AgingStep
 	s.source = cfg.ConfigSource
 	if l := cfg.Leases; l != nil {
-		s.issuer, _ = credentiallease.NewIssuer(l.KeyID, l.Key, l.TTL) // Validate checked it
+		is, _ := credentiallease.NewIssuer(l.KeyID, l.Key, l.TTL) // Validate checked it
+		s.issuer.Store(is)
 	}
 	if m := cfg.Managed; m != nil {
 		s.managed = &Managed{TrustDomain: m.TrustDomain}
@@ -213,8 +214,8 @@ func (s *Server) reloadLocked(cfg Config) error {
 	switch {
 	case (s.managed == nil) != (cfg.Managed == nil) || (s.managed != nil && s.managed.TrustDomain != cfg.Managed.TrustDomain):
 		return errors.New("edge: config: Managed cannot change on reload; restart the Edge")
-	case (s.issuer == nil) != (cfg.Leases == nil) || (s.issuer != nil && s.issuer.KeyID() != cfg.Leases.KeyID):
-		return errors.New("edge: config: Leases cannot change on reload; restart the Edge")
+	case (s.issuer.Load() == nil) != (cfg.Leases == nil) || (cfg.Leases != nil && s.issuer.Load().KeyID() != cfg.Leases.KeyID):
+		return errors.New("edge: config: the Leases signing key cannot change on reload; restart the Edge")
 	case (s.apiTLS.Load() == nil) != (cfg.APITLS == nil):
 		return errors.New("edge: config: APITLS cannot be turned on or off on reload; restart the Edge")
 	}
@@ -225,6 +226,11 @@ func (s *Server) reloadLocked(cfg Config) error {
 	s.nodeTLS.Store(cfg.NodeTLS)
 	if cfg.APITLS != nil {
 		s.apiTLS.Store(httpsConfig(cfg.APITLS))
+	}
+	if l := cfg.Leases; l != nil {
+		// Same key (checked above); the lease lifetime may change.
+		is, _ := credentiallease.NewIssuer(l.KeyID, l.Key, l.TTL) // Validate checked it
+		s.issuer.Store(is)
 	}
 	st, _ := nodes.NewStaticStore(withWorkspaces(cfg.Nodes, cfg.Workspaces))
 	s.snap.Store(newSnapshot(&cfg))
