@@ -1,38 +1,19 @@
 package edge_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/internal/syncbuf"
 )
 
-// lockedBuffer is a log sink the test reads while the Edge writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // accessLines returns the access log's lines in buf, decoded.
-func accessLines(t *testing.T, buf *lockedBuffer) []map[string]any {
+func accessLines(t *testing.T, buf *syncbuf.Buffer) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for line := range strings.Lines(buf.String()) {
@@ -55,7 +36,7 @@ func accessLines(t *testing.T, buf *lockedBuffer) []map[string]any {
 // provider, node, status, outcome, timings, tokens) and never the key,
 // the prompt or the answer. Off, the default, there is none; a reload turns it on and off.
 func TestAccessLog(t *testing.T) {
-	buf := &lockedBuffer{}
+	buf := &syncbuf.Buffer{}
 	r := newRig(t, rigOpts{
 		mutate: func(c *edge.Config) {
 			c.Logger = hclog.New(&hclog.LoggerOptions{Name: "edge", Level: hclog.Info, Output: buf, JSONFormat: true})

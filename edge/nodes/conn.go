@@ -230,6 +230,10 @@ func (r *Registry) register(ctx context.Context, sess *wire.Session) *conn {
 		return nil
 	}
 	r.hook("registered")
+	if left := time.Until(c.certExpiry); !c.certExpiry.IsZero() && left < CertificateWarning {
+		r.log.Warn("node certificate expires soon; renew it (the Node presents a renewed one at its next connection)",
+			"node", c.nodeID, "expires", c.certExpiry.UTC().Format(time.RFC3339), "left", left.Round(time.Minute))
+	}
 	resp := &iopv1.RegisterResponse{Accepted: true, Generation: c.gen, Config: payload}
 	if err := st.WriteMessage(nodewire.Msg(resp)); err != nil {
 		r.drop(c, "register write failed")

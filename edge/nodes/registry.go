@@ -165,6 +165,11 @@ func New(cfg Config) (*Registry, error) {
 	return r, nil
 }
 
+// CertificateWarning is how long before its client certificate expires a
+// Node's registration is logged as a warning (NodeSnapshot's
+// CertificateExpiry gives the time itself).
+const CertificateWarning = 14 * 24 * time.Hour
+
 // ErrTLSMode is returned by SetTLS for a configuration that would turn TLS
 // on or off: Nodes dial with one or the other, so the change needs a
 // restart that they reconnect to.

@@ -7,15 +7,18 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/execution/executiontest"
+	"github.com/iop-dev/iop/internal/syncbuf"
 	"github.com/iop-dev/iop/internal/testpki"
 	"github.com/iop-dev/iop/internal/testproxy"
 	"github.com/iop-dev/iop/node"
@@ -632,5 +635,42 @@ func TestCloseEndsWaitingRunAsCanceled(t *testing.T) {
 	}
 	if err := <-p.Ended(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the provider's run ended with %v, want it cancelled", err)
+	}
+}
+
+// TestNodeCertificateRenewal: over mutual TLS, the registry records when
+// the Node's client certificate expires and warns when that is near;
+// SetTLS serves a renewed server certificate to the next connection and
+// refuses to turn TLS off.
+func TestNodeCertificateRenewal(t *testing.T) {
+	ca := testpki.NewCA(t, "edge")
+	var logged syncbuf.Buffer
+	serverTLS := &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testpki.Leaf{})}, ClientCAs: ca.Pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 1))), TLS: serverTLS,
+		Logger: hclog.New(&hclog.LoggerOptions{Output: &logged, Level: hclog.Warn})})
+	soon := time.Now().Add(48 * time.Hour).Truncate(time.Second)
+	client := ca.Issue(t, testpki.Leaf{NotAfter: soon})
+	runNode(t, e.addr, "n1", host(executiontest.New("p1", "m1")), func(c *node.Config) {
+		c.TLS = &tls.Config{RootCAs: ca.Pool, ServerName: "localhost", Certificates: []tls.Certificate{client}}
+	})
+	waitReady(t, e, "n1", 0)
+	if n, _ := e.reg.Node("n1"); !n.CertificateExpiry.Equal(soon) {
+		t.Fatalf("certificate expiry %v, want %v", n.CertificateExpiry, soon)
+	}
+	if !strings.Contains(logged.String(), "node certificate expires soon") || !strings.Contains(logged.String(), "node=n1") {
+		t.Fatalf("no warning for a certificate 48 h from its end:\n%s", logged.String())
+	}
+
+	other := testpki.NewCA(t, "renewed")
+	if err := e.reg.SetTLS(&tls.Config{Certificates: []tls.Certificate{other.Issue(t, testpki.Leaf{})}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := tls.Dial("tcp", e.addr, &tls.Config{RootCAs: other.Pool, ServerName: "localhost", NextProtos: []string{"iop/1"}})
+	if err != nil {
+		t.Fatalf("the renewed certificate is not served: %v", err)
+	}
+	c.Close()
+	if err := e.reg.SetTLS(nil); !errors.Is(err, nodes.ErrTLSMode) {
+		t.Fatalf("SetTLS(nil) on a TLS registry: %v", err)
 	}
 }
