@@ -20,8 +20,9 @@ import (
 
 // TestStatusPageInBrowser loads the status page in a real headless
 // Chromium, signed in by a #token= link, and watches the page's title (which
-// summarizes every Node row) follow a Node online and then offline through
-// the live event stream. Without Chromium the test is skipped, unless
+// summarizes every Node row) follow a Node online, with the warning that its
+// client certificate ends in two days, and then offline through the live
+// event stream. Without Chromium the test is skipped, unless
 // IOP_REQUIRE_BROWSER=1 (as .ci/run sets) makes that a failure.
 func TestStatusPageInBrowser(t *testing.T) {
 	bin := findChromium()
@@ -32,12 +33,14 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Skip("no chromium on PATH (set IOP_REQUIRE_BROWSER=1 to fail instead)")
 	}
 	h := startHub(t, "", nil)
-	e1 := startEdge(t, "e1", h.addr, nil)
+	// Over mutual TLS, with the Node's certificate two days from its end.
+	e1 := startEdge(t, "e1", h.addr, nil, withNodeCertificate(48*time.Hour))
 	e1.startNode()
 	waitFor(t, "n-e1 online at the hub", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return n.Connected })
 
 	b := startBrowser(t, bin, h.url+"/#token="+url.QueryEscape(operatorToken))
-	waitTitle(t, b, "n-e1 online in the page", "e1/n-e1:online")
+	// The page warns of the certificate's end (the title carries it too).
+	waitTitle(t, b, "n-e1 online in the page, its certificate expiring", "e1/n-e1:online (certificate expiring)")
 	if title := b.title(); strings.Contains(title, operatorToken) {
 		t.Fatalf("the token shows in the title: %q", title)
 	}

@@ -65,6 +65,8 @@ func nodeToWire(n nodes.NodeSnapshot) *iopv1.EdgeNodeSnapshot {
 		ConnectedUnixMs: unixMs(n.ConnectedAt),
 		LastDisconnect:  nodewire.Note(n.LastDisconnect),
 		Draining:        n.Draining,
+		// The expiry, not the certificate: no identity detail leaves.
+		CertificateExpiryUnixMs: unixMs(n.CertificateExpiry),
 		Config: &iopv1.EdgeNodeConfigSummary{
 			Revision: n.ConfigRevision, AppliedRevision: n.AppliedRevision, ProviderCount: u32(len(n.Providers)),
 		},
@@ -144,14 +146,18 @@ func eventToWire(e nodes.Event) *iopv1.EdgeNodeEvent {
 type NodeView struct {
 	ID string `json:"id"`
 	// Connected is dispatch-readiness in the Edge's registry.
-	Connected       bool           `json:"connected"`
-	Draining        bool           `json:"draining"`
-	Generation      uint64         `json:"generation"`
-	ConfigRevision  uint64         `json:"config_revision"`
-	AppliedRevision uint64         `json:"applied_revision"`
-	ConnectedAt     *time.Time     `json:"connected_at,omitempty"`
-	LastDisconnect  string         `json:"last_disconnect,omitempty"`
-	Providers       []ProviderView `json:"providers"`
+	Connected       bool       `json:"connected"`
+	Draining        bool       `json:"draining"`
+	Generation      uint64     `json:"generation"`
+	ConfigRevision  uint64     `json:"config_revision"`
+	AppliedRevision uint64     `json:"applied_revision"`
+	ConnectedAt     *time.Time `json:"connected_at,omitempty"`
+	LastDisconnect  string     `json:"last_disconnect,omitempty"`
+	// CertificateExpiry is when the client certificate the Node presented
+	// expires (absent without one): the status page warns two weeks
+	// ahead.
+	CertificateExpiry *time.Time     `json:"certificate_expiry,omitempty"`
+	Providers         []ProviderView `json:"providers"`
 }
 
 // ProviderView is a provider as its Edge last reported it.
@@ -171,15 +177,16 @@ type ProviderView struct {
 
 func nodeFromWire(m *iopv1.EdgeNodeSnapshot) NodeView {
 	v := NodeView{
-		ID:              m.GetNodeId(),
-		Connected:       m.GetConnected(),
-		Draining:        m.GetDraining(),
-		Generation:      m.GetGeneration(),
-		ConfigRevision:  m.GetConfig().GetRevision(),
-		AppliedRevision: m.GetConfig().GetAppliedRevision(),
-		ConnectedAt:     fromUnixMs(m.GetConnectedUnixMs()),
-		LastDisconnect:  nodewire.Note(m.GetLastDisconnect()),
-		Providers:       []ProviderView{},
+		ID:                m.GetNodeId(),
+		Connected:         m.GetConnected(),
+		Draining:          m.GetDraining(),
+		Generation:        m.GetGeneration(),
+		ConfigRevision:    m.GetConfig().GetRevision(),
+		AppliedRevision:   m.GetConfig().GetAppliedRevision(),
+		ConnectedAt:       fromUnixMs(m.GetConnectedUnixMs()),
+		LastDisconnect:    nodewire.Note(m.GetLastDisconnect()),
+		CertificateExpiry: fromUnixMs(m.GetCertificateExpiryUnixMs()),
+		Providers:         []ProviderView{},
 	}
 	for _, p := range m.GetProviderSnapshots() {
 		v.Providers = append(v.Providers, providerFromWire(p))

@@ -2,6 +2,7 @@ package controlplane_test
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	oaadapter "github.com/iop-dev/iop/execution/adapters/openai"
 	"github.com/iop-dev/iop/execution/upstreamtest"
 	"github.com/iop-dev/iop/internal/backoff"
+	"github.com/iop-dev/iop/internal/testpki"
 	"github.com/iop-dev/iop/node"
 )
 
@@ -112,6 +114,7 @@ type edgeRig struct {
 	upstream *upstreamtest.Server
 	cfg      edge.Config
 	source   func() (edge.Config, error)
+	nodeTLS  *tls.Config // the Node's side of a mutual-TLS link; nil: plaintext
 
 	mu        sync.Mutex
 	stopNode  context.CancelFunc
@@ -122,7 +125,21 @@ type edgeRig struct {
 	linkDone  chan struct{}
 }
 
-func startEdge(t *testing.T, id, hubAddr string, reply func(*upstreamtest.Request) upstreamtest.Script) *edgeRig {
+// edgeOption changes an Edge rig before its Edge starts.
+type edgeOption func(*edgeRig)
+
+// withNodeCertificate links the Edge and its Node over mutual TLS, the
+// Node's client certificate expiring after left.
+func withNodeCertificate(left time.Duration) edgeOption {
+	return func(r *edgeRig) {
+		ca := testpki.NewCA(r.t, "edge CA")
+		r.cfg.NodeTLS = &tls.Config{Certificates: []tls.Certificate{ca.Issue(r.t, testpki.Leaf{})}, ClientCAs: ca.Pool, ClientAuth: tls.RequireAndVerifyClientCert}
+		r.nodeTLS = &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1",
+			Certificates: []tls.Certificate{ca.Issue(r.t, testpki.Leaf{NotAfter: time.Now().Add(left)})}}
+	}
+}
+
+func startEdge(t *testing.T, id, hubAddr string, reply func(*upstreamtest.Request) upstreamtest.Script, opts ...edgeOption) *edgeRig {
 	t.Helper()
 	up := upstreamtest.New(upstreamtest.Config{Models: []string{"up-model"}, Reply: reply})
 	up.Start()
@@ -138,6 +155,10 @@ func startEdge(t *testing.T, id, hubAddr string, reply func(*upstreamtest.Reques
 		QueueTimeout: 300 * time.Millisecond,
 	}
 	r := &edgeRig{t: t, id: id, upstream: up, cfg: cfg}
+	for _, o := range opts {
+		o(r)
+	}
+	cfg = r.cfg
 	cfg.ConfigSource = func() (edge.Config, error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -229,7 +250,7 @@ func (r *edgeRig) runNode() (*node.Runtime, context.CancelFunc, chan struct{}) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	rt, err := node.New(node.Config{EdgeAddr: r.nodeAddr, NodeID: "n-" + r.id, Token: nodeToken,
+	rt, err := node.New(node.Config{EdgeAddr: r.nodeAddr, NodeID: "n-" + r.id, Token: nodeToken, TLS: r.nodeTLS,
 		Providers: []node.Hosted{{Provider: p}}, Backoff: node.Backoff(fast)})
 	if err != nil {
 		r.t.Fatal(err)

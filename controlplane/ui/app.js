@@ -8,6 +8,10 @@ let renderTimer = null;
 
 const $ = (sel) => document.querySelector(sel);
 
+// certWarning is how long before a Node's client certificate expires the
+// page says so (as the Edge's log does).
+const certWarning = 14 * 24 * 3600 * 1000;
+
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -101,13 +105,20 @@ async function render() {
     for (const node of edge.nodes || []) {
       total++;
       const state = node.connected ? (node.draining ? "draining" : "online") : "offline";
+      // A client certificate two weeks or less from its end: nobody
+      // renewed it yet (a Node presents a renewed one when it reconnects).
+      const certEnding = node.certificate_expiry && Date.parse(node.certificate_expiry) - Date.now() < certWarning;
       if (node.connected) online++;
-      states.push(`${edge.id}/${node.id}:${state}`);
+      states.push(`${edge.id}/${node.id}:${state}` + (certEnding ? " (certificate expiring)" : ""));
       const provs = node.providers.length ? node.providers : [null];
       provs.forEach((p, i) => {
         const tr = el("tr", i === 0 ? { "data-node": `${edge.id}/${node.id}`, "data-state": state } : {});
-        tr.append(el("td", {}, i === 0 ? node.id : ""),
-          el("td", { class: i === 0 ? (node.connected ? "online" : "offline") : "" }, i === 0 ? state : ""));
+        const stateCell = el("td", { class: i === 0 ? (node.connected ? "online" : "offline") : "" }, i === 0 ? state : "");
+        if (i === 0 && certEnding) {
+          stateCell.append(el("div", { class: "error", "data-cert-expiry": node.certificate_expiry },
+            "certificate expires " + node.certificate_expiry.slice(0, 10)));
+        }
+        tr.append(el("td", {}, i === 0 ? node.id : ""), stateCell);
         if (p) {
           tr.append(el("td", {}, p.id), el("td", {}, p.adapter), el("td", {}, p.category),
             el("td", {}, p.status), el("td", {}, p.health), el("td", {}, p.capacity),

@@ -572,10 +572,14 @@ type EdgeNodeSnapshot struct {
 	ConnectedUnixMs   int64               `protobuf:"varint,6,opt,name=connected_unix_ms,json=connectedUnixMs,proto3" json:"connected_unix_ms,omitempty"`
 	// last_disconnect is why the last ready connection ended.
 	LastDisconnect string `protobuf:"bytes,7,opt,name=last_disconnect,json=lastDisconnect,proto3" json:"last_disconnect,omitempty"`
-	// draining: the Edge admits nothing new to this Node.
-	Draining      bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// draining: the Edge admits nothing new to this Node (an operator
+	// drains it, or it is shutting down and finishing its work).
+	Draining bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
+	// certificate_expiry_unix_ms is when the client certificate the Node
+	// presented on its current connection expires; 0 without one.
+	CertificateExpiryUnixMs int64 `protobuf:"varint,9,opt,name=certificate_expiry_unix_ms,json=certificateExpiryUnixMs,proto3" json:"certificate_expiry_unix_ms,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *EdgeNodeSnapshot) Reset() {
@@ -662,6 +666,13 @@ func (x *EdgeNodeSnapshot) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *EdgeNodeSnapshot) GetCertificateExpiryUnixMs() int64 {
+	if x != nil {
+		return x.CertificateExpiryUnixMs
+	}
+	return 0
 }
 
 // EdgeNodeConfigSummary is an observational summary of a Node's config
@@ -1168,7 +1179,7 @@ const file_iop_v1_control_proto_rawDesc = "" +
 	"routeCount\x12\x16\n" +
 	"\x06queued\x18\x05 \x01(\rR\x06queued\x12'\n" +
 	"\x0fconfig_revision\x18\x06 \x01(\x04R\x0econfigRevision\x12\x1b\n" +
-	"\tevent_seq\x18\a \x01(\x04R\beventSeq\"\xda\x02\n" +
+	"\tevent_seq\x18\a \x01(\x04R\beventSeq\"\x97\x03\n" +
 	"\x10EdgeNodeSnapshot\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1e\n" +
@@ -1179,7 +1190,8 @@ const file_iop_v1_control_proto_rawDesc = "" +
 	"\x12provider_snapshots\x18\x05 \x03(\v2\x18.iop.v1.ProviderSnapshotR\x11providerSnapshots\x12*\n" +
 	"\x11connected_unix_ms\x18\x06 \x01(\x03R\x0fconnectedUnixMs\x12'\n" +
 	"\x0flast_disconnect\x18\a \x01(\tR\x0elastDisconnect\x12\x1a\n" +
-	"\bdraining\x18\b \x01(\bR\bdraining\"\x85\x01\n" +
+	"\bdraining\x18\b \x01(\bR\bdraining\x12;\n" +
+	"\x1acertificate_expiry_unix_ms\x18\t \x01(\x03R\x17certificateExpiryUnixMs\"\x85\x01\n" +
 	"\x15EdgeNodeConfigSummary\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12)\n" +
 	"\x10applied_revision\x18\x02 \x01(\x04R\x0fappliedRevision\x12%\n" +
