@@ -322,7 +322,9 @@ func (s *Server) ServeNodes(ln net.Listener) error {
 func (s *Server) Registry() *nodes.Registry { return s.reg }
 
 // Shutdown stops accepting requests, lets in-flight ones finish until ctx
-// ends, then closes Node sessions gracefully.
+// ends, then closes Node sessions gracefully. Requests still running when
+// ctx ends get their API's error terminal (a stream's error event, or an
+// error status) before Shutdown returns, within a few seconds more.
 func (s *Server) Shutdown(ctx context.Context) error {
 	servers := s.stop()
 	var errs []error
@@ -332,9 +334,28 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	errs = append(errs, s.reg.Shutdown(ctx))
+	if ctx.Err() != nil {
+		// The grace ended with requests in flight. Their Node sessions are
+		// closed now, so each ends with its API's error terminal: the
+		// handlers get a moment to write it before the connections go
+		// (a process that exits after Shutdown would otherwise cut them
+		// off without one).
+		tctx, cancel := context.WithTimeout(context.Background(), terminalGrace)
+		for _, hs := range servers {
+			hs.Shutdown(tctx) // its listeners are closed already; only the wait matters
+		}
+		cancel()
+		for _, hs := range servers {
+			hs.Close()
+		}
+	}
 	s.finish()
 	return errors.Join(errs...)
 }
+
+// terminalGrace bounds how long Shutdown, past its own deadline, waits
+// for the requests it cut off to write their error terminals.
+const terminalGrace = 2 * time.Second
 
 // Close stops everything at once: requests in flight end with an error.
 func (s *Server) Close() error {

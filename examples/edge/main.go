@@ -6,7 +6,8 @@
 // CAs included; the listen addresses, state_dir and control_plane are read
 // at start only, and a reload that changes them logs that they wait for a
 // restart. SIGINT and SIGTERM shut down gracefully, letting requests in
-// flight finish for up to 30 s.
+// flight finish for up to -shutdown-grace (30 s); a second signal cuts
+// that short.
 //
 //	go run ./examples/edge -config examples/edge/edge.yaml
 //
@@ -127,7 +128,7 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 	}
 	log.Info("edge running", "api", fmt.Sprintf("%s://%s/v1", scheme, apiLn.Addr()), "nodes", nodeLn.Addr().String(), "epoch", epoch)
 
-	sigs := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	for {
@@ -144,6 +145,21 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 			}
 			log.Info("shutting down", "signal", sig.String(), "grace", grace)
 			ctx, cancel := context.WithTimeout(context.Background(), grace)
+			// A second SIGINT or SIGTERM cuts the grace short.
+			go func() {
+				for {
+					select {
+					case s := <-sigs:
+						if s != syscall.SIGHUP {
+							log.Warn("second signal: cancelling the requests in flight", "signal", s.String())
+							cancel()
+							return
+						}
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
 			err := srv.Shutdown(ctx)
 			cancel()
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {

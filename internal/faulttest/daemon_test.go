@@ -3,6 +3,7 @@
 package faulttest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -134,6 +135,8 @@ type cluster struct {
 	procs    map[string]*proc
 	client   *http.Client
 	nodeDial map[string]string // node id -> address it dials (the Edge or a proxy)
+	// edgeGrace is the Edge daemon's -shutdown-grace ("" means 20s).
+	edgeGrace string
 }
 
 func newCluster(t *testing.T, reply func(*upstreamtest.Request) upstreamtest.Script) *cluster {
@@ -178,7 +181,7 @@ routes:
 
 func (c *cluster) startEdge() {
 	c.t.Helper()
-	c.edge = startProc(c.t, c.edgeBin, c.env, "-config", filepath.Join(c.dir, "edge.yaml"), "-shutdown-grace", "20s")
+	c.edge = startProc(c.t, c.edgeBin, c.env, "-config", filepath.Join(c.dir, "edge.yaml"), "-shutdown-grace", cmp.Or(c.edgeGrace, "20s"))
 	waitUntil(c.t, "the edge API up", func() bool {
 		resp, err := http.Get("http://" + c.api + "/healthz")
 		if err != nil {
@@ -435,6 +438,32 @@ func TestNodeStopped(t *testing.T) {
 	all.Merge(&during)
 	record(t, RowOf("node stopped (SIGTERM) during 20 streams (daemons)", &all, leaked,
 		"the node drained: 20/20 streams it held finished; 20/20 requests during the drain served by the other node; exit 0"))
+}
+
+// TestEdgeGraceEnds: the Edge daemon stopped with SIGTERM while 10
+// streams run well past its shutdown grace: every client still gets a
+// terminal (its API's error event), none is cut off without one, and the
+// daemon exits 0.
+func TestEdgeGraceEnds(t *testing.T) {
+	c := newCluster(t, chunks(100, 100*time.Millisecond)) // 10 s streams
+	c.edgeGrace = "300ms"
+	c.startEdge()
+	c.startNode("n1", "")
+	waitUntil(t, "n1 connected", func() bool { return c.connected("n1") })
+	var tally Tally
+	wg := c.load(10, "m1", true, &tally)
+	waitUntil(t, "10 streams at the upstream", func() bool { return c.upstreamChats() >= 10 })
+	c.edge.signal(syscall.SIGTERM)
+	wg.Wait()
+	checkTally(t, "streams past the grace", &tally)
+	if tally.ByOutcome[Complete] != 0 || tally.ByOutcome[Failed] != 10 {
+		t.Fatalf("streams past the grace: %v %v", tally.ByOutcome, tally.Details)
+	}
+	if code := c.edge.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("edge exited %d:\n%s", code, lastLines(c.edge.out.String(), 10))
+	}
+	record(t, RowOf("edge stopped (SIGTERM) with streams past its grace (daemons)", &tally, 0,
+		"10/10 streams cut when the 300 ms grace ended, each with an error terminal; exit 0"))
 }
 
 // TestEdgeReloaded: SIGHUP on the Edge daemon under load. A valid
