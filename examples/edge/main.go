@@ -162,7 +162,9 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 			}()
 			err := srv.Shutdown(ctx)
 			cancel()
-			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			// The grace ending, or cut short, is a clean stop: the
+			// requests it ended got their error terminals.
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 				return err
 			}
 			return nil

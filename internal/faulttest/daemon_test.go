@@ -466,6 +466,43 @@ func TestEdgeGraceEnds(t *testing.T) {
 		"10/10 streams cut when the 300 ms grace ended, each with an error terminal; exit 0"))
 }
 
+// TestSecondSignal: a second SIGTERM during a daemon's graceful shutdown
+// cuts the grace short: the Node's and then the Edge's 10 s streams end at
+// once with an error terminal each (with the default grace they would have
+// finished), and both daemons exit 0.
+func TestSecondSignal(t *testing.T) {
+	for _, role := range []string{"node", "edge"} {
+		t.Run(role, func(t *testing.T) {
+			c := newCluster(t, chunks(100, 100*time.Millisecond)) // 10 s streams
+			c.startEdge()
+			c.startNode("n1", "")
+			waitUntil(t, "n1 connected", func() bool { return c.connected("n1") })
+			var tally Tally
+			wg := c.load(10, "m1", true, &tally)
+			waitUntil(t, "10 streams at the upstream", func() bool { return c.upstreamChats() >= 10 })
+			p := c.edge
+			if role == "node" {
+				p = c.procs["n1"]
+			}
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			if role == "node" {
+				waitUntil(t, "n1 draining", func() bool { return c.metrics()[`iop_edge_node_draining{node="n1"}`] == 1 })
+			} else {
+				waitUntil(t, "the edge shutting down", func() bool { return strings.Contains(p.out.String(), "shutting down") })
+			}
+			p.signal(syscall.SIGTERM) // the second; waits for the exit
+			wg.Wait()
+			checkTally(t, "streams at the second signal", &tally)
+			if tally.ByOutcome[Complete] != 0 || tally.ByOutcome[Failed] != 10 {
+				t.Fatalf("streams at the second signal: %v %v", tally.ByOutcome, tally.Details)
+			}
+			if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+				t.Fatalf("%s exited %d:\n%s", role, code, lastLines(p.out.String(), 10))
+			}
+		})
+	}
+}
+
 // TestEdgeReloaded: SIGHUP on the Edge daemon under load. A valid
 // edge.yaml takes effect for new requests (a key added) while the streams
 // in flight finish; a start-only change (api.listen) is logged as waiting
