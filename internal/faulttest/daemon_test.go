@@ -437,7 +437,7 @@ func TestNodeStopped(t *testing.T) {
 	all.Merge(&held)
 	all.Merge(&during)
 	record(t, RowOf("node stopped (SIGTERM) during 20 streams (daemons)", &all, leaked,
-		"the node drained: 20/20 streams it held finished; 20/20 requests during the drain served by the other node; exit 0"))
+		"the node drained: 20/20 streams it held finished; 20/20 requests on the shared route served during the drain; exit 0"))
 }
 
 // TestEdgeGraceEnds: the Edge daemon stopped with SIGTERM while 10
