@@ -1,39 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/iop-dev/iop/internal/syncbuf"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestQuickstart runs the quickstart and the request it prints.
 func TestQuickstart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuf
+	var out syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, options{addr: "127.0.0.1:0", statusAddr: "127.0.0.1:0"}, &out) }()
 	var url, key string
