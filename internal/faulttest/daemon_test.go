@@ -192,6 +192,24 @@ func (c *cluster) startEdge() {
 	})
 }
 
+// startAll starts the Edge and the Nodes ids, each dialing the Edge directly,
+// and waits until every one is connected.
+func (c *cluster) startAll(ids ...string) {
+	c.t.Helper()
+	c.startEdge()
+	for _, id := range ids {
+		c.startNode(id, "")
+	}
+	waitUntil(c.t, strings.Join(ids, ", ")+" connected", func() bool {
+		for _, id := range ids {
+			if !c.connected(id) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // startNode starts node id dialing addr ("" means the Edge directly).
 func (c *cluster) startNode(id, addr string) {
 	c.t.Helper()
@@ -302,10 +320,7 @@ func chunks(n int, d time.Duration) func(*upstreamtest.Request) upstreamtest.Scr
 // its capacity is back.
 func TestNodeKilled(t *testing.T) {
 	c := newCluster(t, chunks(150, 20*time.Millisecond))
-	c.startEdge()
-	c.startNode("n1", "")
-	c.startNode("n2", "")
-	waitUntil(t, "both nodes connected", func() bool { return c.connected("n1") && c.connected("n2") })
+	c.startAll("n1", "n2")
 	base := c.metrics()["go_goroutines"]
 	var tally Tally
 	wg := c.load(100, "m", true, &tally)
@@ -369,10 +384,7 @@ func TestNodeVanished(t *testing.T) {
 // within their backoff, and new requests succeed.
 func TestEdgeRestarted(t *testing.T) {
 	c := newCluster(t, chunks(50, 20*time.Millisecond))
-	c.startEdge()
-	c.startNode("n1", "")
-	c.startNode("n2", "")
-	waitUntil(t, "both nodes connected", func() bool { return c.connected("n1") && c.connected("n2") })
+	c.startAll("n1", "n2")
 	g1, g2 := c.generation("n1"), c.generation("n2")
 	var tally Tally
 	wg := c.load(40, "m", true, &tally)
@@ -407,10 +419,7 @@ func TestEdgeRestarted(t *testing.T) {
 // other Node, none fails), the streams it holds finish, and it exits 0.
 func TestNodeStopped(t *testing.T) {
 	c := newCluster(t, chunks(50, 20*time.Millisecond))
-	c.startEdge()
-	c.startNode("n1", "")
-	c.startNode("n2", "")
-	waitUntil(t, "both nodes connected", func() bool { return c.connected("n1") && c.connected("n2") })
+	c.startAll("n1", "n2")
 	var held Tally
 	streams := c.load(20, "m1", true, &held) // m1: n1's provider only
 	waitUntil(t, "20 streams at the upstream", func() bool { return c.upstreamChats() >= 20 })
@@ -447,9 +456,7 @@ func TestNodeStopped(t *testing.T) {
 func TestEdgeGraceEnds(t *testing.T) {
 	c := newCluster(t, chunks(100, 100*time.Millisecond)) // 10 s streams
 	c.edgeGrace = "300ms"
-	c.startEdge()
-	c.startNode("n1", "")
-	waitUntil(t, "n1 connected", func() bool { return c.connected("n1") })
+	c.startAll("n1")
 	var tally Tally
 	wg := c.load(10, "m1", true, &tally)
 	waitUntil(t, "10 streams at the upstream", func() bool { return c.upstreamChats() >= 10 })
@@ -474,9 +481,7 @@ func TestSecondSignal(t *testing.T) {
 	for _, role := range []string{"node", "edge"} {
 		t.Run(role, func(t *testing.T) {
 			c := newCluster(t, chunks(100, 100*time.Millisecond)) // 10 s streams
-			c.startEdge()
-			c.startNode("n1", "")
-			waitUntil(t, "n1 connected", func() bool { return c.connected("n1") })
+			c.startAll("n1")
 			var tally Tally
 			wg := c.load(10, "m1", true, &tally)
 			waitUntil(t, "10 streams at the upstream", func() bool { return c.upstreamChats() >= 10 })
@@ -513,9 +518,7 @@ func TestEdgeReloaded(t *testing.T) {
 	const lateKey = "sk-ft-late-0123456789abcdefghij"
 	c := newCluster(t, chunks(50, 20*time.Millisecond))
 	c.env = append(c.env, "IOP_FT_LATE_KEY="+lateKey)
-	c.startEdge()
-	c.startNode("n1", "")
-	waitUntil(t, "n1 connected", func() bool { return c.connected("n1") })
+	c.startAll("n1")
 	chat := func(key string, stream bool) Result {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
