@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -64,18 +63,7 @@ func newDrainRig(t *testing.T, reply func(*upstreamtest.Request) upstreamtest.Sc
 		r.up[id] = up
 	}
 	cfg.Routes = []edge.Route{route}
-	srv, err := edge.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.srv = srv
-	apiLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	nodeLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	r.url, r.nodeAddr = "http://"+apiLn.Addr().String(), nodeLn.Addr().String()
-	var wg sync.WaitGroup
-	wg.Go(func() { srv.Serve(apiLn) })
-	wg.Go(func() { srv.ServeNodes(nodeLn) })
-	t.Cleanup(func() { srv.Close(); wg.Wait() })
+	r.srv, r.url, r.nodeAddr = serveEdge(t, cfg)
 	for i, id := range nodeIDs {
 		r.startNode(id, fmt.Sprintf("p%d", i+1))
 	}

@@ -68,19 +68,26 @@ func newManagedRig(t *testing.T) *managedRig {
 		Managed:     &edge.Managed{TrustDomain: "iop.test"},
 		NodeTLS:     &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: ca.Pool()},
 	}
-	srv, err := edge.New(r.cfg)
+	r.srv, r.url, r.nodeAddr = serveEdge(t, r.cfg)
+	return r
+}
+
+// serveEdge starts an Edge for cfg with its API and Node listeners on
+// loopback until cleanup, and returns it with the API's URL and the Node
+// address.
+func serveEdge(t testing.TB, cfg edge.Config) (srv *edge.Server, url, nodeAddr string) {
+	t.Helper()
+	srv, err := edge.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.srv = srv
 	apiLn, _ := net.Listen("tcp", "127.0.0.1:0")
 	nodeLn, _ := net.Listen("tcp", "127.0.0.1:0")
-	r.url, r.nodeAddr = "http://"+apiLn.Addr().String(), nodeLn.Addr().String()
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.Serve(apiLn) })
 	wg.Go(func() { srv.ServeNodes(nodeLn) })
 	t.Cleanup(func() { srv.Close(); wg.Wait() })
-	return r
+	return srv, "http://" + apiLn.Addr().String(), nodeLn.Addr().String()
 }
 
 // nodeCert issues a client certificate from ca for a node id.
