@@ -150,7 +150,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(c.s.pool.Stats().Queued))
-	for listener, tc := range map[string]*tls.Config{"api": c.s.apiTLS.Load(), "nodes": c.s.nodeTLS.Load()} {
+	for listener, tc := range map[string]*tls.Config{"api": c.s.apiTLS.Load(), "nodes": c.s.reg.TLS()} {
 		if end, ok := certExpiry(tc); ok {
 			ch <- prometheus.MustNewConstMetric(descTLSExpiry, prometheus.GaugeValue, float64(end.Unix()), listener)
 		}

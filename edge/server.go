@@ -63,7 +63,6 @@ type Server struct {
 	issuer    atomic.Pointer[credentiallease.Issuer] // nil without Config.Leases; a reload may change its TTL
 	managed   *Managed                               // Config.Managed at New
 	apiTLS    atomic.Pointer[tls.Config]             // Config.APITLS as ServeTLS serves it; nil without
-	nodeTLS   atomic.Pointer[tls.Config]             // Config.NodeTLS as the registry serves it (for metrics)
 }
 
 // snapshot is the immutable, reloadable part of the configuration. A
@@ -169,7 +168,6 @@ func New(cfg Config) (*Server, error) {
 	if cfg.APITLS != nil {
 		s.apiTLS.Store(httpsConfig(cfg.APITLS))
 	}
-	s.nodeTLS.Store(cfg.NodeTLS)
 	reg.SetLeasePolicy(leasePolicy(&cfg))
 	s.snap.Store(newSnapshot(&cfg))
 	s.configRev.Store(1)
@@ -223,7 +221,6 @@ func (s *Server) reloadLocked(cfg Config) error {
 	if err := s.reg.SetTLS(cfg.NodeTLS); err != nil {
 		return errors.New("edge: config: NodeTLS cannot be turned on or off on reload; restart the Edge (Nodes reconnect)")
 	}
-	s.nodeTLS.Store(cfg.NodeTLS)
 	if cfg.APITLS != nil {
 		s.apiTLS.Store(httpsConfig(cfg.APITLS))
 	}

@@ -29,11 +29,10 @@ type Runtime struct {
 	stop    context.Context
 	stopNow context.CancelFunc
 
-	mu       sync.Mutex
-	status   Status
-	stopping bool          // Shutdown was called
-	cur      *session      // the serving connection, nil between them
-	runDone  chan struct{} // closed when Run returns; nil before Run
+	mu      sync.Mutex
+	status  Status
+	cur     *session      // the serving connection, nil between them
+	runDone chan struct{} // closed when Run returns; nil before Run
 }
 
 // State is where a Runtime is in its connection cycle.
@@ -170,10 +169,9 @@ func (rt *Runtime) Run(ctx context.Context) error {
 // does not connect again.
 func (rt *Runtime) Shutdown(ctx context.Context) error {
 	rt.mu.Lock()
-	rt.stopping = true
+	rt.stopNow() // under mu: serving sees it or Shutdown sees the connection
 	s, done := rt.cur, rt.runDone
 	rt.mu.Unlock()
-	rt.stopNow()
 	var err error
 	if s != nil {
 		err = s.drain(ctx)
@@ -194,7 +192,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 func (rt *Runtime) serving(s *session) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if s != nil && rt.stopping {
+	if s != nil && rt.stop.Err() != nil {
 		return false
 	}
 	rt.cur = s

@@ -180,12 +180,18 @@ var ErrTLSMode = errors.New("nodes: TLS cannot be turned on or off while serving
 // keep the handshake they made. c must be nil exactly when the current
 // configuration is (ErrTLSMode otherwise, and nothing changes).
 func (r *Registry) SetTLS(c *tls.Config) error {
+	// Only SetTLS stores, and never across nil, so this check and store
+	// need no lock.
 	if (c == nil) != (r.tls.Load() == nil) {
 		return ErrTLSMode
 	}
 	r.tls.Store(c)
 	return nil
 }
+
+// TLS returns the TLS configuration connections are accepted with now
+// (nil: plaintext).
+func (r *Registry) TLS() *tls.Config { return r.tls.Load() }
 
 // Serve accepts Node connections on ln until Close or Shutdown, and then
 // returns ErrClosed. Each connection is served on its own goroutine, owned
