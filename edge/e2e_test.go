@@ -67,6 +67,8 @@ type rigOpts struct {
 	// hosted are more providers for the Node to host (mutate adds their
 	// specs and routes).
 	hosted []node.Hosted
+	// prepare, when set, is called with the Server before it serves.
+	prepare func(*edge.Server)
 }
 
 func newRig(t testing.TB, o rigOpts) *rig {
@@ -115,6 +117,9 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	srv, err := edge.New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.prepare != nil {
+		o.prepare(srv)
 	}
 	apiLn, _ := net.Listen("tcp", "127.0.0.1:0")
 	nodeLn, _ := net.Listen("tcp", "127.0.0.1:0")

@@ -22,6 +22,28 @@ import (
 // maxCapture bounds the buffered answer kept to read usage from.
 const maxCapture = 32 << 20
 
+// maxDecoded bounds a decoded answer (translated, or from a run): the
+// bytes of a whole answer read to be decoded, and the text, signature and
+// tool-argument bytes of a streamed one, which the client format's
+// renderer holds whole (for the buffered body, and for the Responses
+// events that repeat what came before). An answer beyond it ends with
+// the gateway's error, so a provider that never stops (a local model generating
+// without a token limit, a broken upstream, a faulty Node) costs the Edge
+// a bounded amount of memory.
+const maxDecoded = 32 << 20
+
+// blockCost is what a block is charged against maxDecoded beyond its
+// bytes: what the decoder and the renderer keep for it, so that a stream
+// of tiny blocks (text and reasoning alternating a byte at a time) is
+// bounded too.
+const blockCost = 256
+
+// tooLarge is the error that ends a decoded answer beyond its bound.
+func (s *Server) tooLarge() *llmapi.APIError {
+	return &llmapi.APIError{Status: http.StatusBadGateway, Type: "api_error",
+		Message: fmt.Sprintf("The model provider's answer exceeds the gateway's %d MiB limit.", s.maxDecoded>>20)}
+}
+
 // answerKeys are the top-level keys booked from a whole answer.
 var answerKeys = []string{"usage", "id"}
 
@@ -480,6 +502,7 @@ type emitter struct {
 	// come and flushed once, after the last.
 	more      bool
 	unflushed bool // written since the last flush
+	held      int  // what the answer holds so far, bounded by maxDecoded
 }
 
 // finish books the answer's usage once, however the answer ended.
@@ -513,6 +536,16 @@ func (e *emitter) idle() bool {
 
 // event renders one canonical event; it reports whether to go on.
 func (e *emitter) event(ev llmapi.Event) bool {
+	switch ev.Kind {
+	case llmapi.EvDelta:
+		e.held += len(ev.Text) + len(ev.Signature)
+	case llmapi.EvBlockStart:
+		e.held += blockCost
+	}
+	if e.held > e.s.maxDecoded {
+		e.s.log.Warn("provider answer beyond the decoded limit", "request_id", e.req.rid, "limit_bytes", e.s.maxDecoded)
+		ev = llmapi.Event{Kind: llmapi.EvError, Err: e.s.tooLarge()}
+	}
 	if ev.Kind == llmapi.EvUsage {
 		// Usage events are cumulative snapshots: only the last counts.
 		u := ev.Usage
@@ -707,13 +740,19 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 	case streamed:
 		dec = llmapi.DecodeAnthropicStream(tn)
 	default:
-		b, err := io.ReadAll(io.LimitReader(tn, 64<<20))
+		b, err := io.ReadAll(io.LimitReader(tn, int64(s.maxDecoded)+1))
 		if err != nil {
 			if deadlinePassed(ctx) {
 				fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
 			} else if ctx.Err() == nil {
 				fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider's answer broke off.", nil)
 			}
+			return
+		}
+		if len(b) > s.maxDecoded {
+			s.log.Warn("provider answer beyond the decoded limit", "request_id", req.rid, "limit_bytes", s.maxDecoded)
+			ae := s.tooLarge()
+			fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
 			return
 		}
 		switch format {

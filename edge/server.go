@@ -63,6 +63,10 @@ type Server struct {
 	issuer    atomic.Pointer[credentiallease.Issuer] // nil without Config.Leases; a reload may change its TTL
 	managed   *Managed                               // Config.Managed at New
 	apiTLS    atomic.Pointer[tls.Config]             // Config.APITLS as ServeTLS serves it; nil without
+
+	// maxDecoded bounds a decoded answer: the constant maxDecoded, lowered
+	// by tests (SetMaxDecoded).
+	maxDecoded int
 }
 
 // snapshot is the immutable, reloadable part of the configuration. A
@@ -155,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
-	s := &Server{log: log, access: log.Named("access"), reg: reg, pool: pool.New(), servers: map[*http.Server]struct{}{}, reg2: cfg.Metrics}
+	s := &Server{log: log, access: log.Named("access"), reg: reg, pool: pool.New(), servers: map[*http.Server]struct{}{}, reg2: cfg.Metrics, maxDecoded: maxDecoded}
 	s.pool.AgingStep = cfg.AgingStep
 	s.source = cfg.ConfigSource
 	if l := cfg.Leases; l != nil {
