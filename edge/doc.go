@@ -110,7 +110,8 @@
 //
 // The Edge is the source of truth for its Nodes and their providers. It
 // must never replay a request or move it to another provider once
-// dispatched (a stream the Node refused unopened was not), never let a lease be released twice or not at all, never let
-// work bound to an ended connection generation complete, and never log a
-// key, a prompt or model output.
+// dispatched (a stream the Node refused unopened was not), never let a
+// lease be released twice or not at all, never let work bound to an ended
+// connection generation complete, and never log a key, a prompt or model
+// output.
 package edge

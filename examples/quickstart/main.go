@@ -44,14 +44,12 @@ type options struct {
 }
 
 func main() {
-	var o options
-	flag.StringVar(&o.addr, "addr", "127.0.0.1:8080", "API listen address (a free port is used if it is taken)")
-	flag.StringVar(&o.statusAddr, "status-addr", "127.0.0.1:8081", "status page and operator API listen address (a free port is used if it is taken)")
-	flag.StringVar(&o.ollamaURL, "ollama", "http://127.0.0.1:11434", "an Ollama server to offer too, if it answers (empty: never)")
-	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "quickstart: unexpected argument %q (-h lists the flags)\n", flag.Arg(0))
-		os.Exit(2)
+	o, err := parseArgs(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		os.Exit(2) // parseArgs said why
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -59,6 +57,28 @@ func main() {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
+}
+
+// parseArgs reads the command line (without the program name). What is
+// wrong with it is written to stderr, with the usage for a flag error; a
+// word that is not a flag is refused, since the quickstart takes no
+// configuration file. flag.ErrHelp means -h was given.
+func parseArgs(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("quickstart", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "API listen address (a free port is used if it is taken)")
+	fs.StringVar(&o.statusAddr, "status-addr", "127.0.0.1:8081", "status page and operator API listen address (a free port is used if it is taken)")
+	fs.StringVar(&o.ollamaURL, "ollama", "http://127.0.0.1:11434", "an Ollama server to offer too, if it answers (empty: never)")
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	if fs.NArg() > 0 {
+		err := fmt.Errorf("unexpected argument %q (-h lists the flags)", fs.Arg(0))
+		fmt.Fprintln(stderr, "quickstart:", err)
+		return options{}, err
+	}
+	return o, nil
 }
 
 func randomHex(n int) string {

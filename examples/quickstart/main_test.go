@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"io"
 	"net/http"
 	"regexp"
@@ -83,5 +85,32 @@ func TestQuickstart(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestParseArgs: the flags are read; a stray word (a configuration file
+// the quickstart does not take) and an unknown flag are refused with the
+// reason on stderr, so main exits 2 instead of running.
+func TestParseArgs(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		want   options
+		stderr string // "" means no error
+	}{
+		{nil, options{addr: "127.0.0.1:8080", statusAddr: "127.0.0.1:8081", ollamaURL: "http://127.0.0.1:11434"}, ""},
+		{[]string{"-addr", "127.0.0.1:0", "-ollama="}, options{addr: "127.0.0.1:0", statusAddr: "127.0.0.1:8081"}, ""},
+		{[]string{"edge.yaml"}, options{}, `quickstart: unexpected argument "edge.yaml"`},
+		{[]string{"-addr", "127.0.0.1:0", "extra"}, options{}, `quickstart: unexpected argument "extra"`},
+		{[]string{"-config", "edge.yaml"}, options{}, "flag provided but not defined: -config"},
+	} {
+		var stderr strings.Builder
+		got, err := parseArgs(tc.args, &stderr)
+		if (err != nil) != (tc.stderr != "") || got != tc.want || !strings.Contains(stderr.String(), tc.stderr) {
+			t.Errorf("parseArgs(%q) = %+v, %v; stderr:\n%s", tc.args, got, err, stderr.String())
+		}
+	}
+	var stderr strings.Builder
+	if _, err := parseArgs([]string{"-h"}, &stderr); !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr.String(), "-status-addr") {
+		t.Errorf("-h: %v\n%s", err, stderr.String())
 	}
 }
