@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -132,6 +133,34 @@ func (s Secret) source(base string) (execution.Credential, error) {
 		return execution.EnvCredential(s.Env), nil
 	}
 	return nil, errors.New("exactly one of file or env is required")
+}
+
+// checkAddr checks that addr, the value of the setting name, is a
+// host:port (the host may be empty to listen on every interface; the port
+// a number or a service name), as net.Listen and net.Dial take it: a bare
+// port or host is refused here instead of when the daemon starts.
+func checkAddr(name, addr string) error {
+	if addr == "" {
+		return fmt.Errorf("%s is required", name)
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil && port == "" {
+		err = errors.New("missing port")
+	}
+	if err != nil {
+		return fmt.Errorf("%s %q is not a host:port (%v)", name, addr, unwrapAddrErr(err))
+	}
+	return nil
+}
+
+// unwrapAddrErr is what net.SplitHostPort's error says, without the
+// address it repeats.
+func unwrapAddrErr(err error) string {
+	var ae *net.AddrError
+	if errors.As(err, &ae) {
+		return ae.Err
+	}
+	return err.Error()
 }
 
 // resolve makes a relative path relative to the config file's directory.

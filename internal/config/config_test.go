@@ -4,12 +4,15 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/iop-dev/iop/credentiallease"
 )
 
 // examples is a file under the repository's examples, found from the
@@ -292,6 +295,11 @@ func TestLeaseAndManagedSections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Parsing (a reload's, `edge check`'s) writes nothing; building the
+	// configuration to run creates the key.
+	if _, err := os.Lstat(filepath.Join(dir, "state", "lease-signing.key")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("parsing wrote the signing key: %v", err)
+	}
 	cfg, err := ef.Config(1)
 	if err != nil {
 		t.Fatal(err)
@@ -307,6 +315,16 @@ func TestLeaseAndManagedSections(t *testing.T) {
 	if again.Leases.KeyID != cfg.Leases.KeyID {
 		t.Fatal("the signing key changed between loads")
 	}
+	// A key that is there is checked when parsing: a damaged one is
+	// refused, never replaced.
+	os.WriteFile(filepath.Join(dir, "state", "lease-signing.key"), []byte("short"), 0o600)
+	if _, err := ParseEdge([]byte(doc), dir); !errors.Is(err, credentiallease.ErrKeyFile) {
+		t.Fatalf("damaged signing key: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "state", "lease-signing.key")); string(b) != "short" {
+		t.Fatal("the damaged signing key was replaced")
+	}
+	os.Remove(filepath.Join(dir, "state", "lease-signing.key"))
 	for name, bad := range map[string]string{
 		"unknown credential":   strings.Replace(doc, "credential: up}", "credential: nope}", 1),
 		"hash as a secret":     strings.Replace(doc, "secret: {env: IOP_TEST_UPSTREAM}", "secret: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}", 1),
@@ -513,5 +531,55 @@ func TestUnknownKeys(t *testing.T) {
 	loop := strings.Replace(minimalEdge, "state_dir: state", "state_dir: state\nlimits: &l {max_body_bytes: *l}", 1)
 	if _, err := ParseEdge([]byte(loop), t.TempDir()); err == nil {
 		t.Fatal("an anchor that holds itself was accepted")
+	}
+}
+
+// TestAddresses: every listen and dial address is a host:port when the
+// file is read (a bare port, a bare host, a URL are refused with the
+// setting's name), not when the daemon first listens or dials.
+func TestAddresses(t *testing.T) {
+	t.Setenv("IOP_OPERATOR_TOKEN", "operator-token-0123456789abcdef")
+	const hub = `
+edges_listen: "127.0.0.1:0"
+http: {listen: "127.0.0.1:0"}
+edges: [{id: e1, token: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}}]
+operators: [{name: alice, token: {env: IOP_OPERATOR_TOKEN}}]
+`
+	const node = `
+edge: "127.0.0.1:9440"
+node_id: n1
+token: {env: IOP_OPERATOR_TOKEN}
+plaintext: true
+`
+	parse := map[string]func(string) error{
+		"edge": func(d string) error { _, err := ParseEdge([]byte(d), t.TempDir()); return err },
+		"hub":  func(d string) error { _, err := ParseHub([]byte(d), t.TempDir()); return err },
+		"node": func(d string) error { _, err := ParseNode([]byte(d), t.TempDir()); return err },
+	}
+	docs := map[string]string{"edge": minimalEdge, "hub": hub, "node": node}
+	for _, tc := range []struct {
+		file, old, new, want string // want "" means accepted
+	}{
+		{"edge", `listen: "127.0.0.1:0"`, `listen: ":8080"`, ""},
+		{"edge", `listen: "127.0.0.1:0"`, `listen: "[::1]:https"`, ""},
+		{"edge", `listen: "127.0.0.1:0"`, `listen: "8080"`, `api.listen "8080" is not a host:port (missing port in address)`},
+		{"edge", `listen: "127.0.0.1:0"`, `listen: "127.0.0.1:"`, `api.listen "127.0.0.1:" is not a host:port (missing port)`},
+		{"edge", `nodes_listen: "127.0.0.1:0"`, `nodes_listen: "http://0.0.0.0:9440"`, `nodes_listen "http://0.0.0.0:9440" is not a host:port (too many colons in address)`},
+		{"edge", `nodes_listen: "127.0.0.1:0"`, `nodes_listen: ""`, "nodes_listen is required"},
+		{"edge", "state_dir: state", "state_dir: state\ncontrol_plane: {addr: hub.example, edge_id: e1}", `control_plane.addr "hub.example" is not a host:port`},
+		{"hub", `edges_listen: "127.0.0.1:0"`, `edges_listen: "9450"`, `edges_listen "9450" is not a host:port`},
+		{"hub", `{listen: "127.0.0.1:0"}`, `{listen: "::1"}`, `http.listen "::1" is not a host:port`},
+		{"node", `edge: "127.0.0.1:9440"`, `edge: "edge.example:9440"`, ""},
+		{"node", `edge: "127.0.0.1:9440"`, `edge: "edge.example"`, `edge "edge.example" is not a host:port`},
+		{"node", `edge: "127.0.0.1:9440"`, `edge: ""`, "edge is required"},
+	} {
+		doc := strings.Replace(docs[tc.file], tc.old, tc.new, 1)
+		if doc == docs[tc.file] {
+			t.Fatalf("%s %q: the edit did not apply", tc.file, tc.new)
+		}
+		err := parse[tc.file](doc)
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s with %s: error %v, want %q", tc.file, tc.new, err, tc.want)
+		}
 	}
 }

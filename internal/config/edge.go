@@ -4,7 +4,9 @@ import (
 	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -138,17 +140,18 @@ func ParseEdge(b []byte, dir string) (*EdgeFile, error) {
 		return nil, err
 	}
 	f.dir = dir
-	if f.API.Listen == "" {
-		return nil, fmt.Errorf("api.listen is required")
+	if err := checkAddr("api.listen", f.API.Listen); err != nil {
+		return nil, err
 	}
-	if f.NodesListen == "" {
-		return nil, fmt.Errorf("nodes_listen is required")
+	if err := checkAddr("nodes_listen", f.NodesListen); err != nil {
+		return nil, err
 	}
 	if f.StateDir == "" {
 		return nil, fmt.Errorf("state_dir is required (the boot epoch lives there)")
 	}
-	// Build once to validate everything that can be checked now.
-	if _, err := f.Config(1); err != nil {
+	// Build once to validate everything that can be checked now, writing
+	// nothing.
+	if _, err := f.build(1, false); err != nil {
 		return nil, err
 	}
 	if _, err := f.Connector(); err != nil {
@@ -167,8 +170,14 @@ func (f *EdgeFile) StatePath(name string) string {
 	return filepath.Join(dir, name)
 }
 
-// Config builds the library configuration for a boot epoch.
-func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
+// Config builds the library configuration for a boot epoch. With
+// credentials, it creates the lease-signing key if the state directory
+// holds none yet.
+func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) { return f.build(epoch, true) }
+
+// build is Config; without create, a missing lease-signing key is not
+// created (a throwaway key stands in), so that parsing writes nothing.
+func (f *EdgeFile) build(epoch uint32, create bool) (edge.Config, error) {
 	cfg := edge.Config{
 		Epoch:             epoch,
 		MaxBodyBytes:      f.Limits.MaxBodyBytes,
@@ -229,7 +238,7 @@ func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) {
 		cfg.Credentials = append(cfg.Credentials, edge.Credential{ID: c.ID, Revision: c.Revision, Secret: src, Revoked: c.Revoked})
 	}
 	if len(f.Credentials) > 0 {
-		key, err := f.leaseKey()
+		key, err := f.leaseKey(create)
 		if err != nil {
 			return cfg, err
 		}
@@ -255,8 +264,8 @@ func (f *EdgeFile) Connector() (*controlplane.ConnectorConfig, error) {
 	if cp == nil {
 		return nil, nil
 	}
-	if cp.Addr == "" {
-		return nil, fmt.Errorf("control_plane.addr is required")
+	if err := checkAddr("control_plane.addr", cp.Addr); err != nil {
+		return nil, err
 	}
 	if cp.EdgeID == "" {
 		return nil, fmt.Errorf("control_plane.edge_id is required")
@@ -291,11 +300,16 @@ func (f *EdgeFile) Connector() (*controlplane.ConnectorConfig, error) {
 // LeaseKeyPath is where the Edge's lease-signing key lives.
 func (f *EdgeFile) LeaseKeyPath() string { return f.StatePath("lease-signing.key") }
 
-// leaseKey loads the lease-signing key, creating it on first use. Before
-// the state directory exists (ParseEdge's validation) a throwaway key
-// stands in, so nothing is written while only checking the file.
-func (f *EdgeFile) leaseKey() (ed25519.PrivateKey, error) {
+// leaseKey loads the lease-signing key, creating it on first use when
+// create is set. A key that is not there and may not be created (ParseEdge
+// only checks the file), or whose state directory is not there yet, is
+// stood in for by a throwaway key; one that is there is checked whole.
+func (f *EdgeFile) leaseKey(create bool) (ed25519.PrivateKey, error) {
 	if _, err := os.Stat(f.StatePath("")); err != nil {
+		_, k, err := ed25519.GenerateKey(nil)
+		return k, err
+	}
+	if _, err := os.Lstat(f.LeaseKeyPath()); !create && errors.Is(err, fs.ErrNotExist) {
 		_, k, err := ed25519.GenerateKey(nil)
 		return k, err
 	}

@@ -68,11 +68,11 @@ func ParseHub(b []byte, dir string) (*HubFile, error) {
 		return nil, err
 	}
 	f.dir = dir
-	if f.EdgesListen == "" {
-		return nil, fmt.Errorf("edges_listen is required")
+	if err := checkAddr("edges_listen", f.EdgesListen); err != nil {
+		return nil, err
 	}
-	if f.HTTP.Listen == "" {
-		return nil, fmt.Errorf("http.listen is required")
+	if err := checkAddr("http.listen", f.HTTP.Listen); err != nil {
+		return nil, err
 	}
 	if len(f.Operators) == 0 && !f.OperatorMTLS {
 		return nil, fmt.Errorf("operators: at least one operator is required (or operator_mtls)")

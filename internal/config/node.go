@@ -100,6 +100,9 @@ func ParseNode(b []byte, dir string) (*NodeFile, error) {
 		return nil, err
 	}
 	f.dir = dir
+	if err := checkAddr("edge", f.Edge); err != nil {
+		return nil, err
+	}
 	if f.TLS == nil && !f.Plaintext {
 		return nil, fmt.Errorf("tls is required; set plaintext: true to connect without it (loopback and development only)")
 	}
