@@ -3,6 +3,10 @@
 //
 //	go run ./examples/controlplane serve -config examples/controlplane/hub.yaml
 //
+// `controlplane check -config hub.yaml` validates the file as serve would
+// and prints what it configures (exit 1 with the reason when it is not
+// valid).
+//
 // SIGHUP re-reads hub.yaml's Edges and operators (a removed Edge is
 // disconnected, a removed operator signed out); SIGINT and SIGTERM stop.
 //
@@ -46,6 +50,7 @@ import (
 
 var usage = `usage:
   controlplane serve -config hub.yaml
+  controlplane check -config hub.yaml
   controlplane edges
   controlplane edge EDGE [-refresh]
   controlplane command EDGE OPERATION [-node ID] [-provider ID] [-arg key=value]...
@@ -87,6 +92,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 			return usageError(fmt.Sprintf("serve: unexpected argument %q (the configuration goes with -config)", fs.Arg(0)))
 		}
 		return serve(ctx, *path, hclog.New(&hclog.LoggerOptions{Name: "hub", Level: hclog.Info}), nil)
+	}
+	if args[0] == "check" {
+		fs := flag.NewFlagSet("check", flag.ContinueOnError)
+		path := fs.String("config", "hub.yaml", "path to hub.yaml")
+		if err := fs.Parse(args[1:]); err != nil {
+			return usageError(err.Error())
+		}
+		if fs.NArg() > 0 {
+			return usageError(fmt.Sprintf("check: unexpected argument %q (the configuration goes with -config)", fs.Arg(0)))
+		}
+		return check(*path, out)
 	}
 	base := getenv("IOP_HUB_URL")
 	if base == "" {
@@ -149,6 +165,43 @@ func firstArg(args []string) (string, []string) {
 
 // serve runs the Hub from hub.yaml until ctx ends. ready, when set,
 // receives the two listeners' addresses (for tests).
+// check runs `controlplane check`: it validates hub.yaml as serve would
+// (the operators' and Edges' secrets and the TLS files read), and prints
+// what it configures.
+func check(path string, out io.Writer) error {
+	f, err := config.LoadHub(path)
+	if err != nil {
+		return err
+	}
+	cfg, err := f.Config()
+	if err != nil {
+		return err
+	}
+	if _, err := f.HTTPTLS(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	scheme := "http"
+	if f.HTTP.TLS != nil {
+		scheme = "https"
+	}
+	edgeLink := "plaintext"
+	if f.EdgeTLS != nil {
+		edgeLink = "TLS"
+		if f.EdgeTLS.ClientCA != "" {
+			edgeLink = "mutual TLS"
+		}
+	}
+	fmt.Fprintf(out, "%s is valid.\n", path)
+	fmt.Fprintf(out, "  edges_listen %s (%s)\n", f.EdgesListen, edgeLink)
+	fmt.Fprintf(out, "  http         %s://%s\n", scheme, f.HTTP.Listen)
+	fmt.Fprintf(out, "  edges        %d enrolled\n", len(f.Edges))
+	fmt.Fprintf(out, "  operators    %d\n", len(f.Operators))
+	return nil
+}
+
 func serve(ctx context.Context, path string, log hclog.Logger, ready func(edges, http string)) error {
 	f, err := config.LoadHub(path)
 	if err != nil {

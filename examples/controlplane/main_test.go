@@ -126,3 +126,45 @@ operators:
 		t.Fatalf("serve: %v", err)
 	}
 }
+
+// TestCheck: `controlplane check` accepts a valid hub.yaml and prints
+// what it configures, needs no Hub running or operator token, and refuses
+// an invalid file with the reason.
+func TestCheck(t *testing.T) {
+	t.Setenv("TEST_OPERATOR_TOKEN", "op-token-0123456789abcdef0123456789")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "hub.yaml")
+	valid := `
+edges_listen: 127.0.0.1:9450
+http: {listen: 127.0.0.1:9451}
+edges:
+  - {id: e1, token: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}}
+operators:
+  - {name: ops, token: {env: TEST_OPERATOR_TOKEN}}
+`
+	os.WriteFile(path, []byte(valid), 0o600)
+	getenv := func(string) string { return "" }
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"check", "-config", path}, getenv, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{path + " is valid.", "edges_listen 127.0.0.1:9450 (plaintext)", "http         http://127.0.0.1:9451", "edges        1 enrolled", "operators    1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check printed:\n%s\nwant it to include %q", out.String(), want)
+		}
+	}
+	for _, tc := range []struct{ old, new, want string }{
+		{"127.0.0.1:9450", "9450", `edges_listen "9450" is not a host:port`},
+		{"{env: TEST_OPERATOR_TOKEN}", "{env: TEST_UNSET}", "unset"},
+		{"http: {listen: 127.0.0.1:9451}", "http: {listen: 127.0.0.1:9451, tls: {cert_file: hub.crt, key_file: hub.key}}", "hub.crt"},
+	} {
+		os.WriteFile(path, []byte(strings.Replace(valid, tc.old, tc.new, 1)), 0o600)
+		if err := run(context.Background(), []string{"check", "-config", path}, getenv, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("check with %q: %v, want it to mention %q", tc.new, err, tc.want)
+		}
+	}
+	var ue usageError
+	if err := run(context.Background(), []string{"check", path}, getenv, &out); !errors.As(err, &ue) {
+		t.Errorf("check with the path but no -config: %v, want a usage error", err)
+	}
+}

@@ -49,8 +49,16 @@ var caFlags = map[string][]string{
 	"sign":  {"dir", "kind", "id", "days", "csr", "dns", "ip"},
 }
 
-// subcommand runs `ca ...` or `lease-key`.
+// subcommand runs `ca ...`, `lease-key` or `check`.
 func subcommand(args []string, out io.Writer) error {
+	if args[0] == "check" {
+		fs := flag.NewFlagSet("check", flag.ContinueOnError)
+		path := fs.String("config", "edge.yaml", "path to edge.yaml")
+		if err := parse(fs, args[1:]); err != nil {
+			return err
+		}
+		return check(*path, out)
+	}
 	if args[0] == "lease-key" {
 		fs := flag.NewFlagSet("lease-key", flag.ContinueOnError)
 		path := fs.String("config", "edge.yaml", "path to edge.yaml")
@@ -181,4 +189,49 @@ func subcommand(args []string, out io.Writer) error {
 		return nil
 	}
 	return fmt.Errorf("ca %s: unknown (init, issue or sign)", args[1])
+}
+
+// check validates edge.yaml as a start or a reload would, writing nothing
+// (no state directory, epoch or lease-signing key), and prints what it
+// configures. The API keys and Node tokens it names are read (to hash),
+// so it runs where the Edge does, with the same files and environment;
+// hosted-API credentials are read only when leased, by the Edge as here.
+func check(path string, out io.Writer) error {
+	f, err := config.LoadEdge(path)
+	if err != nil {
+		return err
+	}
+	providers := 0
+	for _, n := range f.Nodes {
+		providers += len(n.Providers)
+	}
+	tls := func(t *config.TLSFiles) string {
+		switch {
+		case t == nil:
+			return "plaintext"
+		case t.ClientCA != "":
+			return "mutual TLS"
+		}
+		return "TLS"
+	}
+	fmt.Fprintf(out, "%s is valid.\n", path)
+	fmt.Fprintf(out, "  api          %s (%s)\n", f.API.Listen, tls(f.API.TLS))
+	fmt.Fprintf(out, "  nodes_listen %s (%s)\n", f.NodesListen, tls(f.NodeTLS))
+	fmt.Fprintf(out, "  state_dir    %s\n", f.StatePath(""))
+	fmt.Fprintf(out, "  api keys     %d\n", len(f.APIKeys))
+	fmt.Fprintf(out, "  nodes        %d, with %d providers\n", len(f.Nodes), providers)
+	fmt.Fprintf(out, "  routes       %d\n", len(f.Routes))
+	if len(f.Credentials) > 0 {
+		fmt.Fprintf(out, "  credentials  %d, leased to Nodes\n", len(f.Credentials))
+	}
+	if len(f.Workspaces) > 0 {
+		fmt.Fprintf(out, "  workspaces   %d\n", len(f.Workspaces))
+	}
+	if f.Managed != nil {
+		fmt.Fprintf(out, "  managed      trust domain %s\n", f.Managed.TrustDomain)
+	}
+	if cp := f.ControlPlane; cp != nil {
+		fmt.Fprintf(out, "  hub          %s as %s\n", cp.Addr, cp.EdgeID)
+	}
+	return nil
 }

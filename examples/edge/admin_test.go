@@ -8,6 +8,8 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -176,10 +178,8 @@ func equalFiles(a, b map[string]string) bool {
 	return true
 }
 
-func TestLeaseKey(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "edge.yaml")
-	os.WriteFile(cfg, []byte(`
+// minimalEdge is a valid edge.yaml.
+const minimalEdge = `
 api: {listen: "127.0.0.1:0"}
 nodes_listen: "127.0.0.1:0"
 state_dir: state
@@ -195,7 +195,12 @@ nodes:
 routes:
   - model: pub
     targets: [{provider: p1, model: m}]
-`), 0o644)
+`
+
+func TestLeaseKey(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "edge.yaml")
+	os.WriteFile(cfg, []byte(minimalEdge), 0o644)
 	var first, second bytes.Buffer
 	if err := subcommand([]string{"lease-key", "-config", cfg}, &first); err != nil {
 		t.Fatal(err)
@@ -215,5 +220,54 @@ routes:
 	}
 	if err := subcommand([]string{"lease-key", cfg}, &first); err == nil || !strings.Contains(err.Error(), "unexpected argument") {
 		t.Fatalf("lease-key with the path but no -config: %v", err)
+	}
+}
+
+// TestCheck: `edge check` accepts a valid file and prints what it
+// configures, refuses an invalid one with the reason, and writes nothing
+// either way (no state directory, epoch or lease-signing key, even with
+// credentials to lease).
+func TestCheck(t *testing.T) {
+	t.Setenv("IOP_TEST_UPSTREAM", "sk-upstream-0123456789abcdef")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "edge.yaml")
+	valid := strings.Replace(minimalEdge, "capacity: 1}", "capacity: 1, credential: up}", 1) +
+		"credentials:\n  - {id: up, revision: 1, secret: {env: IOP_TEST_UPSTREAM}}\n"
+	os.WriteFile(cfg, []byte(valid), 0o644)
+	var out bytes.Buffer
+	if err := subcommand([]string{"check", "-config", cfg}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{cfg + " is valid.", "nodes        1, with 1 providers", "routes       1", "credentials  1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check printed:\n%s\nwant it to include %q", out.String(), want)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "state")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("check made the state directory: %v", err)
+	}
+	// With the state directory there (as on a running Edge), the key it
+	// lacks is not created either.
+	os.Mkdir(filepath.Join(dir, "state"), 0o700)
+	if err := subcommand([]string{"check", "-config", cfg}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ doc, want string }{
+		{strings.Replace(valid, `nodes_listen: "127.0.0.1:0"`, `nodes_listen: "9440"`, 1), `nodes_listen "9440" is not a host:port`},
+		{strings.Replace(valid, "key: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}", "key: {env: IOP_TEST_UNSET}", 1), "api_keys[0].key: $IOP_TEST_UNSET is unset"},
+		{strings.Replace(valid, "provider: p1", "provider: p2", 1), "unknown provider"},
+		{valid + "gpus: 8\n", `unknown key "gpus"`},
+	} {
+		os.WriteFile(cfg, []byte(tc.doc), 0o644)
+		if err := subcommand([]string{"check", "-config", cfg}, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("check: %v, want it to mention %q", err, tc.want)
+		}
+	}
+	if err := subcommand([]string{"check", cfg}, &out); err == nil || !strings.Contains(err.Error(), "unexpected argument") {
+		t.Errorf("check with the path but no -config: %v", err)
+	}
+	ents, _ := os.ReadDir(filepath.Join(dir, "state"))
+	if len(ents) > 0 {
+		t.Errorf("check wrote %v", ents)
 	}
 }

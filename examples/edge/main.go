@@ -19,6 +19,10 @@
 //	edge ca sign -dir DIR -kind node|edge -id ID -csr FILE [-days N]
 //	                                           sign a certificate request (the key stays with its owner)
 //	edge lease-key -config edge.yaml           print the lease-signing key id and public key for node.yaml
+//
+// and `edge check -config edge.yaml` validates the file as a start or a
+// reload would, writing nothing, and prints what it configures (exit 1
+// with the reason when it is not valid).
 package main
 
 import (
@@ -43,7 +47,7 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && (os.Args[1] == "ca" || os.Args[1] == "lease-key") {
+	if len(os.Args) > 1 && (os.Args[1] == "ca" || os.Args[1] == "lease-key" || os.Args[1] == "check") {
 		if err := subcommand(os.Args[1:], os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "edge:", err)
 			os.Exit(1)

@@ -353,6 +353,15 @@ providers:
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Checking writes nothing: no key, no replay file.
+	if err := nf.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"lease.key", "replay"} {
+		if _, err := os.Lstat(filepath.Join(dir, "state", name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("Check wrote %s: %v", name, err)
+		}
+	}
 	ncfg, err := nf.Config()
 	if err != nil {
 		t.Fatal(err)
@@ -363,16 +372,30 @@ providers:
 	if st, err := os.Stat(filepath.Join(dir, "state", "lease.key")); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("node key: %v", err)
 	}
+	// A key that is there is checked: a damaged one is refused by Check
+	// as by Config, and left as it is.
+	os.WriteFile(filepath.Join(dir, "state", "lease.key"), []byte("short"), 0o600)
+	if err := nf.Check(); !errors.Is(err, credentiallease.ErrKeyFile) {
+		t.Fatalf("damaged node key: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "state", "lease.key")); string(b) != "short" {
+		t.Fatal("Check replaced the damaged node key")
+	}
+	os.Remove(filepath.Join(dir, "state", "lease.key"))
 	for name, bad := range map[string]string{
 		"no pinned key":  strings.Replace(node, `  edge_keys: [{id: k1, public_key: "`+pub+`"}]`+"\n", "", 1),
 		"bad public key": strings.Replace(node, pub, "bm90IGEga2V5", 1),
 		"no replay file": strings.Replace(node, "  replay_file: state/replay\n", "", 1),
+		"skew too large": strings.Replace(node, "  replay_file: state/replay\n", "  replay_file: state/replay\n  skew: 1h\n", 1),
 	} {
 		nf, err := ParseNode([]byte(bad), dir)
-		if err == nil {
-			_, err = nf.Config()
+		if err != nil {
+			continue
 		}
-		if err == nil {
+		if err := nf.Check(); err == nil {
+			t.Errorf("%s: Check accepted it", name)
+		}
+		if _, err := nf.Config(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

@@ -3,7 +3,10 @@ package config
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"time"
 
 	"github.com/iop-dev/iop/credentiallease"
@@ -114,7 +117,21 @@ func ParseNode(b []byte, dir string) (*NodeFile, error) {
 
 // Config builds the node runtime configuration, constructing each provider
 // adapter. Secrets are read at call time by the adapters, never here.
-func (f *NodeFile) Config() (node.Config, error) {
+// With a leases section it creates the Node's lease key if it is not
+// there and opens the replay file (rewriting it compacted).
+func (f *NodeFile) Config() (node.Config, error) { return f.build(true) }
+
+// Check builds the configuration as Config does, writing nothing: a lease
+// key that is not there is not created, and the replay file is left
+// alone (it is read when the Node starts). It is what `node check` runs.
+func (f *NodeFile) Check() error {
+	_, err := f.build(false)
+	return err
+}
+
+// build is Config; open says whether the lease key and replay file are
+// opened (and so may be written).
+func (f *NodeFile) build(open bool) (node.Config, error) {
 	cfg := node.Config{EdgeAddr: f.Edge, NodeID: f.NodeID, HealthInterval: f.HealthInterval}
 	tok, err := f.Token.read(f.dir)
 	if err != nil {
@@ -132,7 +149,7 @@ func (f *NodeFile) Config() (node.Config, error) {
 		cfg.EdgeIdentity = &node.EdgeIdentity{TrustDomain: e.TrustDomain, EdgeID: e.EdgeID}
 	}
 	if l := f.Leases; l != nil {
-		op, err := f.opener()
+		op, err := f.opener(open)
 		if err != nil {
 			return cfg, fmt.Errorf("leases: %w", err)
 		}
@@ -206,7 +223,9 @@ func (f *NodeFile) Config() (node.Config, error) {
 
 // opener builds the lease opener from the leases section: the Node's key
 // (created on first use) and replay file, and the pinned Edge keys.
-func (f *NodeFile) opener() (*credentiallease.Opener, error) {
+// Without open it writes nothing: a key that is not there is stood in for
+// by a throwaway one, and the replay file is not read.
+func (f *NodeFile) opener(open bool) (*credentiallease.Opener, error) {
 	l := f.Leases
 	if l.KeyFile == "" || l.ReplayFile == "" {
 		return nil, fmt.Errorf("key_file and replay_file are required")
@@ -222,13 +241,22 @@ func (f *NodeFile) opener() (*credentiallease.Opener, error) {
 		}
 		pinned[k.ID] = ed25519.PublicKey(b)
 	}
-	key, err := credentiallease.LoadOrCreateNodeKey(resolve(f.dir, l.KeyFile))
+	keyPath := resolve(f.dir, l.KeyFile)
+	var key *credentiallease.NodeKey
+	var err error
+	if _, serr := os.Lstat(keyPath); !open && errors.Is(serr, fs.ErrNotExist) {
+		key, err = credentiallease.GenerateNodeKey() // a stand-in: the Node creates its key when it starts
+	} else {
+		key, err = credentiallease.LoadOrCreateNodeKey(keyPath)
+	}
 	if err != nil {
 		return nil, err
 	}
-	rc, err := credentiallease.OpenReplayFile(resolve(f.dir, l.ReplayFile))
-	if err != nil {
-		return nil, err
+	rc := credentiallease.NewReplayCache() // in memory: the file is the Node's to open
+	if open {
+		if rc, err = credentiallease.OpenReplayFile(resolve(f.dir, l.ReplayFile)); err != nil {
+			return nil, err
+		}
 	}
 	op, err := credentiallease.NewOpener(credentiallease.OpenerConfig{NodeID: f.NodeID, Key: key, EdgeKeys: pinned,
 		RetiredEdgeKeyIDs: l.RetiredEdgeKeys, Skew: l.Skew, Replay: rc})

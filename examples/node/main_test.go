@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestCheck: `node check` accepts a valid node.yaml and prints what it
+// configures, refuses an invalid one with the reason, and writes nothing
+// either way (the lease key and replay file are the running Node's to
+// create).
+func TestCheck(t *testing.T) {
+	t.Setenv("IOP_TEST_NODE_TOKEN", "node-token-0123456789abcdef0123")
+	pub, _, _ := ed25519.GenerateKey(nil)
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "state"), 0o700)
+	cfg := filepath.Join(dir, "node.yaml")
+	valid := `
+edge: 127.0.0.1:9440
+node_id: n1
+token: {env: IOP_TEST_NODE_TOKEN}
+plaintext: true
+leases:
+  key_file: state/lease.key
+  replay_file: state/replay
+  edge_keys: [{id: k1, public_key: "` + base64.StdEncoding.EncodeToString(pub) + `"}]
+providers:
+  - {id: vllm, adapter: openai, category: local, base_url: "http://127.0.0.1:8000", models: [qwen, llama]}
+  - {id: echo, adapter: cli, argv: [/bin/cat], models: [cat]}
+`
+	os.WriteFile(cfg, []byte(valid), 0o644)
+	var out, stderr bytes.Buffer
+	if err := check([]string{"-config", cfg}, &out, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{cfg + " is valid.", "node       n1", "edge       127.0.0.1:9440 (plaintext)", "provider   vllm (openai): qwen, llama", "provider   echo (cli): cat", "leases     1 pinned Edge keys"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check printed:\n%s\nwant it to include %q", out.String(), want)
+		}
+	}
+	for _, tc := range []struct{ old, new, want string }{
+		{"127.0.0.1:9440", "9440", `edge "9440" is not a host:port`},
+		{"IOP_TEST_NODE_TOKEN}", "IOP_TEST_UNSET}", "token: $IOP_TEST_UNSET is unset"},
+		{"argv: [/bin/cat]", "argv: [cat]", "Argv[0] must be an absolute path"},
+		{"adapter: openai", "adapter: gpt", `adapter "gpt" is not openai`},
+		{"  replay_file: state/replay\n", "", "key_file and replay_file are required"},
+	} {
+		doc := strings.Replace(valid, tc.old, tc.new, 1)
+		if doc == valid {
+			t.Fatalf("the edit %q did not apply", tc.new)
+		}
+		os.WriteFile(cfg, []byte(doc), 0o644)
+		if err := check([]string{"-config", cfg}, &out, &stderr); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("check with %q: %v, want it to mention %q", tc.new, err, tc.want)
+		}
+	}
+	if err := check([]string{cfg}, &out, &stderr); err == nil || !strings.Contains(err.Error(), "unexpected argument") {
+		t.Errorf("check with the path but no -config: %v", err)
+	}
+	if err := check([]string{"-h"}, &out, &stderr); !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr.String(), "-config") {
+		t.Errorf("check -h: %v\n%s", err, stderr.String())
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, "state")); len(ents) > 0 {
+		t.Errorf("check wrote %v", ents)
+	}
+}
