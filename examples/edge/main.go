@@ -48,7 +48,8 @@ import (
 
 func main() {
 	if len(os.Args) > 1 && (os.Args[1] == "ca" || os.Args[1] == "lease-key" || os.Args[1] == "check") {
-		if err := subcommand(os.Args[1:], os.Stdout); err != nil {
+		err := subcommand(os.Args[1:], os.Stdout)
+		if err != nil && !errors.Is(err, flag.ErrHelp) { // -h printed the usage
 			fmt.Fprintln(os.Stderr, "edge:", err)
 			os.Exit(1)
 		}

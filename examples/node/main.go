@@ -32,10 +32,9 @@ import (
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "check" {
-		if err := check(os.Args[2:], os.Stdout, os.Stderr); err != nil {
-			if !errors.Is(err, flag.ErrHelp) {
-				fmt.Fprintln(os.Stderr, "node:", err)
-			}
+		err := check(os.Args[2:], os.Stdout, os.Stderr)
+		if err != nil && !errors.Is(err, flag.ErrHelp) { // -h printed the usage
+			fmt.Fprintln(os.Stderr, "node:", err)
 			os.Exit(1)
 		}
 		return
