@@ -9,7 +9,8 @@
 //
 // `node check -config node.yaml` validates the file as a start would,
 // writing nothing (no lease key, no replay file), and prints what it
-// configures (exit 1 with the reason when it is not valid).
+// configures (exit 1 with the reason when it is not valid); with -probe
+// it also asks each provider whether it answers.
 package main
 
 import (
@@ -20,12 +21,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/internal/config"
 	"github.com/iop-dev/iop/node"
 )
@@ -111,6 +114,8 @@ func check(args []string, out, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "node.yaml", "path to node.yaml")
+	probe := fs.Bool("probe", false, "also ask each provider whether it answers and serves the models listed (reads their API keys)")
+	timeout := fs.Duration("probe-timeout", 10*time.Second, "how long each provider has to answer the probe")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -121,7 +126,8 @@ func check(args []string, out, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := f.Check(); err != nil {
+	cfg, err := f.Check()
+	if err != nil {
 		return fmt.Errorf("%s: %w", *path, err)
 	}
 	link := "TLS"
@@ -143,5 +149,71 @@ func check(args []string, out, stderr io.Writer) error {
 	if f.Leases != nil {
 		fmt.Fprintf(out, "  leases     %d pinned Edge keys\n", len(f.Leases.EdgeKeys))
 	}
+	if !*probe {
+		return nil
+	}
+	if failed := probeProviders(cfg.Providers, *timeout, out); failed > 0 {
+		return fmt.Errorf("%d of %d providers failed the probe", failed, len(cfg.Providers))
+	}
 	return nil
+}
+
+// modelLister is implemented by adapters that can list what their
+// upstream serves (openai, ollama).
+type modelLister interface {
+	ListModels(ctx context.Context) ([]string, error)
+}
+
+// probeProviders asks each provider, one after another, whether it
+// answers: its upstream's model list (which also proves an API key), or
+// its health check (a CLI's executable). It prints a line per provider,
+// noting a model node.yaml allows that the list lacks (a note, not a
+// failure: some servers list a model under another spelling, Ollama's
+// "llama3:latest" for "llama3"), and returns how many failed. A
+// provider's error is the adapter's, which never holds a secret.
+func probeProviders(providers []node.Hosted, timeout time.Duration, out io.Writer) (failed int) {
+	for _, h := range providers {
+		id := h.Provider.Info().ID
+		missing, err := probeOne(h, timeout)
+		if c, ok := h.Provider.(execution.IdleCloser); ok {
+			c.CloseIdleConnections()
+		}
+		switch {
+		case err != nil:
+			failed++
+			msg := err.Error()
+			if f, ok := errors.AsType[*execution.Failure](err); ok {
+				msg = f.Message // "upstream answered 401", without "run failed"
+			}
+			fmt.Fprintf(out, "  probe      %s: FAILED: %s\n", id, msg)
+		case len(missing) > 0:
+			fmt.Fprintf(out, "  probe      %s: ok; the upstream does not list %s\n", id, strings.Join(missing, ", "))
+		default:
+			fmt.Fprintf(out, "  probe      %s: ok\n", id)
+		}
+	}
+	return failed
+}
+
+// probeOne probes one provider; missing are the allowed models its
+// upstream does not list.
+func probeOne(h node.Hosted, timeout time.Duration) (missing []string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if l, ok := h.Provider.(modelLister); ok {
+		served, err := l.ListModels(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range h.AllowedModels {
+			if !slices.Contains(served, m) {
+				missing = append(missing, m)
+			}
+		}
+		return missing, nil
+	}
+	if hc, ok := h.Provider.(execution.HealthChecker); ok {
+		return nil, hc.CheckHealth(ctx)
+	}
+	return nil, nil
 }

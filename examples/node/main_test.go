@@ -6,12 +6,16 @@ import (
 	"encoding/base64"
 	"errors"
 	"flag"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/iop-dev/iop/execution/upstreamtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -73,5 +77,67 @@ providers:
 	}
 	if ents, _ := os.ReadDir(filepath.Join(dir, "state")); len(ents) > 0 {
 		t.Errorf("check wrote %v", ents)
+	}
+}
+
+// TestCheckProbe: with -probe, check asks each provider whether it
+// answers (a real fake upstream, a closed port, a real and a missing
+// executable, an upstream that refuses the key), notes a model the
+// upstream does not list, fails when any provider does, and never prints
+// the key it sent.
+func TestCheckProbe(t *testing.T) {
+	const upstreamKey = "sk-upstream-secret-0123456789abcdef"
+	up := upstreamtest.New(upstreamtest.Config{Models: []string{"qwen"}, APIKey: upstreamKey})
+	url := up.Start()
+	t.Cleanup(up.Close)
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	closedURL := "http://" + closed.Addr().String()
+	closed.Close()
+	cat, err := exec.LookPath("cat")
+	if err != nil {
+		t.Skip("no cat")
+	}
+	t.Setenv("IOP_TEST_NODE_TOKEN", "node-token-0123456789abcdef0123")
+	t.Setenv("IOP_TEST_UPSTREAM_KEY", upstreamKey)
+	t.Setenv("IOP_TEST_WRONG_KEY", "sk-wrong-secret-0123456789abcdef")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "node.yaml")
+	doc := `
+edge: 127.0.0.1:9440
+node_id: n1
+token: {env: IOP_TEST_NODE_TOKEN}
+plaintext: true
+providers:
+  - {id: vllm, adapter: openai, category: local, base_url: "` + url + `", api_key: {env: IOP_TEST_UPSTREAM_KEY}, models: [qwen, llama]}
+  - {id: down, adapter: openai, category: local, base_url: "` + closedURL + `", models: [qwen]}
+  - {id: echo, adapter: cli, argv: [` + cat + `], models: [cat]}
+  - {id: gone, adapter: cli, argv: [` + filepath.Join(dir, "missing") + `], models: [cat]}
+  - {id: wrongkey, adapter: openai, category: api, base_url: "` + url + `", api_key: {env: IOP_TEST_WRONG_KEY}, models: [qwen]}
+`
+	os.WriteFile(cfg, []byte(doc), 0o644)
+	var out, stderr bytes.Buffer
+	err = check([]string{"-config", cfg, "-probe", "-probe-timeout", "5s"}, &out, &stderr)
+	if err == nil || err.Error() != "3 of 5 providers failed the probe" {
+		t.Errorf("check -probe: %v", err)
+	}
+	for _, want := range []string{
+		"probe      vllm: ok; the upstream does not list llama\n",
+		"probe      down: FAILED: upstream unreachable\n",
+		"probe      echo: ok\n",
+		"probe      gone: FAILED: cli: command not executable\n",
+		"probe      wrongkey: FAILED: upstream answered 401\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check -probe printed:\n%s\nwant it to include %q", out.String(), want)
+		}
+	}
+	if strings.Contains(out.String(), "secret") {
+		t.Errorf("check -probe printed a key:\n%s", out.String())
+	}
+	// Without -probe nothing is asked.
+	before := len(up.Requests())
+	out.Reset()
+	if err := check([]string{"-config", cfg}, &out, &stderr); err != nil || strings.Contains(out.String(), "probe") || len(up.Requests()) != before {
+		t.Errorf("check without -probe: %v, %d upstream requests\n%s", err, len(up.Requests())-before, out.String())
 	}
 }

@@ -354,7 +354,7 @@ providers:
 		t.Fatal(err)
 	}
 	// Checking writes nothing: no key, no replay file.
-	if err := nf.Check(); err != nil {
+	if _, err := nf.Check(); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"lease.key", "replay"} {
@@ -375,7 +375,7 @@ providers:
 	// A key that is there is checked: a damaged one is refused by Check
 	// as by Config, and left as it is.
 	os.WriteFile(filepath.Join(dir, "state", "lease.key"), []byte("short"), 0o600)
-	if err := nf.Check(); !errors.Is(err, credentiallease.ErrKeyFile) {
+	if _, err := nf.Check(); !errors.Is(err, credentiallease.ErrKeyFile) {
 		t.Fatalf("damaged node key: %v", err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "state", "lease.key")); string(b) != "short" {
@@ -392,7 +392,7 @@ providers:
 		if err != nil {
 			continue
 		}
-		if err := nf.Check(); err == nil {
+		if _, err := nf.Check(); err == nil {
 			t.Errorf("%s: Check accepted it", name)
 		}
 		if _, err := nf.Config(); err == nil {

@@ -122,12 +122,11 @@ func ParseNode(b []byte, dir string) (*NodeFile, error) {
 func (f *NodeFile) Config() (node.Config, error) { return f.build(true) }
 
 // Check builds the configuration as Config does, writing nothing: a lease
-// key that is not there is not created, and the replay file is left
-// alone (it is read when the Node starts). It is what `node check` runs.
-func (f *NodeFile) Check() error {
-	_, err := f.build(false)
-	return err
-}
+// key that is not there is not created (a throwaway key stands in), and
+// the replay file is left alone (it is read when the Node starts). It is
+// what `node check` runs; the configuration it returns is for looking at
+// (its providers may be probed), not for running a Node.
+func (f *NodeFile) Check() (node.Config, error) { return f.build(false) }
 
 // build is Config; open says whether the lease key and replay file are
 // opened (and so may be written).
