@@ -27,9 +27,9 @@ const maxCapture = 32 << 20
 // tool-argument bytes of a streamed one, which the client format's
 // renderer holds whole (for the buffered body, and for the Responses
 // events that repeat what came before). An answer beyond it ends with
-// the gateway's error, so a provider that never stops (a local model generating
-// without a token limit, a broken upstream, a faulty Node) costs the Edge
-// a bounded amount of memory.
+// the error tooLarge gives, so a provider that never stops (a local model
+// generating without a token limit, a broken upstream, a faulty Node)
+// costs the Edge a bounded amount of memory.
 const maxDecoded = 32 << 20
 
 // blockCost is what a block is charged against maxDecoded beyond its

@@ -163,8 +163,6 @@ func firstArg(args []string) (string, []string) {
 	return args[0], args[1:]
 }
 
-// serve runs the Hub from hub.yaml until ctx ends. ready, when set,
-// receives the two listeners' addresses (for tests).
 // check runs `controlplane check`: it validates hub.yaml as serve would
 // (the operators' and Edges' secrets and the TLS files read), and prints
 // what it configures.
@@ -202,6 +200,8 @@ func check(path string, out io.Writer) error {
 	return nil
 }
 
+// serve runs the Hub from hub.yaml until ctx ends. ready, when set,
+// receives the two listeners' addresses (for tests).
 func serve(ctx context.Context, path string, log hclog.Logger, ready func(edges, http string)) error {
 	f, err := config.LoadHub(path)
 	if err != nil {
