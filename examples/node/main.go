@@ -152,7 +152,13 @@ func check(args []string, out, stderr io.Writer) error {
 	if !*probe {
 		return nil
 	}
-	if failed := probeProviders(cfg.Providers, *timeout, out); failed > 0 {
+	// With leases, a hosted API without a key of its own may take one
+	// from the Edge per call: this Node has nothing to probe it with.
+	leased := map[string]bool{}
+	for i, p := range f.Providers {
+		leased[p.ID] = f.Leases != nil && p.APIKey == nil && cfg.Providers[i].Provider.Info().Category == execution.CategoryAPI
+	}
+	if failed := probeProviders(cfg.Providers, leased, *timeout, out); failed > 0 {
 		return fmt.Errorf("%d of %d providers failed the probe", failed, len(cfg.Providers))
 	}
 	return nil
@@ -170,10 +176,15 @@ type modelLister interface {
 // noting a model node.yaml allows that the list lacks (a note, not a
 // failure: some servers list a model under another spelling, Ollama's
 // "llama3:latest" for "llama3"), and returns how many failed. A
-// provider's error is the adapter's, which never holds a secret.
-func probeProviders(providers []node.Hosted, timeout time.Duration, out io.Writer) (failed int) {
+// provider's error is the adapter's, which never holds a secret. The
+// leased providers are skipped.
+func probeProviders(providers []node.Hosted, leased map[string]bool, timeout time.Duration, out io.Writer) (failed int) {
 	for _, h := range providers {
 		id := h.Provider.Info().ID
+		if leased[id] {
+			fmt.Fprintf(out, "  probe      %s: skipped (no key of its own: the Edge may lease it one per call)\n", id)
+			continue
+		}
 		missing, err := probeOne(h, timeout)
 		if c, ok := h.Provider.(execution.IdleCloser); ok {
 			c.CloseIdleConnections()

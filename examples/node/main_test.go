@@ -134,6 +134,23 @@ providers:
 	if strings.Contains(out.String(), "secret") {
 		t.Errorf("check -probe printed a key:\n%s", out.String())
 	}
+	// With leases, a provider without a key of its own is skipped: the
+	// Edge may lease it one per call, and this Node has none to probe with.
+	pub, _, _ := ed25519.GenerateKey(nil)
+	leasedDoc := strings.Replace(doc, "providers:\n", `leases:
+  key_file: lease.key
+  replay_file: replay
+  edge_keys: [{id: k1, public_key: "`+base64.StdEncoding.EncodeToString(pub)+`"}]
+providers:
+  - {id: hosted, adapter: openai, category: api, base_url: "`+url+`", models: [qwen]}
+`, 1)
+	os.WriteFile(cfg, []byte(leasedDoc), 0o644)
+	out.Reset()
+	err = check([]string{"-config", cfg, "-probe"}, &out, &stderr)
+	if err == nil || err.Error() != "3 of 6 providers failed the probe" || !strings.Contains(out.String(), "probe      hosted: skipped (no key of its own") {
+		t.Errorf("check -probe with leases: %v\n%s", err, out.String())
+	}
+	os.WriteFile(cfg, []byte(doc), 0o644)
 	// Without -probe nothing is asked.
 	before := len(up.Requests())
 	out.Reset()
