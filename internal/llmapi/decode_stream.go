@@ -1,6 +1,7 @@
 package llmapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -958,6 +959,20 @@ func (l *listDecoder) Next() (Event, error) {
 	return e, nil
 }
 
+// unmarshalObject decodes body, which must be one JSON object, into v:
+// json.Unmarshal alone takes null as a no-op, and an empty success would
+// reach the client in place of the provider's broken answer.
+func unmarshalObject(body []byte, v any) error {
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return errors.New("not a JSON object")
+	}
+	return json.Unmarshal(body, v)
+}
+
+func malformedAnswer() Decoder {
+	return &listDecoder{events: []Event{{Kind: EvError, Err: errUpstream("malformed answer")}}}
+}
+
 // DecodeChat decodes a buffered Chat Completions answer.
 func DecodeChat(body []byte) Decoder {
 	var c struct {
@@ -978,8 +993,8 @@ func DecodeChat(body []byte) Decoder {
 		} `json:"choices"`
 		Usage *chatUsageJSON `json:"usage"`
 	}
-	if err := json.Unmarshal(body, &c); err != nil || len(c.Choices) == 0 {
-		return &listDecoder{events: []Event{{Kind: EvError, Err: errUpstream("malformed answer")}}}
+	if err := unmarshalObject(body, &c); err != nil || len(c.Choices) == 0 {
+		return malformedAnswer()
 	}
 	ch := c.Choices[0]
 	a := &answer{id: c.ID, model: c.Model, stop: chatStop(ch.FinishReason, len(ch.Message.ToolCalls))}
@@ -1025,8 +1040,8 @@ func DecodeAnthropic(body []byte) Decoder {
 		StopReason string             `json:"stop_reason"`
 		Usage      anthropicUsageJSON `json:"usage"`
 	}
-	if err := json.Unmarshal(body, &m); err != nil {
-		return &listDecoder{events: []Event{{Kind: EvError, Err: errUpstream("malformed answer")}}}
+	if err := unmarshalObject(body, &m); err != nil {
+		return malformedAnswer()
 	}
 	a := &answer{id: m.ID, model: m.Model, stop: anthropicStop(m.StopReason), usage: m.Usage.canonical()}
 	for _, b := range m.Content {
@@ -1050,8 +1065,8 @@ func DecodeAnthropic(body []byte) Decoder {
 // DecodeResponses decodes a buffered Responses answer.
 func DecodeResponses(body []byte) Decoder {
 	var r responsesBody
-	if err := json.Unmarshal(body, &r); err != nil {
-		return &listDecoder{events: []Event{{Kind: EvError, Err: errUpstream("malformed answer")}}}
+	if err := unmarshalObject(body, &r); err != nil {
+		return malformedAnswer()
 	}
 	a := &answer{id: r.ID, model: r.Model, stop: StopEnd}
 	refused := false

@@ -1299,3 +1299,19 @@ func TestChatCustomTool(t *testing.T) {
 		t.Errorf("buffered call (-want +got):\n%s finish %q", d, resp.Choices[0].FinishReason)
 	}
 }
+
+// TestBufferedAnswerNotAnObject: a whole answer that is not a JSON object
+// (null, which json.Unmarshal takes as a no-op, an array, a string) is a
+// malformed answer, never an empty success.
+func TestBufferedAnswerNotAnObject(t *testing.T) {
+	for _, body := range []string{"null", " null\n", "[]", `"x"`, "", "{"} {
+		for name, dec := range map[string]llmapi.Decoder{
+			"chat": llmapi.DecodeChat([]byte(body)), "anthropic": llmapi.DecodeAnthropic([]byte(body)), "responses": llmapi.DecodeResponses([]byte(body)),
+		} {
+			_, status, out := llmapitest.Render(t, dec, &llmapi.ChatRenderer{ID: "c"})
+			if status != 502 || !strings.Contains(string(out), "malformed answer") {
+				t.Errorf("%s answer %q: %d %s", name, body, status, out)
+			}
+		}
+	}
+}
