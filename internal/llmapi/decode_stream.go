@@ -198,7 +198,7 @@ func DecodeChatStream(r io.Reader) Decoder {
 			return errUpstream("malformed stream chunk")
 		}
 		if c.Error != nil {
-			return &APIError{Status: 502, Type: "api_error", Message: "the provider failed mid-stream"}
+			return &APIError{Status: 502, Type: chatErrorType(c.Error.Code), Message: "the provider failed mid-stream"}
 		}
 		if !started {
 			started = true
@@ -269,7 +269,27 @@ type chatChunk struct {
 	Error   *struct {
 		Message string `json:"message"`
 		Type    string `json:"type"`
+		// Code is, from vLLM and other OpenAI-compatible servers, the
+		// HTTP status the error stands for (OpenAI's own codes are
+		// strings).
+		Code json.RawMessage `json:"code"`
 	} `json:"error"`
+}
+
+// chatErrorType is the canonical type of a Chat Completions stream error
+// whose code is an HTTP status (rate_limit for 429, overloaded for 503 and
+// 529, invalid_request for 400, 413 and 422); any other code is an
+// api_error.
+func chatErrorType(code json.RawMessage) string {
+	switch status, _ := strconv.Atoi(string(code)); status {
+	case 429:
+		return "rate_limit"
+	case 503, 529:
+		return "overloaded"
+	case 400, 413, 422:
+		return "invalid_request"
+	}
+	return "api_error"
 }
 
 type chatChoice struct {

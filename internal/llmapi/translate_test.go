@@ -1315,3 +1315,26 @@ func TestBufferedAnswerNotAnObject(t *testing.T) {
 		}
 	}
 }
+
+// TestChatStreamErrorCodes: an error in a Chat Completions stream whose
+// code is the HTTP status it stands for (vLLM's) reaches an Anthropic
+// client as that status's type; an error without one (OpenAI's own
+// codes are strings) is an api_error.
+func TestChatStreamErrorCodes(t *testing.T) {
+	for _, tc := range []struct{ code, want string }{
+		{"429", "rate_limit_error"},
+		{"503", "overloaded_error"},
+		{"400", "invalid_request_error"},
+		{"500", "api_error"},
+		{`"server_error"`, "api_error"},
+		{"null", "api_error"},
+	} {
+		in := `data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"a"}}]}` + "\n\n" +
+			`data: {"error":{"message":"boom","type":"BadRequestError","code":` + tc.code + `}}` + "\n\n"
+		stream, _, _ := llmapitest.Render(t, llmapi.DecodeChatStream(strings.NewReader(in)), &llmapi.AnthropicRenderer{ID: "m"})
+		evs := llmapitest.Events(t, stream)
+		if last := string(evs[len(evs)-1].Data); !strings.Contains(last, `"type":"`+tc.want+`"`) || strings.Contains(last, "boom") {
+			t.Errorf("code %s: last event %s, want type %s", tc.code, last, tc.want)
+		}
+	}
+}
