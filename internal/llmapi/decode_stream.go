@@ -523,6 +523,9 @@ func DecodeAnthropicStream(r io.Reader) Decoder {
 			if !started || provOpen[m.Index] {
 				return errUpstream("content_block_start out of order")
 			}
+			if len(provOpen) >= maxOpenBlocks {
+				return errUpstream("too many content blocks open at once")
+			}
 			provOpen[m.Index] = true
 			switch cb := m.ContentBlock; cb.Type {
 			case "text":
@@ -570,7 +573,10 @@ func DecodeAnthropicStream(r io.Reader) Decoder {
 			if m.Usage != nil {
 				usage.Output = m.Usage.OutputTokens
 				if m.Usage.InputTokens > 0 {
+					// Newer API versions total the input here too, the
+					// cache reads with it.
 					usage.Input = m.Usage.InputTokens + m.Usage.CacheReadInputTokens + m.Usage.CacheCreationInputTokens
+					usage.Cached = m.Usage.CacheReadInputTokens
 				}
 			}
 		case "message_stop":
@@ -584,6 +590,11 @@ func DecodeAnthropicStream(r io.Reader) Decoder {
 	}
 	return d
 }
+
+// maxOpenBlocks bounds the content blocks an Anthropic stream holds open
+// at once (a provider's indices are its own; each open one is remembered
+// until its content_block_stop).
+const maxOpenBlocks = 1024
 
 // anthropicEvent is an Anthropic Messages stream event, as the decoder
 // reads it.

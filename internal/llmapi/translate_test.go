@@ -1338,3 +1338,41 @@ func TestChatStreamErrorCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestAnthropicStreamUsageTotals: a message_delta that totals the input
+// (newer API versions) replaces message_start's input, its cache reads
+// with it.
+func TestAnthropicStreamUsageTotals(t *testing.T) {
+	in := "event: message_start\n" + `data: {"type":"message_start","message":{"id":"m","usage":{"input_tokens":3,"output_tokens":1}}}` + "\n\n" +
+		"event: message_delta\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":5,"cache_read_input_tokens":2,"cache_creation_input_tokens":1,"output_tokens":9}}` + "\n\n" +
+		"event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n"
+	dec := llmapi.DecodeAnthropicStream(strings.NewReader(in))
+	var got *llmapi.Usage
+	for {
+		ev, err := dec.Next()
+		if err != nil {
+			break
+		}
+		if ev.Kind == llmapi.EvUsage {
+			got = &ev.Usage
+		}
+	}
+	if want := (llmapi.Usage{Input: 8, Output: 9, Cached: 2}); got == nil || *got != want {
+		t.Fatalf("usage %+v, want %+v", got, want)
+	}
+}
+
+// TestAnthropicStreamOpenBlocks: a stream that opens blocks without
+// closing them is refused past 1024 open at once, not remembered without
+// end.
+func TestAnthropicStreamOpenBlocks(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("event: message_start\n" + `data: {"type":"message_start","message":{"id":"m","usage":{"input_tokens":3}}}` + "\n\n")
+	for i := range 1025 {
+		fmt.Fprintf(&b, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":%d,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n", i*7)
+	}
+	_, status, body := llmapitest.Render(t, llmapi.DecodeAnthropicStream(strings.NewReader(b.String())), &llmapi.ChatRenderer{ID: "c"})
+	if status != 502 || !strings.Contains(string(body), "too many content blocks open at once") {
+		t.Fatalf("%d %s", status, body)
+	}
+}
