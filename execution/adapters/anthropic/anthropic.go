@@ -6,14 +6,13 @@ package anthropic
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/execution/adapters/internal/upstream"
+	"github.com/iop-dev/iop/internal/llmapi"
 	"github.com/iop-dev/iop/internal/sse"
 )
 
@@ -120,26 +119,6 @@ type messagesRequest struct {
 	Temperature *float64  `json:"temperature,omitempty"`
 }
 
-type usageJSON struct {
-	InputTokens              int64 `json:"input_tokens"`
-	OutputTokens             int64 `json:"output_tokens"`
-	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
-}
-
-// StopReason maps an Anthropic stop_reason to the normalized one.
-func StopReason(r string) string {
-	switch r {
-	case "max_tokens":
-		return "length"
-	case "tool_use":
-		return "tool_calls"
-	case "refusal":
-		return "content_filter"
-	}
-	return "stop"
-}
-
 // Run implements execution.Provider with the Messages API.
 func (a *Adapter) Run(ctx context.Context, req *execution.RunRequest, w execution.EventWriter) (execution.Result, error) {
 	mr := messagesRequest{Model: req.Target, System: req.Input.System, MaxTokens: req.Options.MaxOutputTokens, Stream: req.Options.Stream, Temperature: req.Options.Temperature}
@@ -158,195 +137,19 @@ func (a *Adapter) Run(ctx context.Context, req *execution.RunRequest, w executio
 		return execution.Result{}, err
 	}
 	defer resp.Body.Close()
-	if !sse.Streamed(resp.Header.Get("Content-Type"), mr.Stream) {
-		return readMessage(ctx, resp.Body, w)
-	}
-	return readStream(ctx, resp.Body, w)
+	return readAnswer(ctx, resp.Body, sse.Streamed(resp.Header.Get("Content-Type"), mr.Stream), w)
 }
 
-func failure(ctx context.Context, msg string) error {
-	if ctx.Err() != nil {
-		return execution.Classify(ctx, ctx.Err())
+// readAnswer relays a Messages answer, an event stream or a whole one, as
+// run events. It is read by the decoders the Edge translates with
+// (package llmapi): the same checks and error classes.
+func readAnswer(ctx context.Context, body io.Reader, streamed bool, w execution.EventWriter) (execution.Result, error) {
+	if streamed {
+		return upstream.Relay(ctx, llmapi.DecodeAnthropicStream(body), w)
 	}
-	return &execution.Failure{Class: execution.FailureProvider, Message: msg}
-}
-
-// errorStatus is the HTTP status each of the Messages API's error types
-// stands for (its documented pairs).
-var errorStatus = map[string]int{
-	"invalid_request_error": http.StatusBadRequest,
-	"authentication_error":  http.StatusUnauthorized,
-	"permission_error":      http.StatusForbidden,
-	"not_found_error":       http.StatusNotFound,
-	"request_too_large":     http.StatusRequestEntityTooLarge,
-	"rate_limit_error":      http.StatusTooManyRequests,
-	"api_error":             http.StatusInternalServerError,
-	"overloaded_error":      529,
-}
-
-// streamError is the failure of an error event in a stream, classed as
-// the status its type stands for would be (an overloaded API is
-// unavailable, so the caller may retry elsewhere or later). The note
-// names the type only when it is one of the API's own.
-func streamError(typ string) *execution.Failure {
-	status, ok := errorStatus[typ]
-	if !ok {
-		return &execution.Failure{Class: execution.FailureProvider, Message: "upstream error in stream"}
-	}
-	return &execution.Failure{Class: upstream.StatusClass(status), Message: "upstream error in stream: " + typ}
-}
-
-func readMessage(ctx context.Context, body io.Reader, w execution.EventWriter) (execution.Result, error) {
-	var out struct {
-		Content []struct {
-			Type     string          `json:"type"`
-			Text     string          `json:"text"`
-			Thinking string          `json:"thinking"`
-			ID       string          `json:"id"`
-			Name     string          `json:"name"`
-			Input    json.RawMessage `json:"input"`
-		} `json:"content"`
-		StopReason string    `json:"stop_reason"`
-		Usage      usageJSON `json:"usage"`
-	}
-	if err := upstream.DecodeAnswer(ctx, body, upstream.MaxAnswer, &out); err != nil {
+	b, err := upstream.ReadWhole(ctx, body)
+	if err != nil {
 		return execution.Result{}, err
 	}
-	for _, b := range out.Content {
-		var ev execution.Event
-		switch b.Type {
-		case "text":
-			ev = execution.Event{Kind: execution.EventDelta, Text: b.Text}
-		case "thinking":
-			ev = execution.Event{Kind: execution.EventDelta, Text: b.Thinking, Reasoning: true}
-		case "tool_use":
-			args := string(b.Input)
-			if args == "" {
-				args = "{}"
-			}
-			ev = execution.Event{Kind: execution.EventToolCall, ToolCall: &execution.ToolCall{ID: b.ID, Name: b.Name, Arguments: args}}
-		default:
-			continue
-		}
-		if err := w.WriteEvent(ev); err != nil {
-			return execution.Result{}, err
-		}
-	}
-	u := &execution.Usage{InputTokens: out.Usage.InputTokens + out.Usage.CacheReadInputTokens + out.Usage.CacheCreationInputTokens, OutputTokens: out.Usage.OutputTokens, CachedInputTokens: out.Usage.CacheReadInputTokens}
-	if err := w.WriteEvent(execution.Event{Kind: execution.EventUsage, Usage: u}); err != nil {
-		return execution.Result{}, err
-	}
-	return execution.Result{StopReason: StopReason(out.StopReason)}, nil
-}
-
-func readStream(ctx context.Context, body io.Reader, w execution.EventWriter) (execution.Result, error) {
-	r := sse.NewReader(body, 0)
-	defer r.Release()
-	type block struct {
-		typ, id, name string
-		args          strings.Builder
-	}
-	blocks := map[int]*block{}
-	argBytes := 0 // tool call arguments held, all blocks together
-	var usage execution.Usage
-	stop := ""
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			return execution.Result{}, failure(ctx, "stream ended without message_stop")
-		}
-		if err != nil {
-			return execution.Result{}, failure(ctx, "malformed stream")
-		}
-		var m struct {
-			Type    string `json:"type"`
-			Index   int    `json:"index"`
-			Message struct {
-				Usage usageJSON `json:"usage"`
-			} `json:"message"`
-			ContentBlock struct {
-				Type string `json:"type"`
-				ID   string `json:"id"`
-				Name string `json:"name"`
-			} `json:"content_block"`
-			Delta struct {
-				Type        string `json:"type"`
-				Text        string `json:"text"`
-				Thinking    string `json:"thinking"`
-				PartialJSON string `json:"partial_json"`
-				StopReason  string `json:"stop_reason"`
-			} `json:"delta"`
-			Usage *usageJSON `json:"usage"`
-			Error struct {
-				Type string `json:"type"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(ev.Data, &m); err != nil {
-			return execution.Result{}, failure(ctx, "malformed stream event")
-		}
-		switch m.Type {
-		case "message_start":
-			u := m.Message.Usage
-			usage.InputTokens = u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
-			usage.CachedInputTokens = u.CacheReadInputTokens
-			usage.OutputTokens = u.OutputTokens
-		case "content_block_start":
-			if m.Index < 0 || m.Index > 1024 {
-				return execution.Result{}, failure(ctx, "content block index out of range")
-			}
-			blocks[m.Index] = &block{typ: m.ContentBlock.Type, id: m.ContentBlock.ID, name: m.ContentBlock.Name}
-		case "content_block_delta":
-			b := blocks[m.Index]
-			if b == nil {
-				return execution.Result{}, failure(ctx, "delta for an unknown content block")
-			}
-			var out *execution.Event
-			switch m.Delta.Type {
-			case "text_delta":
-				out = &execution.Event{Kind: execution.EventDelta, Text: m.Delta.Text}
-			case "thinking_delta":
-				out = &execution.Event{Kind: execution.EventDelta, Text: m.Delta.Thinking, Reasoning: true}
-			case "input_json_delta":
-				if argBytes += len(m.Delta.PartialJSON); argBytes > upstream.MaxAnswer {
-					return execution.Result{}, failure(ctx, "tool call arguments too large")
-				}
-				b.args.WriteString(m.Delta.PartialJSON)
-			}
-			if out != nil {
-				if err := w.WriteEvent(*out); err != nil {
-					return execution.Result{}, err
-				}
-			}
-		case "content_block_stop":
-			b := blocks[m.Index]
-			if b != nil && b.typ == "tool_use" {
-				args := b.args.String()
-				if args == "" {
-					args = "{}"
-				}
-				if err := w.WriteEvent(execution.Event{Kind: execution.EventToolCall, ToolCall: &execution.ToolCall{ID: b.id, Name: b.name, Arguments: args}}); err != nil {
-					return execution.Result{}, err
-				}
-			}
-			delete(blocks, m.Index)
-		case "message_delta":
-			stop = m.Delta.StopReason
-			if u := m.Usage; u != nil {
-				// The output so far; newer API versions total the input
-				// here too.
-				usage.OutputTokens = u.OutputTokens
-				if u.InputTokens > 0 {
-					usage.InputTokens = u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
-					usage.CachedInputTokens = u.CacheReadInputTokens
-				}
-			}
-		case "message_stop":
-			if err := w.WriteEvent(execution.Event{Kind: execution.EventUsage, Usage: &usage}); err != nil {
-				return execution.Result{}, err
-			}
-			return execution.Result{StopReason: StopReason(stop)}, nil
-		case "error":
-			return execution.Result{}, streamError(m.Error.Type)
-		}
-	}
+	return upstream.Relay(ctx, llmapi.DecodeAnthropic(b), w)
 }

@@ -178,19 +178,22 @@ func TestAnswerFailures(t *testing.T) {
 		class  execution.FailureClass
 		note   string
 	}{
-		{"malformed whole answer", false, `{"content":[`, execution.FailureProvider, "malformed upstream answer"},
-		{"whole answer not an object", false, `[1,2]`, execution.FailureProvider, "malformed upstream answer"},
-		{"stream without message_stop", true, sse(msgStart), execution.FailureProvider, "stream ended without message_stop"},
+		{"malformed whole answer", false, `{"content":[`, execution.FailureProvider, "malformed answer"},
+		{"whole answer not an object", false, `[1,2]`, execution.FailureProvider, "malformed answer"},
+		{"whole answer null", false, `null`, execution.FailureProvider, "malformed answer"},
+		{"stream without message_stop", true, sse(msgStart), execution.FailureProvider, "the provider's stream ended without a terminal"},
 		{"malformed event", true, sse(msgStart) + "event: content_block_start\ndata: {\"type\":\n\n", execution.FailureProvider, "malformed stream event"},
-		{"block index out of range", true, sse(msgStart, `{"type":"content_block_start","index":4096,"content_block":{"type":"text"}}`), execution.FailureProvider, "content block index out of range"},
-		{"negative block index", true, sse(msgStart, `{"type":"content_block_start","index":-1,"content_block":{"type":"text"}}`), execution.FailureProvider, "content block index out of range"},
-		{"delta for an unknown block", true, sse(msgStart, `{"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"x"}}`), execution.FailureProvider, "delta for an unknown content block"},
-		{"overloaded", true, sse(msgStart, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), execution.FailureUnavailable, "upstream error in stream: overloaded_error"},
-		{"rate limited", true, sse(`{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`), execution.FailureRateLimited, "upstream error in stream: rate_limit_error"},
-		{"invalid request", true, sse(`{"type":"error","error":{"type":"invalid_request_error","message":"no"}}`), execution.FailureInvalidRequest, "upstream error in stream: invalid_request_error"},
-		{"api error", true, sse(msgStart, `{"type":"error","error":{"type":"api_error","message":"boom"}}`), execution.FailureProvider, "upstream error in stream: api_error"},
-		// A type the API does not document is not echoed.
-		{"unknown error type", true, sse(`{"type":"error","error":{"type":"secret sk-123","message":"x"}}`), execution.FailureProvider, "upstream error in stream"},
+		{"block started twice", true, sse(msgStart, `{"type":"content_block_start","index":0,"content_block":{"type":"text"}}`, `{"type":"content_block_start","index":0,"content_block":{"type":"text"}}`), execution.FailureProvider, "content_block_start out of order"},
+		{"block before message_start", true, sse(`{"type":"content_block_start","index":0,"content_block":{"type":"text"}}`), execution.FailureProvider, "content_block_start out of order"},
+		{"delta for an unknown block", true, sse(msgStart, `{"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"x"}}`), execution.FailureProvider, "delta for a block that is not open"},
+		{"tool input not an object", true, sse(msgStart, `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}`,
+			`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"[1]"}}`, `{"type":"content_block_stop","index":0}`, msgStop), execution.FailureProvider, `the provider returned arguments for tool "f" that are not a JSON object`},
+		{"overloaded", true, sse(msgStart, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), execution.FailureUnavailable, "the provider failed mid-stream (overloaded)"},
+		{"rate limited", true, sse(`{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`), execution.FailureRateLimited, "the provider failed mid-stream (rate_limit)"},
+		{"invalid request", true, sse(`{"type":"error","error":{"type":"invalid_request_error","message":"no"}}`), execution.FailureInvalidRequest, "the provider failed mid-stream (invalid_request)"},
+		{"api error", true, sse(msgStart, `{"type":"error","error":{"type":"api_error","message":"boom"}}`), execution.FailureProvider, "the provider failed mid-stream"},
+		// A type the API does not document is not echoed, nor the message.
+		{"unknown error type", true, sse(`{"type":"error","error":{"type":"secret sk-123","message":"x"}}`), execution.FailureProvider, "the provider failed mid-stream"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := upstreamtest.New(upstreamtest.Config{Reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: tc.raw} }})

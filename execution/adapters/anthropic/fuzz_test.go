@@ -23,9 +23,9 @@ func FuzzReadAnswer(f *testing.F) {
 	f.Add([]byte("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var whole, stream adaptertest.Events
-		res, err := readMessage(context.Background(), bytes.NewReader(body), &whole)
+		res, err := readAnswer(context.Background(), bytes.NewReader(body), false, &whole)
 		adaptertest.CheckRun(t, res, err, whole, true)
-		res, err = readStream(context.Background(), bytes.NewReader(body), &stream)
+		res, err = readAnswer(context.Background(), bytes.NewReader(body), true, &stream)
 		adaptertest.CheckRun(t, res, err, stream, true)
 	})
 }

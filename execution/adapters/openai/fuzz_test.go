@@ -20,9 +20,9 @@ func FuzzReadAnswer(f *testing.F) {
 	f.Add([]byte(`data: {"error":{"message":"busy","code":503}}` + "\n\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var whole, stream adaptertest.Events
-		res, err := readChat(context.Background(), bytes.NewReader(body), &whole)
+		res, err := readAnswer(context.Background(), bytes.NewReader(body), false, &whole)
 		adaptertest.CheckRun(t, res, err, whole, false)
-		res, err = readChatStream(context.Background(), bytes.NewReader(body), &stream)
+		res, err = readAnswer(context.Background(), bytes.NewReader(body), true, &stream)
 		adaptertest.CheckRun(t, res, err, stream, false)
 	})
 }

@@ -7,13 +7,10 @@ package openai
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/execution/adapters/internal/upstream"
@@ -180,220 +177,27 @@ func buildChatRequest(req *execution.RunRequest) chatRequest {
 	return cr
 }
 
-type usageJSON struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	CompletionTokens    int64 `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-	CompletionTokensDetails *struct {
-		ReasoningTokens int64 `json:"reasoning_tokens"`
-	} `json:"completion_tokens_details"`
-}
-
-func (u *usageJSON) usage() *execution.Usage {
-	out := &execution.Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens}
-	if u.PromptTokensDetails != nil {
-		out.CachedInputTokens = u.PromptTokensDetails.CachedTokens
-	}
-	if u.CompletionTokensDetails != nil {
-		out.ReasoningTokens = u.CompletionTokensDetails.ReasoningTokens
-	}
-	return out
-}
-
-type toolCallJSON struct {
-	Index    int    `json:"index"`
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
-// errorJSON is an error a stream reports in place of a chunk. Servers
-// that put the HTTP status the error stands for in code (vLLM and other
-// OpenAI-compatible servers) have it classed by that status; OpenAI's own
-// codes are strings, and such an error is the provider's failure.
-type errorJSON struct {
-	Code json.RawMessage `json:"code"`
-}
-
-func (e *errorJSON) failure() *execution.Failure {
-	status, err := strconv.Atoi(string(e.Code))
-	if err != nil || status < 400 || status > 599 {
-		return &execution.Failure{Class: execution.FailureProvider, Message: "upstream error in stream"}
-	}
-	return &execution.Failure{Class: upstream.StatusClass(status), Message: "upstream error in stream: " + strconv.Itoa(status)}
-}
-
-// StopReason maps a Chat Completions finish_reason to the normalized one.
-func StopReason(finish string) string {
-	switch finish {
-	case "length":
-		return "length"
-	case "tool_calls", "function_call":
-		return "tool_calls"
-	case "content_filter":
-		return "content_filter"
-	}
-	return "stop"
-}
-
-// Run implements execution.Provider with Chat Completions.
+// Run implements execution.Provider with Chat Completions. The answer,
+// streamed or whole, is read by the decoders the Edge translates with
+// (package llmapi): the same checks, refusals and error classes.
 func (a *Adapter) Run(ctx context.Context, req *execution.RunRequest, w execution.EventWriter) (execution.Result, error) {
 	resp, err := a.c.PostJSON(ctx, "/v1/chat/completions", nil, buildChatRequest(req))
 	if err != nil {
 		return execution.Result{}, err
 	}
 	defer resp.Body.Close()
-	if !sse.Streamed(resp.Header.Get("Content-Type"), req.Options.Stream) {
-		return readChat(ctx, resp.Body, w)
-	}
-	return readChatStream(ctx, resp.Body, w)
+	return readAnswer(ctx, resp.Body, sse.Streamed(resp.Header.Get("Content-Type"), req.Options.Stream), w)
 }
 
-func readChat(ctx context.Context, body io.Reader, w execution.EventWriter) (execution.Result, error) {
-	var out struct {
-		Choices []struct {
-			Message struct {
-				Content          *string        `json:"content"`
-				ReasoningContent *string        `json:"reasoning_content"`
-				ToolCalls        []toolCallJSON `json:"tool_calls"`
-			} `json:"message"`
-			FinishReason string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage *usageJSON `json:"usage"`
+// readAnswer relays a Chat Completions answer, an event stream or a whole
+// one, as run events.
+func readAnswer(ctx context.Context, body io.Reader, streamed bool, w execution.EventWriter) (execution.Result, error) {
+	if streamed {
+		return upstream.Relay(ctx, llmapi.DecodeChatStream(body), w)
 	}
-	if err := upstream.DecodeAnswer(ctx, body, upstream.MaxAnswer, &out); err != nil {
+	b, err := upstream.ReadWhole(ctx, body)
+	if err != nil {
 		return execution.Result{}, err
 	}
-	if len(out.Choices) == 0 {
-		return execution.Result{}, &execution.Failure{Class: execution.FailureProvider, Message: "answer without choices"}
-	}
-	ch := out.Choices[0]
-	if r := ch.Message.ReasoningContent; r != nil && *r != "" {
-		if err := w.WriteEvent(execution.Event{Kind: execution.EventDelta, Text: *r, Reasoning: true}); err != nil {
-			return execution.Result{}, err
-		}
-	}
-	if c := ch.Message.Content; c != nil && *c != "" {
-		if err := w.WriteEvent(execution.Event{Kind: execution.EventDelta, Text: *c}); err != nil {
-			return execution.Result{}, err
-		}
-	}
-	for _, tc := range ch.Message.ToolCalls {
-		if err := w.WriteEvent(execution.Event{Kind: execution.EventToolCall, ToolCall: &execution.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}}); err != nil {
-			return execution.Result{}, err
-		}
-	}
-	if out.Usage != nil {
-		if err := w.WriteEvent(execution.Event{Kind: execution.EventUsage, Usage: out.Usage.usage()}); err != nil {
-			return execution.Result{}, err
-		}
-	}
-	return execution.Result{StopReason: StopReason(ch.FinishReason)}, nil
-}
-
-func bodyFailure(ctx context.Context) error {
-	if ctx.Err() != nil {
-		return execution.Classify(ctx, ctx.Err())
-	}
-	return &execution.Failure{Class: execution.FailureProvider, Message: "malformed upstream answer"}
-}
-
-func readChatStream(ctx context.Context, body io.Reader, w execution.EventWriter) (execution.Result, error) {
-	r := sse.NewReader(body, 0)
-	defer r.Release()
-	type pending struct {
-		id, name string
-		args     strings.Builder
-	}
-	var calls []*pending
-	argBytes := 0 // tool call arguments held, all calls together
-	finish := ""
-	sawDone := false
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return execution.Result{}, bodyFailure(ctx)
-		}
-		if string(ev.Data) == "[DONE]" {
-			sawDone = true
-			break
-		}
-		var chunk struct {
-			Choices []struct {
-				Delta struct {
-					Content          string         `json:"content"`
-					ReasoningContent string         `json:"reasoning_content"`
-					ToolCalls        []toolCallJSON `json:"tool_calls"`
-				} `json:"delta"`
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
-			Usage *usageJSON `json:"usage"`
-			Error *errorJSON `json:"error"`
-		}
-		if err := json.Unmarshal(ev.Data, &chunk); err != nil {
-			return execution.Result{}, &execution.Failure{Class: execution.FailureProvider, Message: "malformed stream chunk"}
-		}
-		if chunk.Error != nil {
-			return execution.Result{}, chunk.Error.failure()
-		}
-		for _, ch := range chunk.Choices {
-			if ch.Delta.ReasoningContent != "" {
-				if err := w.WriteEvent(execution.Event{Kind: execution.EventDelta, Text: ch.Delta.ReasoningContent, Reasoning: true}); err != nil {
-					return execution.Result{}, err
-				}
-			}
-			if ch.Delta.Content != "" {
-				if err := w.WriteEvent(execution.Event{Kind: execution.EventDelta, Text: ch.Delta.Content}); err != nil {
-					return execution.Result{}, err
-				}
-			}
-			for _, tc := range ch.Delta.ToolCalls {
-				if tc.Index < 0 || tc.Index > 1024 {
-					return execution.Result{}, &execution.Failure{Class: execution.FailureProvider, Message: "tool call index out of range"}
-				}
-				for len(calls) <= tc.Index {
-					calls = append(calls, &pending{})
-				}
-				p := calls[tc.Index]
-				if tc.ID != "" {
-					p.id = tc.ID
-				}
-				if tc.Function.Name != "" {
-					p.name = tc.Function.Name
-				}
-				if argBytes += len(tc.Function.Arguments); argBytes > upstream.MaxAnswer {
-					return execution.Result{}, &execution.Failure{Class: execution.FailureProvider, Message: "tool call arguments too large"}
-				}
-				p.args.WriteString(tc.Function.Arguments)
-			}
-			if ch.FinishReason != nil && *ch.FinishReason != "" {
-				finish = *ch.FinishReason
-			}
-		}
-		if chunk.Usage != nil {
-			if err := w.WriteEvent(execution.Event{Kind: execution.EventUsage, Usage: chunk.Usage.usage()}); err != nil {
-				return execution.Result{}, err
-			}
-		}
-	}
-	if !sawDone && finish == "" {
-		return execution.Result{}, bodyFailure(ctx)
-	}
-	for _, p := range calls {
-		if p.name == "" {
-			continue
-		}
-		if err := w.WriteEvent(execution.Event{Kind: execution.EventToolCall, ToolCall: &execution.ToolCall{ID: p.id, Name: p.name, Arguments: p.args.String()}}); err != nil {
-			return execution.Result{}, err
-		}
-	}
-	return execution.Result{StopReason: StopReason(finish)}, nil
+	return upstream.Relay(ctx, llmapi.DecodeChat(b), w)
 }

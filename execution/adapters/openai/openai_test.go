@@ -284,18 +284,21 @@ func TestAnswerFailures(t *testing.T) {
 		class  execution.FailureClass
 		note   string
 	}{
-		{"whole answer null", false, `null`, execution.FailureProvider, "malformed upstream answer"},
-		{"whole answer truncated", false, `{"choices":[{"message":`, execution.FailureProvider, "malformed upstream answer"},
-		{"whole answer with trailing bytes", false, `{"choices":[{"message":{"content":"a"}}]} {"x":1}`, execution.FailureProvider, "malformed upstream answer"},
-		{"whole answer without choices", false, `{"choices":[]}`, execution.FailureProvider, "answer without choices"},
-		{"stream without its end", true, chunk, execution.FailureProvider, "malformed upstream answer"},
+		{"whole answer null", false, `null`, execution.FailureProvider, "malformed answer"},
+		{"whole answer truncated", false, `{"choices":[{"message":`, execution.FailureProvider, "malformed answer"},
+		{"whole answer with trailing bytes", false, `{"choices":[{"message":{"content":"a"}}]} {"x":1}`, execution.FailureProvider, "malformed answer"},
+		{"whole answer without choices", false, `{"choices":[]}`, execution.FailureProvider, "malformed answer"},
+		{"stream without its end", true, chunk, execution.FailureProvider, "the provider's stream ended without a terminal"},
 		{"malformed chunk", true, chunk + "data: {\"choices\":\n\n", execution.FailureProvider, "malformed stream chunk"},
 		{"tool call index out of range", true, `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":5000,"function":{"name":"f"}}]}}]}` + "\n\n", execution.FailureProvider, "tool call index out of range"},
-		{"error with status 429", true, chunk + `data: {"error":{"message":"slow","type":"RateLimitError","code":429}}` + "\n\n", execution.FailureRateLimited, "upstream error in stream: 429"},
-		{"error with status 503", true, `data: {"error":{"message":"busy","code":503}}` + "\n\n", execution.FailureUnavailable, "upstream error in stream: 503"},
-		{"error with status 400", true, `data: {"error":{"message":"bad","type":"BadRequestError","code":400}}` + "\n\n", execution.FailureInvalidRequest, "upstream error in stream: 400"},
-		{"error with a string code", true, chunk + `data: {"error":{"message":"x","code":"rate_limit_exceeded"}}` + "\n\n", execution.FailureProvider, "upstream error in stream"},
-		{"error with a code beyond statuses", true, `data: {"error":{"code":200}}` + "\n\n", execution.FailureProvider, "upstream error in stream"},
+		{"error with status 429", true, chunk + `data: {"error":{"message":"slow","type":"RateLimitError","code":429}}` + "\n\n", execution.FailureRateLimited, "the provider failed mid-stream (rate_limit)"},
+		{"error with status 503", true, `data: {"error":{"message":"busy","code":503}}` + "\n\n", execution.FailureUnavailable, "the provider failed mid-stream (overloaded)"},
+		{"error with status 400", true, `data: {"error":{"message":"bad","type":"BadRequestError","code":400}}` + "\n\n", execution.FailureInvalidRequest, "the provider failed mid-stream (invalid_request)"},
+		{"error with a string code", true, chunk + `data: {"error":{"message":"x","code":"rate_limit_exceeded"}}` + "\n\n", execution.FailureProvider, "the provider failed mid-stream"},
+		{"error with a code beyond statuses", true, `data: {"error":{"code":200}}` + "\n\n", execution.FailureProvider, "the provider failed mid-stream"},
+		// What the Edge's decoders check, the run path now checks too.
+		{"tool arguments not an object", true, `data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"[1]"}}]},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n", execution.FailureProvider, `the provider returned arguments for tool "f" that are not a JSON object`},
+		{"whole answer's tool arguments not an object", false, `{"choices":[{"message":{"tool_calls":[{"id":"c","function":{"name":"f","arguments":"x"}}]},"finish_reason":"tool_calls"}]}`, execution.FailureProvider, `the provider returned arguments for tool "f" that are not a JSON object`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, a := start(t, upstreamtest.Script{Raw: tc.raw})
@@ -330,5 +333,28 @@ func TestAnswerOfTheOtherKind(t *testing.T) {
 		if err != nil || s.text(false) != "hi there" || res.StopReason != "stop" || s.usage() == nil || s.usage().OutputTokens != 2 {
 			t.Fatalf("stream asked %v: %v, %q %q %+v", tc.asked, err, s.text(false), res.StopReason, s.usage())
 		}
+	}
+}
+
+// TestRefusal: a refusal in place of content (structured outputs) is the
+// run's text, and the run stops as content_filter, streamed or whole.
+func TestRefusal(t *testing.T) {
+	t.Setenv("IOP_TEST_OPENAI_KEY", "node-key")
+	for name, tc := range map[string]struct {
+		stream bool
+		raw    string
+	}{
+		"stream": {true, `data: {"choices":[{"index":0,"delta":{"refusal":"I can't"}}]}` + "\n\n" +
+			`data: {"choices":[{"index":0,"delta":{"refusal":" help."},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n"},
+		"whole": {false, `{"choices":[{"message":{"content":null,"refusal":"I can't help."},"finish_reason":"stop"}]}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, a := start(t, upstreamtest.Script{Raw: tc.raw})
+			var s sink
+			res, err := a.Run(context.Background(), req(tc.stream), &s)
+			if err != nil || res.StopReason != "content_filter" || s.text(false) != "I can't help." {
+				t.Fatalf("%v %+v %q", err, res, s.text(false))
+			}
+		})
 	}
 }
