@@ -1,5 +1,7 @@
 // Command soak runs an Edge, a Node and a fake upstream in this process at
-// a steady load for a long time and prints, at every interval, the heap in
+// a steady load for a long time (a quarter of it Anthropic Messages
+// requests translated to the Chat Completions upstream, the rest
+// untranslated) and prints, at every interval, the heap in
 // use, the goroutine count, the requests answered and lost, and the leases
 // the Edge holds: a leak shows as a line that keeps climbing. It is not run
 // in CI.
@@ -109,7 +111,15 @@ func run(ctx context.Context, conc int, every time.Duration) error {
 		lwg.Go(func() {
 			for n := 0; ctx.Err() == nil; n++ {
 				rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-				res := faulttest.Chat(rctx, client, url, apiKey, "m", fmt.Sprintf("soak %d %d", i, n), n%2 == 0, 0)
+				prompt := fmt.Sprintf("soak %d %d", i, n)
+				var res faulttest.Result
+				if n%4 == 3 {
+					// Anthropic Messages to the Chat Completions provider:
+					// the translate path, decoded and rendered.
+					res = faulttest.Messages(rctx, client, url, apiKey, "m", prompt, n%8 == 3)
+				} else {
+					res = faulttest.Chat(rctx, client, url, apiKey, "m", prompt, n%2 == 0, 0)
+				}
 				cancel()
 				if ctx.Err() != nil {
 					return
