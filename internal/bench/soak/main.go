@@ -1,9 +1,9 @@
 // Command soak runs an Edge, a Node and a fake upstream in this process at
 // a steady load for a long time (a quarter of it Anthropic Messages
 // requests translated to the Chat Completions upstream, the rest
-// untranslated) and prints, at every interval, the heap in
-// use, the goroutine count, the requests answered and lost, and the leases
-// the Edge holds: a leak shows as a line that keeps climbing. It is not run
+// untranslated) and prints, at every interval, the heap in use, the
+// goroutine count, the requests answered and lost, and the leases the
+// Edge holds: a leak shows as a line that keeps climbing. It is not run
 // in CI.
 //
 //	go run ./internal/bench/soak -d 30m -c 32 -every 30s
