@@ -5,7 +5,9 @@ package faulttest
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -605,5 +607,45 @@ func TestDaemonsRefuseStrayArguments(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
 		t.Errorf("a refused start wrote %v", ents)
+	}
+}
+
+// TestCheckCommands: `edge check` and `node check -probe` on the real
+// daemons, with the files a cluster runs from: exit 0 and a summary for
+// valid files (the Node's provider answering), exit 1 and the reason for
+// an invalid one, exit 0 for -h; and nothing written.
+func TestCheckCommands(t *testing.T) {
+	c := newCluster(t, nil)
+	nodeYAML := fmt.Sprintf("edge: %q\nnode_id: n1\ntoken: {env: IOP_FT_NODE_TOKEN}\nplaintext: true\nproviders:\n  - {id: p1, adapter: openai, base_url: %q, models: [up-model]}\n", c.nodes, c.up.URL())
+	os.WriteFile(filepath.Join(c.dir, "n1.yaml"), []byte(nodeYAML), 0o600)
+	os.WriteFile(filepath.Join(c.dir, "bad.yaml"), []byte(strings.Replace(nodeYAML, c.nodes, "9440", 1)), 0o600)
+	for _, tc := range []struct {
+		bin  string
+		args []string
+		code int
+		want string
+	}{
+		{c.edgeBin, []string{"check", "-config", "edge.yaml"}, 0, "edge.yaml is valid."},
+		{c.nodeBin, []string{"check", "-config", "n1.yaml", "-probe"}, 0, "probe      p1: ok\n"},
+		{c.nodeBin, []string{"check", "-config", "bad.yaml"}, 1, `edge "9440" is not a host:port`},
+		{c.edgeBin, []string{"check", "-config", "missing.yaml"}, 1, "missing.yaml"},
+		{c.edgeBin, []string{"check", "-h"}, 0, "-config"},
+		{c.nodeBin, []string{"check", "-h"}, 0, "-probe"},
+	} {
+		cmd := exec.Command(tc.bin, tc.args...)
+		cmd.Dir, cmd.Env = c.dir, append(os.Environ(), c.env...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s %q: exit %d, want %d with %q:\n%s", filepath.Base(tc.bin), tc.args, code, tc.code, tc.want, out)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(c.dir, "state")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a check wrote the state directory: %v", err)
 	}
 }
