@@ -1140,28 +1140,29 @@ func TestAnswerOfTheOtherKind(t *testing.T) {
 		stream                 bool
 		want                   string // in the client's answer
 		in, out                int64
+		id                     string // the provider's answer id, which the client's answer keeps
 	}{
 		{"whole chat answer from a stream", "/v1/chat/completions", "gpt-local",
 			`data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n" +
 				`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
 				`data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}` + "\n\n" +
-				"data: [DONE]\n\n", false, `"object":"chat.completion","usage"`, 7, 3},
+				"data: [DONE]\n\n", false, `"object":"chat.completion","usage"`, 7, 3, ""},
 		{"whole messages answer from a stream", "/v1/messages", "via-anthropic",
 			"event: message_start\n" + `data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"up-model","usage":{"input_tokens":11,"cache_read_input_tokens":4,"output_tokens":1}}}` + "\n\n" +
 				"event: content_block_start\n" + `data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}` + "\n\n" +
 				"event: content_block_delta\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}` + "\n\n" +
 				"event: content_block_stop\n" + `data: {"type":"content_block_stop","index":0}` + "\n\n" +
 				"event: message_delta\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}` + "\n\n" +
-				"event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n", false, `"text":"hi"`, 15, 5},
+				"event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n", false, `"text":"hi"`, 15, 5, "msg_1"},
 		{"whole responses answer from a stream", "/v1/responses", "via-responses",
 			"event: response.created\n" + `data: {"type":"response.created","response":{"id":"resp_sse1","status":"in_progress"}}` + "\n\n" +
 				"event: response.output_item.added\n" + `data: {"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"m1","role":"assistant","content":[]}}` + "\n\n" +
 				"event: response.output_text.delta\n" + `data: {"type":"response.output_text.delta","item_id":"m1","output_index":0,"content_index":0,"delta":"hi"}` + "\n\n" +
 				"event: response.output_item.done\n" + `data: {"type":"response.output_item.done","output_index":0,"item":{"type":"message","id":"m1","role":"assistant","content":[{"type":"output_text","text":"hi"}]}}` + "\n\n" +
-				"event: response.completed\n" + `data: {"type":"response.completed","response":{"id":"resp_sse1","status":"completed","usage":{"input_tokens":9,"output_tokens":2,"total_tokens":11}}}` + "\n\n", false, `"text":"hi"`, 9, 2},
+				"event: response.completed\n" + `data: {"type":"response.completed","response":{"id":"resp_sse1","status":"completed","usage":{"input_tokens":9,"output_tokens":2,"total_tokens":11}}}` + "\n\n", false, `"text":"hi"`, 9, 2, "resp_sse1"},
 		{"chat stream from a whole answer", "/v1/chat/completions", "gpt-local",
 			`{"id":"c1","object":"chat.completion","model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`,
-			true, `"content":"hi"`, 7, 3},
+			true, `"content":"hi"`, 7, 3, "c1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, rigOpts{reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: tc.raw} }})
@@ -1176,9 +1177,21 @@ func TestAnswerOfTheOtherKind(t *testing.T) {
 				(!tc.stream && !json.Valid([]byte(got))) || (tc.stream && !strings.HasSuffix(got, "data: [DONE]\n\n")) {
 				t.Fatalf("%d %q:\n%s", resp.StatusCode, ct, got)
 			}
+			if tc.id != "" && !strings.Contains(got, `"id":"`+tc.id+`"`) {
+				t.Fatalf("the answer does not keep the provider's id %s:\n%s", tc.id, got)
+			}
 			r.settled()
 			if u := r.usageOf("alice"); u.InputTokens != tc.in || u.OutputTokens != tc.out {
 				t.Fatalf("usage %+v, want %d in, %d out", u, tc.in, tc.out)
+			}
+			if strings.HasPrefix(tc.id, "resp_") {
+				// Remembered as a tunnelled answer's id is: a GET for it
+				// goes to the provider that holds it.
+				before := len(r.upstream.Requests())
+				r.do(t, "GET", "/v1/responses/"+tc.id, "", map[string]string{"Authorization": "Bearer " + apiKey})
+				if reqs := r.upstream.Requests(); len(reqs) != before+1 || reqs[len(reqs)-1].Path != "/v1/responses/"+tc.id {
+					t.Fatalf("the GET for %s did not reach the provider", tc.id)
+				}
 			}
 		})
 	}

@@ -87,9 +87,9 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		// The provider ignored the stream flag: its answer is of the
 		// client's own format, so it is decoded and rendered as asked
 		// instead of passed on in a shape the client cannot read (what
-		// the canonical form does not carry is lost, and ids are the
-		// Edge's, as on the translate path).
-		s.relayDecoded(ctx, w, req, tn, !req.stream, f)
+		// the canonical form does not carry is lost; the answer keeps the
+		// provider's id, as a tunnelled one does).
+		s.relayDecoded(ctx, w, req, tn, !req.stream, f, x)
 		return
 	}
 	for k, vs := range hdr {
@@ -722,15 +722,19 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
 		return
 	}
-	s.relayDecoded(ctx, w, req, tn, sse.Streamed(hdr.Get("Content-Type"), req.stream), x.format)
+	s.relayDecoded(ctx, w, req, tn, sse.Streamed(hdr.Get("Content-Type"), req.stream), x.format, nil)
 }
 
 // relayDecoded answers from a provider's successful answer in format:
 // decoded into canonical events as what it is (streamed or whole) and
 // rendered in the client's format as what the client asked for, so a
 // provider that ignores the stream flag (an event stream for a whole
-// answer, or the reverse) is served all the same.
-func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *request, tn *nodes.Tunnel, streamed bool, format wireFormat) {
+// answer, or the reverse) is served all the same. own, set when format is
+// the client's own (the raw tunnel's answer of the other kind), keeps the
+// provider's answer id in place of the Edge's, and remembers a Responses
+// one for GET and previous_response_id, as the tunnel does; a translated
+// answer's ids are the Edge's (nothing at the provider answers to them).
+func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *request, tn *nodes.Tunnel, streamed bool, format wireFormat, own *exchange) {
 	var dec llmapi.Decoder
 	switch {
 	case streamed && format == formatChat:
@@ -786,9 +790,36 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 		if ev.Kind == llmapi.EvError && deadlinePassed(ctx) {
 			ev = timeoutEvent
 		}
+		if own != nil && ev.Kind == llmapi.EvStart {
+			s.keepAnswerID(req, own, em.rend, ev.ID)
+		}
 		em.more = dec.Ready()
 		if !em.event(ev) {
 			return
+		}
+	}
+}
+
+// keepAnswerID gives rend the provider's own answer id, once, in place of
+// the Edge's, and remembers a Responses one for x's provider. An empty or
+// over-long id is not taken.
+func (s *Server) keepAnswerID(req *request, x *exchange, rend llmapi.Renderer, id string) {
+	if id == "" || len(id) > 256 {
+		return
+	}
+	switch r := rend.(type) {
+	case *llmapi.ChatRenderer:
+		if !r.Started() {
+			r.ID = id
+		}
+	case *llmapi.AnthropicRenderer:
+		if !r.Started() {
+			r.ID = id
+		}
+	case *llmapi.ResponsesRenderer:
+		if !r.Started() {
+			r.ID = id
+			s.rememberResponse(req, x, id)
 		}
 	}
 }

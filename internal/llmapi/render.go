@@ -173,6 +173,10 @@ func (r *AnthropicRenderer) ev(out []byte, typ string, v map[string]any) []byte 
 	return sse.AppendEvent(out, typ, mustJSON(v))
 }
 
+// Started reports whether the answer's start was rendered: ID is fixed
+// from then on.
+func (r *AnthropicRenderer) Started() bool { return r.started }
+
 // Event implements Renderer.
 func (r *AnthropicRenderer) Event(e Event) []byte {
 	r.st.apply(e)
@@ -364,6 +368,10 @@ func chatUsage(u Usage) map[string]any {
 		"completion_tokens_details": map[string]any{"reasoning_tokens": u.Reasoning},
 	}
 }
+
+// Started reports whether the answer's start was rendered: ID is fixed
+// from then on.
+func (r *ChatRenderer) Started() bool { return r.started }
 
 // Event implements Renderer.
 func (r *ChatRenderer) Event(e Event) []byte {
@@ -609,6 +617,10 @@ func responsesStatus(s StopReason) string {
 	}
 	return "completed"
 }
+
+// Started reports whether the answer's start was rendered: ID is fixed
+// from then on.
+func (r *ResponsesRenderer) Started() bool { return r.started }
 
 // Event implements Renderer.
 func (r *ResponsesRenderer) Event(e Event) []byte {
