@@ -174,8 +174,8 @@ type modelLister interface {
 // answers: its upstream's model list (which also proves an API key), or
 // its health check (a CLI's executable). It prints a line per provider,
 // noting a model node.yaml allows that the list lacks (a note, not a
-// failure: some servers list a model under another spelling, Ollama's
-// "llama3:latest" for "llama3"), and returns how many failed. A
+// failure: a server may list a model under another spelling; Ollama's
+// implied ":latest" tag is understood), and returns how many failed. A
 // provider's error is the adapter's, which never holds a secret. The
 // leased providers are skipped.
 func probeProviders(providers []node.Hosted, leased map[string]bool, timeout time.Duration, out io.Writer) (failed int) {
@@ -217,7 +217,9 @@ func probeOne(h node.Hosted, timeout time.Duration) (missing []string, err error
 			return nil, err
 		}
 		for _, m := range h.AllowedModels {
-			if !slices.Contains(served, m) {
+			// Ollama lists a model under its tag: "llama3" is served as
+			// "llama3:latest".
+			if !slices.Contains(served, m) && !(!strings.Contains(m, ":") && slices.Contains(served, m+":latest")) {
 				missing = append(missing, m)
 			}
 		}

@@ -90,6 +90,10 @@ func TestCheckProbe(t *testing.T) {
 	up := upstreamtest.New(upstreamtest.Config{Models: []string{"qwen"}, APIKey: upstreamKey})
 	url := up.Start()
 	t.Cleanup(up.Close)
+	// An Ollama server lists its models with their tags.
+	ollama := upstreamtest.New(upstreamtest.Config{Models: []string{"llama3:latest", "mistral:7b"}})
+	ollamaURL := ollama.Start()
+	t.Cleanup(ollama.Close)
 	closed, _ := net.Listen("tcp", "127.0.0.1:0")
 	closedURL := "http://" + closed.Addr().String()
 	closed.Close()
@@ -113,11 +117,12 @@ providers:
   - {id: echo, adapter: cli, argv: [` + cat + `], models: [cat]}
   - {id: gone, adapter: cli, argv: [` + filepath.Join(dir, "missing") + `], models: [cat]}
   - {id: wrongkey, adapter: openai, category: api, base_url: "` + url + `", api_key: {env: IOP_TEST_WRONG_KEY}, models: [qwen]}
+  - {id: local, adapter: ollama, base_url: "` + ollamaURL + `", models: [llama3, qwen]}
 `
 	os.WriteFile(cfg, []byte(doc), 0o644)
 	var out, stderr bytes.Buffer
 	err = check([]string{"-config", cfg, "-probe", "-probe-timeout", "5s"}, &out, &stderr)
-	if err == nil || err.Error() != "3 of 5 providers failed the probe" {
+	if err == nil || err.Error() != "3 of 6 providers failed the probe" {
 		t.Errorf("check -probe: %v", err)
 	}
 	for _, want := range []string{
@@ -126,6 +131,7 @@ providers:
 		"probe      echo: ok\n",
 		"probe      gone: FAILED: cli: command not executable\n",
 		"probe      wrongkey: FAILED: upstream answered 401\n",
+		"probe      local: ok; the upstream does not list qwen\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("check -probe printed:\n%s\nwant it to include %q", out.String(), want)
@@ -147,7 +153,7 @@ providers:
 	os.WriteFile(cfg, []byte(leasedDoc), 0o644)
 	out.Reset()
 	err = check([]string{"-config", cfg, "-probe"}, &out, &stderr)
-	if err == nil || err.Error() != "3 of 6 providers failed the probe" || !strings.Contains(out.String(), "probe      hosted: skipped (no key of its own") {
+	if err == nil || err.Error() != "3 of 7 providers failed the probe" || !strings.Contains(out.String(), "probe      hosted: skipped (no key of its own") {
 		t.Errorf("check -probe with leases: %v\n%s", err, out.String())
 	}
 	os.WriteFile(cfg, []byte(doc), 0o644)
