@@ -122,6 +122,9 @@ func check(args []string, out, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("check: unexpected argument %q (the configuration goes with -config)", fs.Arg(0))
 	}
+	if *timeout <= 0 {
+		return fmt.Errorf("check: -probe-timeout %v is not positive", *timeout)
+	}
 	f, err := config.LoadNode(*path)
 	if err != nil {
 		return err

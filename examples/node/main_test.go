@@ -69,6 +69,9 @@ providers:
 			t.Errorf("check with %q: %v, want it to mention %q", tc.new, err, tc.want)
 		}
 	}
+	if err := check([]string{"-config", cfg, "-probe", "-probe-timeout", "0s"}, &out, &stderr); err == nil || !strings.Contains(err.Error(), "-probe-timeout 0s is not positive") {
+		t.Errorf("check -probe-timeout 0s: %v", err)
+	}
 	if err := check([]string{cfg}, &out, &stderr); err == nil || !strings.Contains(err.Error(), "unexpected argument") {
 		t.Errorf("check with the path but no -config: %v", err)
 	}
