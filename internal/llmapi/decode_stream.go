@@ -865,8 +865,14 @@ func DecodeResponsesStream(r io.Reader) Decoder {
 				reason = StopRefusal
 			}
 			seq.out = append(seq.out, Event{Kind: EvStop, Reason: reason})
-		case "response.failed", "error":
-			return &APIError{Status: 502, Type: "api_error", Message: "the provider failed mid-stream"}
+		case "response.failed":
+			var code json.RawMessage
+			if m.Response != nil && m.Response.Error != nil {
+				code = m.Response.Error.Code
+			}
+			return &APIError{Status: 502, Type: responsesErrorType(code), Message: "the provider failed mid-stream"}
+		case "error":
+			return &APIError{Status: 502, Type: responsesErrorType(m.Code), Message: "the provider failed mid-stream"}
 		}
 		d.events, seq.out = append(d.events, seq.out...), nil
 		return nil
@@ -901,6 +907,29 @@ type responsesBody struct {
 	IncompleteDetails *struct {
 		Reason string `json:"reason"`
 	} `json:"incomplete_details"`
+	// Error is a failed response's (status "failed").
+	Error *struct {
+		Code json.RawMessage `json:"code"`
+	} `json:"error"`
+}
+
+// responsesErrorType is the canonical type of a Responses error code:
+// rate_limit_exceeded; invalid_prompt and the codes of an image the
+// request carried (invalid_image, image_too_large, ...), which are the
+// request's; an HTTP status, as some compatible servers send it (see
+// chatErrorType); anything else (server_error) is an api_error.
+func responsesErrorType(code json.RawMessage) string {
+	var c string
+	if json.Unmarshal(code, &c) != nil {
+		return chatErrorType(code)
+	}
+	switch {
+	case c == "rate_limit_exceeded":
+		return "rate_limit"
+	case c == "invalid_prompt", strings.HasPrefix(c, "invalid_"), strings.Contains(c, "image"):
+		return "invalid_request"
+	}
+	return "api_error"
 }
 
 // incompleteStop is why a Responses answer is incomplete, canonically: a
@@ -1098,6 +1127,13 @@ func DecodeResponses(body []byte) Decoder {
 	var r responsesBody
 	if err := unmarshalObject(body, &r); err != nil {
 		return malformedAnswer()
+	}
+	if r.Status == "failed" {
+		var code json.RawMessage
+		if r.Error != nil {
+			code = r.Error.Code
+		}
+		return &listDecoder{events: []Event{{Kind: EvError, Err: &APIError{Status: 502, Type: responsesErrorType(code), Message: "the provider failed"}}}}
 	}
 	a := &answer{id: r.ID, model: r.Model, stop: StopEnd}
 	refused := false

@@ -1376,3 +1376,35 @@ func TestAnthropicStreamOpenBlocks(t *testing.T) {
 		t.Fatalf("%d %s", status, body)
 	}
 }
+
+// TestResponsesErrorCodes: a Responses error (an error event, a
+// response.failed, a whole answer whose status is failed) reaches an
+// Anthropic client as the type its code stands for; a whole failed answer
+// is an error, never an empty success.
+func TestResponsesErrorCodes(t *testing.T) {
+	created := `data: {"type":"response.created","response":{"id":"r","status":"in_progress"}}` + "\n\n"
+	for _, tc := range []struct{ code, want string }{
+		{`"rate_limit_exceeded"`, "rate_limit_error"},
+		{`"invalid_prompt"`, "invalid_request_error"},
+		{`"image_too_large"`, "invalid_request_error"},
+		{`"server_error"`, "api_error"},
+		{"503", "overloaded_error"},
+		{"null", "api_error"},
+	} {
+		for name, in := range map[string]string{
+			"error event":     created + `data: {"type":"error","code":` + tc.code + `,"message":"boom"}` + "\n\n",
+			"response.failed": created + `data: {"type":"response.failed","response":{"id":"r","status":"failed","error":{"code":` + tc.code + `,"message":"boom"}}}` + "\n\n",
+		} {
+			stream, _, _ := llmapitest.Render(t, llmapi.DecodeResponsesStream(strings.NewReader(in)), &llmapi.AnthropicRenderer{ID: "m"})
+			evs := llmapitest.Events(t, stream)
+			if last := string(evs[len(evs)-1].Data); !strings.Contains(last, `"type":"`+tc.want+`"`) || strings.Contains(last, "boom") {
+				t.Errorf("%s with code %s: last event %s, want type %s", name, tc.code, last, tc.want)
+			}
+		}
+		whole := `{"id":"r","status":"failed","error":{"code":` + tc.code + `,"message":"boom"},"output":[]}`
+		_, status, body := llmapitest.Render(t, llmapi.DecodeResponses([]byte(whole)), &llmapi.AnthropicRenderer{ID: "m"})
+		if status < 400 || !strings.Contains(string(body), `"type":"`+tc.want+`"`) || strings.Contains(string(body), "boom") {
+			t.Errorf("whole failed answer with code %s: %d %s, want type %s", tc.code, status, body, tc.want)
+		}
+	}
+}
