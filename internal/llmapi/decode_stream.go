@@ -1052,8 +1052,18 @@ func DecodeChat(body []byte) Decoder {
 			FinishReason string `json:"finish_reason"`
 		} `json:"choices"`
 		Usage *chatUsageJSON `json:"usage"`
+		Error *struct {
+			Code json.RawMessage `json:"code"`
+		} `json:"error"`
 	}
-	if err := unmarshalObject(body, &c); err != nil || len(c.Choices) == 0 {
+	if err := unmarshalObject(body, &c); err != nil {
+		return malformedAnswer()
+	}
+	if c.Error != nil && len(c.Choices) == 0 {
+		// An error body sent with a success status.
+		return &listDecoder{events: []Event{{Kind: EvError, Err: &APIError{Status: 502, Type: chatErrorType(c.Error.Code), Message: "the provider failed"}}}}
+	}
+	if len(c.Choices) == 0 {
 		return malformedAnswer()
 	}
 	ch := c.Choices[0]
@@ -1099,9 +1109,17 @@ func DecodeAnthropic(body []byte) Decoder {
 		} `json:"content"`
 		StopReason string             `json:"stop_reason"`
 		Usage      anthropicUsageJSON `json:"usage"`
+		Type       string             `json:"type"`
+		Error      struct {
+			Type string `json:"type"`
+		} `json:"error"`
 	}
 	if err := unmarshalObject(body, &m); err != nil {
 		return malformedAnswer()
+	}
+	if m.Type == "error" {
+		// An error body sent with a success status.
+		return &listDecoder{events: []Event{{Kind: EvError, Err: &APIError{Status: 502, Type: errorTypeFromAnthropic(m.Error.Type), Message: "the provider failed"}}}}
 	}
 	a := &answer{id: m.ID, model: m.Model, stop: anthropicStop(m.StopReason), usage: m.Usage.canonical()}
 	for _, b := range m.Content {

@@ -1408,3 +1408,21 @@ func TestResponsesErrorCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestWholeErrorBodyWithSuccess: an error body a provider sends with a
+// success status is the error its type or code stands for, never an empty
+// answer.
+func TestWholeErrorBodyWithSuccess(t *testing.T) {
+	for name, tc := range map[string]struct {
+		dec  llmapi.Decoder
+		want string
+	}{
+		"anthropic": {llmapi.DecodeAnthropic([]byte(`{"type":"error","error":{"type":"overloaded_error","message":"boom"}}`)), "overloaded_error"},
+		"chat":      {llmapi.DecodeChat([]byte(`{"error":{"message":"boom","code":429}}`)), "rate_limit_error"},
+	} {
+		_, status, body := llmapitest.Render(t, tc.dec, &llmapi.AnthropicRenderer{ID: "m"})
+		if status < 400 || !strings.Contains(string(body), `"type":"`+tc.want+`"`) || strings.Contains(string(body), "boom") {
+			t.Errorf("%s: %d %s, want type %s", name, status, body, tc.want)
+		}
+	}
+}
