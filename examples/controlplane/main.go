@@ -81,28 +81,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if len(args) == 0 {
 		return usageError("a command is required")
 	}
-	if args[0] == "serve" {
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		path := fs.String("config", "hub.yaml", "path to hub.yaml")
-		if err := fs.Parse(args[1:]); err != nil {
-			return usageError(err.Error())
+	switch args[0] {
+	case "serve", "check":
+		path, err := configPath(args[0], args[1:])
+		if err != nil {
+			return err
 		}
-		if fs.NArg() > 0 {
-			// `serve my.yaml` must not run with the default hub.yaml.
-			return usageError(fmt.Sprintf("serve: unexpected argument %q (the configuration goes with -config)", fs.Arg(0)))
+		if args[0] == "check" {
+			return check(path, out)
 		}
-		return serve(ctx, *path, hclog.New(&hclog.LoggerOptions{Name: "hub", Level: hclog.Info}), nil)
-	}
-	if args[0] == "check" {
-		fs := flag.NewFlagSet("check", flag.ContinueOnError)
-		path := fs.String("config", "hub.yaml", "path to hub.yaml")
-		if err := fs.Parse(args[1:]); err != nil {
-			return usageError(err.Error())
-		}
-		if fs.NArg() > 0 {
-			return usageError(fmt.Sprintf("check: unexpected argument %q (the configuration goes with -config)", fs.Arg(0)))
-		}
-		return check(*path, out)
+		return serve(ctx, path, hclog.New(&hclog.LoggerOptions{Name: "hub", Level: hclog.Info}), nil)
 	}
 	base := getenv("IOP_HUB_URL")
 	if base == "" {
@@ -161,6 +149,21 @@ func firstArg(args []string) (string, []string) {
 		return "", args
 	}
 	return args[0], args[1:]
+}
+
+// configPath reads the one flag serve and check take, -config; a stray
+// word is refused (`serve my.yaml` must not run with the default
+// hub.yaml).
+func configPath(cmd string, args []string) (string, error) {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	path := fs.String("config", "hub.yaml", "path to hub.yaml")
+	if err := fs.Parse(args); err != nil {
+		return "", usageError(err.Error())
+	}
+	if fs.NArg() > 0 {
+		return "", usageError(fmt.Sprintf("%s: unexpected argument %q (the configuration goes with -config)", cmd, fs.Arg(0)))
+	}
+	return *path, nil
 }
 
 // check runs `controlplane check`: it validates hub.yaml as serve would
