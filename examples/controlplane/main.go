@@ -168,7 +168,8 @@ func configPath(cmd string, args []string) (string, error) {
 
 // check runs `controlplane check`: it validates hub.yaml as serve would
 // (the operators' and Edges' secrets and the TLS files read), and prints
-// what it configures.
+// what it configures, with when each certificate it presents ends (one
+// that has ended fails the check).
 func check(path string, out io.Writer) error {
 	f, err := config.LoadHub(path)
 	if err != nil {
@@ -200,6 +201,13 @@ func check(path string, out io.Writer) error {
 	fmt.Fprintf(out, "  http         %s://%s\n", scheme, f.HTTP.Listen)
 	fmt.Fprintf(out, "  edges        %d enrolled\n", len(f.Edges))
 	fmt.Fprintf(out, "  operators    %d\n", len(f.Operators))
+	certs, err := f.Certificates()
+	if err == nil {
+		err = config.ReportCertificates(out, certs, time.Now())
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
 	return nil
 }
 

@@ -193,7 +193,8 @@ func subcommand(args []string, out io.Writer) error {
 
 // check validates edge.yaml as a start or a reload would, writing nothing
 // (no state directory, epoch or lease-signing key), and prints what it
-// configures. The API keys and Node tokens it names are read (to hash),
+// configures, with when each certificate it presents ends (one that has
+// ended fails the check). The API keys and Node tokens it names are read (to hash),
 // so it runs where the Edge does, with the same files and environment;
 // hosted-API credentials are read only when leased, by the Edge as here.
 func check(path string, out io.Writer) error {
@@ -232,6 +233,13 @@ func check(path string, out io.Writer) error {
 	}
 	if cp := f.ControlPlane; cp != nil {
 		fmt.Fprintf(out, "  hub          %s as %s\n", cp.Addr, cp.EdgeID)
+	}
+	certs, err := f.Certificates()
+	if err == nil {
+		err = config.ReportCertificates(out, certs, time.Now())
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/iop-dev/iop/credentiallease"
 	"github.com/iop-dev/iop/edge/identity"
+	"github.com/iop-dev/iop/internal/testpki"
 )
 
 // ca runs `edge ca ARGS...` and returns its output.
@@ -265,6 +266,27 @@ func TestCheck(t *testing.T) {
 	}
 	if err := subcommand([]string{"check", cfg}, &out); err == nil || !strings.Contains(err.Error(), "unexpected argument") {
 		t.Errorf("check with the path but no -config: %v", err)
+	}
+	// The API's certificate: its end is printed; one that has ended
+	// fails the check.
+	pki := testpki.NewCA(t, "check test CA")
+	for name, notAfter := range map[string]time.Time{"fresh": time.Now().Add(30 * 24 * time.Hour), "ended": time.Now().Add(-time.Hour)} {
+		c := pki.Issue(t, testpki.Leaf{NotAfter: notAfter})
+		key, _ := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+		os.WriteFile(filepath.Join(dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]}), 0o600)
+		os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600)
+	}
+	withTLS := func(name string) string {
+		return strings.Replace(valid, `api: {listen: "127.0.0.1:0"}`, `api: {listen: "127.0.0.1:0", tls: {cert_file: `+name+`.crt, key_file: `+name+`.key}}`, 1)
+	}
+	os.WriteFile(cfg, []byte(withTLS("fresh")), 0o644)
+	out.Reset()
+	if err := subcommand([]string{"check", "-config", cfg}, &out); err != nil || !strings.Contains(out.String(), "api          127.0.0.1:0 (TLS)") || !strings.Contains(out.String(), "certificate  api.tls until ") {
+		t.Errorf("check with api.tls: %v\n%s", err, out.String())
+	}
+	os.WriteFile(cfg, []byte(withTLS("ended")), 0o644)
+	if err := subcommand([]string{"check", "-config", cfg}, &out); err == nil || !strings.Contains(err.Error(), "api.tls: the certificate ended on ") {
+		t.Errorf("check with an ended api.tls certificate: %v", err)
 	}
 	ents, _ := os.ReadDir(filepath.Join(dir, "state"))
 	if len(ents) > 0 {

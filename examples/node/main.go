@@ -107,8 +107,9 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 
 // check runs `node check`: it validates node.yaml as a start would
 // (every adapter constructed, the token and TLS files read, a lease key
-// that is there checked), writing nothing, and prints what it
-// configures. Provider API keys are read only at each call, by the Node
+// that is there checked), writing nothing, and prints what it configures,
+// with when its client certificate ends (one that has ended fails the
+// check). Provider API keys are read only at each call, by the Node
 // as here.
 func check(args []string, out, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
@@ -151,6 +152,13 @@ func check(args []string, out, stderr io.Writer) error {
 	}
 	if f.Leases != nil {
 		fmt.Fprintf(out, "  leases     %d pinned Edge keys\n", len(f.Leases.EdgeKeys))
+	}
+	certs, err := f.Certificates()
+	if err == nil {
+		err = config.ReportCertificates(out, certs, time.Now())
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", *path, err)
 	}
 	if !*probe {
 		return nil

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/iop-dev/iop/internal/testpki"
 )
@@ -285,5 +286,46 @@ func TestClientCertificateRenewed(t *testing.T) {
 	}
 	if _, err := cfg.TLS.GetClientCertificate(&tls.CertificateRequestInfo{}); err == nil || !strings.Contains(err.Error(), "client certificate: tls: private key does not match public key") {
 		t.Fatalf("GetClientCertificate on a mismatched pair: %v", err)
+	}
+}
+
+// TestCertificates: each file lists the certificates it presents with
+// their ends, and ReportCertificates prints them, marks one near its end
+// and fails on one that has ended.
+func TestCertificates(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, "config test CA")
+	now := time.Now()
+	writePEM(t, dir, "api", ca.Issue(t, testpki.Leaf{NotAfter: now.Add(90 * 24 * time.Hour)}))
+	writePEM(t, dir, "nodes", ca.Issue(t, testpki.Leaf{NotAfter: now.Add(3 * 24 * time.Hour)}))
+	writePEM(t, dir, "old", ca.Issue(t, testpki.Leaf{NotAfter: now.Add(-time.Hour)}))
+	ef := &EdgeFile{dir: dir, NodeTLS: &TLSFiles{CertFile: "nodes.crt", KeyFile: "nodes.key", ClientCA: "ca.crt"}}
+	ef.API.TLS = &TLSFiles{CertFile: "api.crt", KeyFile: "api.key"}
+	certs, err := ef.Certificates()
+	if err != nil || len(certs) != 2 || certs[0].Setting != "api.tls" || certs[1].Setting != "node_tls" {
+		t.Fatalf("edge certificates %+v %v", certs, err)
+	}
+	var out strings.Builder
+	if err := ReportCertificates(&out, certs, now); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "api.tls until ") || !strings.Contains(out.String(), "(89 days)") || !strings.Contains(out.String(), "node_tls until ") || !strings.Contains(out.String(), "ENDS IN 2 DAYS") {
+		t.Errorf("report:\n%s", out.String())
+	}
+	nf := &NodeFile{dir: dir, TLS: &TLSFiles{CertFile: "old.crt", KeyFile: "old.key"}}
+	certs, err = nf.Certificates()
+	if err != nil || len(certs) != 1 {
+		t.Fatalf("node certificates %+v %v", certs, err)
+	}
+	out.Reset()
+	if err := ReportCertificates(&out, certs, now); err == nil || !strings.Contains(err.Error(), "tls: the certificate ended on ") || !strings.Contains(out.String(), "ENDED on") {
+		t.Errorf("an ended certificate: %v\n%s", err, out.String())
+	}
+	hf := &HubFile{dir: dir, EdgeTLS: &TLSFiles{CertFile: "api.crt", KeyFile: "nodes.key"}}
+	if _, err := hf.Certificates(); err == nil || !strings.Contains(err.Error(), "edge_tls: ") {
+		t.Errorf("a certificate with another's key: %v", err)
+	}
+	if certs, err := (&NodeFile{dir: dir}).Certificates(); err != nil || len(certs) != 0 {
+		t.Errorf("no tls: %+v %v", certs, err)
 	}
 }
