@@ -804,23 +804,12 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 // the Edge's, and remembers a Responses one for x's provider. An empty or
 // over-long id is not taken.
 func (s *Server) keepAnswerID(req *request, x *exchange, rend llmapi.Renderer, id string) {
-	if id == "" || len(id) > 256 {
+	r, ok := rend.(interface{ AdoptID(string) bool })
+	if id == "" || len(id) > 256 || !ok || !r.AdoptID(id) {
 		return
 	}
-	switch r := rend.(type) {
-	case *llmapi.ChatRenderer:
-		if !r.Started() {
-			r.ID = id
-		}
-	case *llmapi.AnthropicRenderer:
-		if !r.Started() {
-			r.ID = id
-		}
-	case *llmapi.ResponsesRenderer:
-		if !r.Started() {
-			r.ID = id
-			s.rememberResponse(req, x, id)
-		}
+	if req.api == apiResponses {
+		s.rememberResponse(req, x, id)
 	}
 }
 

@@ -171,33 +171,19 @@ func configPath(cmd string, args []string) (string, error) {
 // what it configures, with when each certificate it presents ends (one
 // that has ended fails the check).
 func check(path string, out io.Writer) error {
-	f, err := config.LoadHub(path)
-	if err != nil {
-		return err
-	}
-	cfg, err := f.Config()
+	f, err := config.LoadHub(path) // builds and validates the Hub's configuration
 	if err != nil {
 		return err
 	}
 	if _, err := f.HTTPTLS(); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
 	scheme := "http"
 	if f.HTTP.TLS != nil {
 		scheme = "https"
 	}
-	edgeLink := "plaintext"
-	if f.EdgeTLS != nil {
-		edgeLink = "TLS"
-		if f.EdgeTLS.ClientCA != "" {
-			edgeLink = "mutual TLS"
-		}
-	}
 	fmt.Fprintf(out, "%s is valid.\n", path)
-	fmt.Fprintf(out, "  edges_listen %s (%s)\n", f.EdgesListen, edgeLink)
+	fmt.Fprintf(out, "  edges_listen %s (%s)\n", f.EdgesListen, f.EdgeTLS.ServerMode())
 	fmt.Fprintf(out, "  http         %s://%s\n", scheme, f.HTTP.Listen)
 	fmt.Fprintf(out, "  edges        %d enrolled\n", len(f.Edges))
 	fmt.Fprintf(out, "  operators    %d\n", len(f.Operators))

@@ -206,18 +206,9 @@ func check(path string, out io.Writer) error {
 	for _, n := range f.Nodes {
 		providers += len(n.Providers)
 	}
-	tls := func(t *config.TLSFiles) string {
-		switch {
-		case t == nil:
-			return "plaintext"
-		case t.ClientCA != "":
-			return "mutual TLS"
-		}
-		return "TLS"
-	}
 	fmt.Fprintf(out, "%s is valid.\n", path)
-	fmt.Fprintf(out, "  api          %s (%s)\n", f.API.Listen, tls(f.API.TLS))
-	fmt.Fprintf(out, "  nodes_listen %s (%s)\n", f.NodesListen, tls(f.NodeTLS))
+	fmt.Fprintf(out, "  api          %s (%s)\n", f.API.Listen, f.API.TLS.ServerMode())
+	fmt.Fprintf(out, "  nodes_listen %s (%s)\n", f.NodesListen, f.NodeTLS.ServerMode())
 	fmt.Fprintf(out, "  state_dir    %s\n", f.StatePath(""))
 	fmt.Fprintf(out, "  api keys     %d\n", len(f.APIKeys))
 	fmt.Fprintf(out, "  nodes        %d, with %d providers\n", len(f.Nodes), providers)

@@ -15,6 +15,18 @@ type Certificate struct {
 	NotAfter time.Time
 }
 
+// ServerMode says how a listener configured with t takes connections:
+// "plaintext" (t is nil), "TLS", or "mutual TLS" (with client_ca_file).
+func (t *TLSFiles) ServerMode() string {
+	switch {
+	case t == nil:
+		return "plaintext"
+	case t.ClientCA != "":
+		return "mutual TLS"
+	}
+	return "TLS"
+}
+
 // certificate reads t's certificate, if t names one.
 func (t *TLSFiles) certificate(dir, setting string) ([]Certificate, error) {
 	if t == nil || t.CertFile == "" {

@@ -19,6 +19,16 @@ type Renderer interface {
 	Body() (status int, body []byte)
 }
 
+// adoptID is the renderers' AdoptID: field (their ID) takes id until the
+// answer has started.
+func adoptID(field *string, started bool, id string) bool {
+	if started {
+		return false
+	}
+	*field = id
+	return true
+}
+
 // state accumulates a canonical answer.
 type state struct {
 	id, model string
@@ -173,9 +183,10 @@ func (r *AnthropicRenderer) ev(out []byte, typ string, v map[string]any) []byte 
 	return sse.AppendEvent(out, typ, mustJSON(v))
 }
 
-// Started reports whether the answer's start was rendered: ID is fixed
-// from then on.
-func (r *AnthropicRenderer) Started() bool { return r.started }
+// AdoptID makes id the answer's id, in place of ID, unless the answer's
+// start was rendered already (the id is fixed from then on); it reports
+// whether it did.
+func (r *AnthropicRenderer) AdoptID(id string) bool { return adoptID(&r.ID, r.started, id) }
 
 // Event implements Renderer.
 func (r *AnthropicRenderer) Event(e Event) []byte {
@@ -369,9 +380,10 @@ func chatUsage(u Usage) map[string]any {
 	}
 }
 
-// Started reports whether the answer's start was rendered: ID is fixed
-// from then on.
-func (r *ChatRenderer) Started() bool { return r.started }
+// AdoptID makes id the answer's id, in place of ID, unless the answer's
+// start was rendered already (the id is fixed from then on); it reports
+// whether it did.
+func (r *ChatRenderer) AdoptID(id string) bool { return adoptID(&r.ID, r.started, id) }
 
 // Event implements Renderer.
 func (r *ChatRenderer) Event(e Event) []byte {
@@ -618,9 +630,10 @@ func responsesStatus(s StopReason) string {
 	return "completed"
 }
 
-// Started reports whether the answer's start was rendered: ID is fixed
-// from then on.
-func (r *ResponsesRenderer) Started() bool { return r.started }
+// AdoptID makes id the answer's id, in place of ID, unless the answer's
+// start was rendered already (the id is fixed from then on); it reports
+// whether it did.
+func (r *ResponsesRenderer) AdoptID(id string) bool { return adoptID(&r.ID, r.started, id) }
 
 // Event implements Renderer.
 func (r *ResponsesRenderer) Event(e Event) []byte {
