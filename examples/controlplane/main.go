@@ -187,11 +187,7 @@ func check(path string, out io.Writer) error {
 	fmt.Fprintf(out, "  http         %s://%s\n", scheme, f.HTTP.Listen)
 	fmt.Fprintf(out, "  edges        %d enrolled\n", len(f.Edges))
 	fmt.Fprintf(out, "  operators    %d\n", len(f.Operators))
-	certs, err := f.Certificates()
-	if err == nil {
-		err = config.ReportCertificates(out, certs, time.Now())
-	}
-	if err != nil {
+	if err := config.ReportCertificates(out, f, time.Now()); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil

@@ -225,11 +225,7 @@ func check(path string, out io.Writer) error {
 	if cp := f.ControlPlane; cp != nil {
 		fmt.Fprintf(out, "  hub          %s as %s\n", cp.Addr, cp.EdgeID)
 	}
-	certs, err := f.Certificates()
-	if err == nil {
-		err = config.ReportCertificates(out, certs, time.Now())
-	}
-	if err != nil {
+	if err := config.ReportCertificates(out, f, time.Now()); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil

@@ -153,11 +153,7 @@ func check(args []string, out, stderr io.Writer) error {
 	if f.Leases != nil {
 		fmt.Fprintf(out, "  leases     %d pinned Edge keys\n", len(f.Leases.EdgeKeys))
 	}
-	certs, err := f.Certificates()
-	if err == nil {
-		err = config.ReportCertificates(out, certs, time.Now())
-	}
-	if err != nil {
+	if err := config.ReportCertificates(out, f, time.Now()); err != nil {
 		return fmt.Errorf("%s: %w", *path, err)
 	}
 	if !*probe {

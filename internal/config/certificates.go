@@ -79,11 +79,16 @@ func (f *HubFile) Certificates() ([]Certificate, error) {
 	return certificates(f.dir, setting{"http.tls", f.HTTP.TLS}, setting{"edge_tls", f.EdgeTLS})
 }
 
-// ReportCertificates prints a line per certificate with its end, marked
-// when it is within nodes.CertificateWarning of now, and returns an error
-// naming the first that has ended (a daemon would start with it, and
-// every handshake would fail).
-func ReportCertificates(out io.Writer, certs []Certificate, now time.Time) error {
+// ReportCertificates prints a line per certificate f presents (an
+// *EdgeFile, *NodeFile or *HubFile) with its end, marked when it is within
+// nodes.CertificateWarning of now, and returns an error naming the first
+// that has ended (a daemon would start with it, and every handshake would
+// fail), or one that does not load.
+func ReportCertificates(out io.Writer, f interface{ Certificates() ([]Certificate, error) }, now time.Time) error {
+	certs, err := f.Certificates()
+	if err != nil {
+		return err
+	}
 	var ended error
 	for _, c := range certs {
 		left := c.NotAfter.Sub(now)

@@ -306,7 +306,7 @@ func TestCertificates(t *testing.T) {
 		t.Fatalf("edge certificates %+v %v", certs, err)
 	}
 	var out strings.Builder
-	if err := ReportCertificates(&out, certs, now); err != nil {
+	if err := ReportCertificates(&out, ef, now); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "api.tls until ") || !strings.Contains(out.String(), "(89 days)") || !strings.Contains(out.String(), "node_tls until ") || !strings.Contains(out.String(), "ENDS IN 2 DAYS") {
@@ -318,7 +318,7 @@ func TestCertificates(t *testing.T) {
 		t.Fatalf("node certificates %+v %v", certs, err)
 	}
 	out.Reset()
-	if err := ReportCertificates(&out, certs, now); err == nil || !strings.Contains(err.Error(), "tls: the certificate ended on ") || !strings.Contains(out.String(), "ENDED on") {
+	if err := ReportCertificates(&out, nf, now); err == nil || !strings.Contains(err.Error(), "tls: the certificate ended on ") || !strings.Contains(out.String(), "ENDED on") {
 		t.Errorf("an ended certificate: %v\n%s", err, out.String())
 	}
 	hf := &HubFile{dir: dir, EdgeTLS: &TLSFiles{CertFile: "api.crt", KeyFile: "nodes.key"}}
