@@ -60,7 +60,10 @@ type providerReport struct {
 // Applied is what a Node reported it applied for one provider: the
 // capacity and the models of the configuration it admits by.
 type Applied struct {
-	// Capacity is 0 when the Node reported none.
+	// Capacity is 0 when the Node reported none. Until the Node
+	// acknowledges the latest configuration it is the least it may be
+	// admitting by: a configuration sent since its last acknowledgement
+	// may already be applied, and may give less.
 	Capacity int
 	// Models are the models the Node serves on the provider; empty means
 	// any. Shared: never modify it.
@@ -69,20 +72,22 @@ type Applied struct {
 	// the Edge sent it: what it lacks then, it lacks for good (until the
 	// next change), not for want of an acknowledgement.
 	Current bool
-	// LeaseRefused is set when the configuration the Node applied would
-	// refuse the credential lease the latest gives this provider: the
-	// provider's credential changed, or the applied lease policy revokes
-	// it, requires a later revision of it or disables the provider. A
-	// leased dispatch then waits for the Node's acknowledgement instead
-	// of being refused by the Node (a credential rotated right after its
-	// revocation, say).
+	// LeaseRefused is set when a configuration the Node may be admitting
+	// by would refuse the credential lease the latest gives this
+	// provider: the one it last acknowledged, or one sent since (the
+	// Node applies them in order and acknowledges each after applying
+	// it). It would refuse when the provider's credential changed, or
+	// its lease policy revokes the credential, requires a later
+	// revision of it or disables the provider. A leased dispatch then
+	// waits for the Node's acknowledgement instead of being refused by
+	// the Node (a credential rotated right after its revocation, say).
 	LeaseRefused bool
 }
 
 // maxUnacked bounds the payloads a connection remembers until the Node
-// acknowledges them; an acknowledgement of one forgotten leaves what the
-// Node applied unknown (LeaseRefused for every leased provider) until
-// the next acknowledgement of one remembered.
+// acknowledges them; forgetting one leaves what the Node admits by
+// unknown (LeaseRefused for every leased provider) until it
+// acknowledges one remembered.
 const maxUnacked = 16
 
 // sentLocked notes that cfg was sent on c (r.mu held).
@@ -91,7 +96,10 @@ func (c *conn) sentLocked(cfg *iopv1.NodeConfig) {
 		return
 	}
 	if len(c.sent) == maxUnacked {
+		// The Node may apply the one forgotten before it acknowledges
+		// anything: what it admits by is not known until then.
 		c.sent = slices.Delete(c.sent, 0, 1)
+		c.appliedCfg = nil
 	}
 	c.sent = append(c.sent, cfg)
 }
@@ -108,6 +116,29 @@ func (c *conn) appliedLocked(revision uint64) {
 		}
 	}
 	c.sent = slices.Delete(c.sent, 0, i)
+}
+
+// unsettledLocked is what the configurations the Node may be admitting
+// by, while it has not acknowledged latest, allow provider (r.mu held):
+// the one it last applied and each sent since but before latest. The
+// Node applies them in order and may have applied any of them already.
+// leaseRefused is set when one of them would refuse the credential
+// lease latest gives provider; capacity is the least capacity one of
+// them gives it (0 for none).
+func (c *conn) unsettledLocked(latest *iopv1.NodeConfig, provider string) (refused bool, capacity int) {
+	refused = leaseRefused(c.appliedCfg, latest, provider)
+	for _, cfg := range c.sent {
+		if cfg.GetRevision() >= latest.GetRevision() {
+			break
+		}
+		refused = refused || leaseRefused(cfg, latest, provider)
+		for _, p := range cfg.GetProviders() {
+			if n := int(p.GetCapacity()); p.GetId() == provider && n > 0 && (capacity == 0 || n < capacity) {
+				capacity = n
+			}
+		}
+	}
+	return refused, capacity
 }
 
 // leaseRefused reports whether a Node that applied applied would refuse

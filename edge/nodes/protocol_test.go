@@ -282,8 +282,10 @@ func TestTunnelRefusesInvalidStatus(t *testing.T) {
 // the latest gives it (a credential rotated right after its revocation,
 // a provider moved to another credential or enabled again), and is
 // admitted as soon as the Node acknowledges the configuration that
-// lifts it. A change a lease does not depend on, and a provider that
-// takes no lease, never hold anything back.
+// lifts it. A configuration sent but not acknowledged counts too: the
+// Node may have applied it (a revocation, a lowered capacity). A change
+// a lease does not depend on, and a provider that takes no lease, never
+// hold anything back.
 func TestLeaseRefusedUntilApplied(t *testing.T) {
 	leased := spec("p1", "m1", 2)
 	leased.Credential = "cred-a"
@@ -335,32 +337,50 @@ func TestLeaseRefusedUntilApplied(t *testing.T) {
 		name   string
 		change func()
 		held   bool
+		// capacity is p1's capacity while the change is unacknowledged
+		// (0: not checked); the Node reports 2.
+		capacity int
 	}{
 		{"rotated after its revocation", func() {
 			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{MinRevisions: map[string]uint64{"cred-a": 2}})
-		}, true},
+		}, true, 0},
 		{"a lower revision than the Node's", func() {
 			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{MinRevisions: map[string]uint64{"cred-a": 1}})
-		}, true},
+		}, true, 0},
 		{"a capacity change", func() {
 			leased.Capacity = 3
 			e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
-		}, false},
+		}, false, 0},
 		{"moved to another credential", func() {
 			leased.Credential = "cred-b"
 			e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
-		}, true},
+		}, true, 0},
+		{"revoked, then rotated before the Node acknowledged the revocation", func() {
+			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{RevokedCredentials: []string{"cred-b"}})
+			next() // the Node may apply it before it reads the next
+			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{MinRevisions: map[string]uint64{"cred-b": 2}})
+		}, true, 0},
+		{"capacity lowered, then raised before the Node acknowledged it", func() {
+			leased.Capacity = 1
+			e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
+			next() // the Node may apply it before it reads the next
+			leased.Capacity = 4
+			e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
+		}, false, 1},
 		{"enabled again", func() {
 			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{DisabledProfiles: []string{"p1"}})
 			ack(next())
 			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{})
-		}, true},
+		}, true, 0},
 	}
 	for _, s := range steps {
 		s.change()
 		rev := next()
 		if refused("p1") != s.held || refused("p2") {
 			t.Fatalf("%s, unacknowledged: p1 held back %v (want %v), p2 %v", s.name, refused("p1"), s.held, refused("p2"))
+		}
+		if _, a, _ := e.reg.Admission("n1", "p1"); s.capacity > 0 && a.Capacity != s.capacity {
+			t.Fatalf("%s, unacknowledged: p1 capacity %d, want %d", s.name, a.Capacity, s.capacity)
 		}
 		ack(rev)
 		if refused("p1") || refused("p2") {

@@ -506,7 +506,13 @@ func (r *Registry) Admission(nodeID, providerID string) (gen uint64, applied App
 	}
 	applied = rep.applied
 	applied.Current = ns.payload == nil || ns.cur.revision >= ns.payload.GetRevision()
-	applied.LeaseRefused = !applied.Current && leaseRefused(ns.cur.appliedCfg, ns.payload, providerID)
+	if !applied.Current {
+		refused, least := ns.cur.unsettledLocked(ns.payload, providerID)
+		applied.LeaseRefused = refused
+		if least > 0 && (applied.Capacity == 0 || least < applied.Capacity) {
+			applied.Capacity = least
+		}
+	}
 	return ns.cur.gen, applied, true
 }
 
