@@ -367,6 +367,15 @@ func TestLeaseRefusedUntilApplied(t *testing.T) {
 			leased.Capacity = 4
 			e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
 		}, false, 1},
+		{"more changes unacknowledged than the Edge remembers", func() {
+			for range 16 {
+				leased.Capacity++
+				e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
+				next()
+			}
+			leased.Capacity++
+			e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
+		}, true, 0},
 		{"enabled again", func() {
 			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{DisabledProfiles: []string{"p1"}})
 			ack(next())
