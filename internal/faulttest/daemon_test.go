@@ -139,6 +139,9 @@ type cluster struct {
 	nodeDial map[string]string // node id -> address it dials (the Edge or a proxy)
 	// edgeGrace is the Edge daemon's -shutdown-grace ("" means 20s).
 	edgeGrace string
+	// edgeStarted: the Edge daemon came up once; a restart keeps its
+	// ports (the Nodes dial them).
+	edgeStarted bool
 }
 
 func newCluster(t *testing.T, reply func(*upstreamtest.Request) upstreamtest.Script) *cluster {
@@ -150,6 +153,73 @@ func newCluster(t *testing.T, reply func(*upstreamtest.Request) upstreamtest.Scr
 		env:    []string{"IOP_FT_KEY=" + apiKey, "IOP_FT_NODE_TOKEN=" + nodeToken},
 		procs:  map[string]*proc{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}}, nodeDial: map[string]string{}}
+	c.writeEdgeYAML()
+	t.Cleanup(func() {
+		for _, p := range c.procs {
+			p.signal(syscall.SIGKILL)
+		}
+		if c.edge != nil {
+			c.edge.signal(syscall.SIGKILL)
+		}
+		up.Close()
+		c.client.CloseIdleConnections()
+	})
+	return c
+}
+
+// startEdge starts the Edge daemon and waits until its API answers. The
+// cluster's ports were free when it chose them, but a process may have
+// taken one since (outgoing connections of tests running beside this one
+// take ports from the same range): a first start refused so is tried
+// again on fresh ports. A daemon that exits otherwise fails the test at
+// once, with its output.
+func (c *cluster) startEdge() {
+	c.t.Helper()
+	for attempt := 1; ; attempt++ {
+		c.edge = startProc(c.t, c.edgeBin, c.env, "-config", filepath.Join(c.dir, "edge.yaml"), "-shutdown-grace", cmp.Or(c.edgeGrace, "20s"))
+		err := c.waitEdge()
+		if err == nil {
+			c.edgeStarted = true
+			return
+		}
+		out := c.edge.out.String()
+		if c.edgeStarted || attempt == 3 || !strings.Contains(out, "address already in use") {
+			c.t.Fatalf("the edge API is not up: %v\n%s", err, lastLines(out, 20))
+		}
+		c.t.Logf("edge start %d: a port was taken since it was chosen; trying fresh ports", attempt)
+		c.api, c.nodes = freePort(c.t), freePort(c.t)
+		c.writeEdgeYAML()
+	}
+}
+
+// waitEdge waits until the Edge daemon's API answers /healthz, and fails
+// when the daemon exits first or 30 s pass.
+func (c *cluster) waitEdge() error {
+	deadline := time.Now().Add(30 * time.Second)
+	probe := &http.Client{Timeout: 2 * time.Second} // whatever holds the port must not hold the wait
+	defer probe.CloseIdleConnections()
+	for {
+		resp, err := probe.Get("http://" + c.api + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		select {
+		case <-c.edge.done:
+			return fmt.Errorf("the daemon exited (%v)", c.edge.cmd.ProcessState)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no answer on /healthz within 30 s")
+		}
+	}
+}
+
+// writeEdgeYAML writes the Edge daemon's edge.yaml for the cluster's
+// ports.
+func (c *cluster) writeEdgeYAML() {
 	edgeYAML := fmt.Sprintf(`api: {listen: %q}
 nodes_listen: %q
 state_dir: state
@@ -167,31 +237,9 @@ routes:
   - {model: m, targets: [{provider: p1, model: up-model}, {provider: p2, model: up-model}]}
   - {model: m1, targets: [{provider: p1, model: up-model}]}
 `, c.api, c.nodes)
-	os.WriteFile(filepath.Join(c.dir, "edge.yaml"), []byte(edgeYAML), 0o600)
-	t.Cleanup(func() {
-		for _, p := range c.procs {
-			p.signal(syscall.SIGKILL)
-		}
-		if c.edge != nil {
-			c.edge.signal(syscall.SIGKILL)
-		}
-		up.Close()
-		c.client.CloseIdleConnections()
-	})
-	return c
-}
-
-func (c *cluster) startEdge() {
-	c.t.Helper()
-	c.edge = startProc(c.t, c.edgeBin, c.env, "-config", filepath.Join(c.dir, "edge.yaml"), "-shutdown-grace", cmp.Or(c.edgeGrace, "20s"))
-	waitUntil(c.t, "the edge API up", func() bool {
-		resp, err := http.Get("http://" + c.api + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	if err := os.WriteFile(filepath.Join(c.dir, "edge.yaml"), []byte(edgeYAML), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // startAll starts the Edge and the Nodes ids, each dialing the Edge directly,
