@@ -649,7 +649,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			if p, f := capability(pi, req.api); p == pathNone || req.unfit(p, f, t) != nil {
 				continue
 			}
-			gen, applied, ok := s.reg.Admission(pi.nodeID, t.ProviderID)
+			gen, applied, ok := s.reg.Admission(pi.nodeID, t.ProviderID, t.Model)
 			if !ok {
 				continue
 			}
@@ -668,10 +668,11 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 				}
 				capacity = 0
 			}
-			// A lease the Node would refuse under the configuration it
-			// still holds (a credential rotated right after its
-			// revocation) waits for its acknowledgement too.
-			if applied.LeaseRefused {
+			// Work the Node would refuse under a configuration it may
+			// still hold (a credential rotated right after its
+			// revocation, a model removed and added back) waits for its
+			// acknowledgement too.
+			if applied.Held {
 				capacity = 0
 			}
 			out = append(out, pool.Candidate{Key: pool.Key{NodeID: pi.nodeID, ProviderID: t.ProviderID}, Generation: gen,

@@ -72,22 +72,23 @@ type Applied struct {
 	// the Edge sent it: what it lacks then, it lacks for good (until the
 	// next change), not for want of an acknowledgement.
 	Current bool
-	// LeaseRefused is set when a configuration the Node may be admitting
-	// by would refuse the credential lease the latest gives this
-	// provider: the one it last acknowledged, or one sent since (the
-	// Node applies them in order and acknowledges each after applying
-	// it). It would refuse when the provider's credential changed, or
-	// its lease policy revokes the credential, requires a later
-	// revision of it or disables the provider. A leased dispatch then
-	// waits for the Node's acknowledgement instead of being refused by
-	// the Node (a credential rotated right after its revocation, say).
-	LeaseRefused bool
+	// Held is set when a configuration the Node may be admitting by
+	// would refuse the work: the one it last acknowledged, or one sent
+	// since (the Node applies them in order and acknowledges each after
+	// applying it). One would refuse when it lacks the provider or the
+	// model, or would refuse the credential lease the latest gives the
+	// provider: the provider's credential changed, or its lease policy
+	// revokes the credential, requires a later revision of it or
+	// disables the provider. A dispatch then waits for the Node's
+	// acknowledgement instead of being refused by the Node (a credential
+	// rotated right after its revocation, a model removed and added
+	// back, say).
+	Held bool
 }
 
 // maxUnacked bounds the payloads a connection remembers until the Node
 // acknowledges them; forgetting one leaves what the Node admits by
-// unknown (LeaseRefused for every leased provider) until it
-// acknowledges one remembered.
+// unknown (every provider Held) until it acknowledges one remembered.
 const maxUnacked = 16
 
 // sentLocked notes that cfg was sent on c (r.mu held).
@@ -119,30 +120,42 @@ func (c *conn) appliedLocked(revision uint64) {
 }
 
 // unsettledLocked is what the configurations the Node may be admitting
-// by, while it has not acknowledged latest, allow provider (r.mu held):
-// the one it last applied and each sent since but before latest. The
-// Node applies them in order and may have applied any of them already.
-// leaseRefused is set when one of them would refuse the credential
-// lease latest gives provider; capacity is the least capacity one of
-// them gives it (0 for none).
-func (c *conn) unsettledLocked(latest *iopv1.NodeConfig, provider string) (refused bool, capacity int) {
-	refused = leaseRefused(c.appliedCfg, latest, provider)
+// by, while it has not acknowledged latest, allow for work on provider
+// (r.mu held): the one it last applied and each sent since but before
+// latest. The Node applies them in order and may have applied any of
+// them already. held is set when one of them would refuse the work (see
+// Applied.Held; model "" is any); capacity is the least capacity one of
+// them gives provider (0 for none).
+func (c *conn) unsettledLocked(latest *iopv1.NodeConfig, provider, model string) (held bool, capacity int) {
+	if c.appliedCfg == nil {
+		return true, 0 // what the Node admits by is not known
+	}
+	// The one it acknowledged has its own report (Applied's capacity and
+	// models): only its lease policy is left to judge.
+	held = leaseRefused(c.appliedCfg, latest, provider)
 	for _, cfg := range c.sent {
 		if cfg.GetRevision() >= latest.GetRevision() {
 			break
 		}
-		refused = refused || leaseRefused(cfg, latest, provider)
-		for _, p := range cfg.GetProviders() {
-			if n := int(p.GetCapacity()); p.GetId() == provider && n > 0 && (capacity == 0 || n < capacity) {
-				capacity = n
-			}
+		i := slices.IndexFunc(cfg.GetProviders(), func(p *iopv1.ProviderConfig) bool { return p.GetId() == provider })
+		if i < 0 {
+			held = true
+			continue
+		}
+		p := cfg.GetProviders()[i]
+		if ms := p.GetModels(); model != "" && len(ms) > 0 && !slices.Contains(ms, model) {
+			held = true
+		}
+		held = held || leaseRefused(cfg, latest, provider)
+		if n := int(p.GetCapacity()); n > 0 && (capacity == 0 || n < capacity) {
+			capacity = n
 		}
 	}
-	return refused, capacity
+	return held, capacity
 }
 
 // leaseRefused reports whether a Node that applied applied would refuse
-// the credential lease latest gives provider (see Applied.LeaseRefused).
+// the credential lease latest gives provider (see Applied.Held).
 func leaseRefused(applied, latest *iopv1.NodeConfig, provider string) bool {
 	cred := credentialOf(latest, provider)
 	if cred == "" {

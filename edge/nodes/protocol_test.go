@@ -277,16 +277,16 @@ func TestTunnelRefusesInvalidStatus(t *testing.T) {
 	}
 }
 
-// TestLeaseRefusedUntilApplied: a leased provider is admitted nothing
-// while the configuration its Node still holds would refuse the lease
+// TestHeldUntilApplied: a provider is admitted nothing while a
+// configuration its Node may still hold would refuse the work: the lease
 // the latest gives it (a credential rotated right after its revocation,
-// a provider moved to another credential or enabled again), and is
-// admitted as soon as the Node acknowledges the configuration that
-// lifts it. A configuration sent but not acknowledged counts too: the
-// Node may have applied it (a revocation, a lowered capacity). A change
-// a lease does not depend on, and a provider that takes no lease, never
-// hold anything back.
-func TestLeaseRefusedUntilApplied(t *testing.T) {
+// a provider moved to another credential or enabled again), the model or
+// the provider itself (removed and added back). It is admitted as soon
+// as the Node acknowledges the latest. A configuration sent but not
+// acknowledged counts as well as the acknowledged one: the Node may have
+// applied it already (a revocation, a lowered capacity). A change the
+// work does not depend on never holds anything back.
+func TestHeldUntilApplied(t *testing.T) {
 	leased := spec("p1", "m1", 2)
 	leased.Credential = "cred-a"
 	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", leased, spec("p2", "m2", 2)))})
@@ -315,84 +315,101 @@ func TestLeaseRefusedUntilApplied(t *testing.T) {
 		t.Helper()
 		st.WriteMessage(nodewire.Msg(&iopv1.ConfigUpdateAck{Revision: rev, Providers: []*iopv1.ProviderSnapshot{avail("p1"), avail("p2")}}))
 		eventually(t, "the acknowledgement applied", func() bool {
-			_, a, ok := e.reg.Admission("n1", "p2")
+			_, a, ok := e.reg.Admission("n1", "p2", "m2")
 			return ok && a.Current
 		})
 	}
-	refused := func(id string) bool {
+	held := func(id string) bool {
 		t.Helper()
-		_, a, ok := e.reg.Admission("n1", id)
+		_, a, ok := e.reg.Admission("n1", id, map[string]string{"p1": "m1", "p2": "m2"}[id])
 		if !ok {
 			t.Fatalf("%s not available", id)
 		}
-		return a.LeaseRefused
+		return a.Held
 	}
 	// Applied as registered: the Edge itself refuses to lease a revoked
 	// credential, so the applied policy holds nothing back.
-	if refused("p1") || refused("p2") {
+	if held("p1") || held("p2") {
 		t.Fatal("held back under the configuration the Node applied")
 	}
 
+	// p2 takes no lease: a change of lease policy never holds it back.
+	refresh := func(p2 nodes.ProviderSpec) {
+		e.reg.Refresh(store(t, record("n1", leased, p2)))
+	}
+	p2 := spec("p2", "m2", 2)
 	steps := []struct {
 		name   string
 		change func()
-		held   bool
+		// held: p1 and p2 are held back while the change is
+		// unacknowledged.
+		held [2]bool
 		// capacity is p1's capacity while the change is unacknowledged
 		// (0: not checked); the Node reports 2.
 		capacity int
 	}{
-		{"rotated after its revocation", func() {
+		{name: "rotated after its revocation", change: func() {
 			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{MinRevisions: map[string]uint64{"cred-a": 2}})
-		}, true, 0},
-		{"a lower revision than the Node's", func() {
+		}, held: [2]bool{true, false}},
+		{name: "a lower revision than the Node's", change: func() {
 			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{MinRevisions: map[string]uint64{"cred-a": 1}})
-		}, true, 0},
-		{"a capacity change", func() {
+		}, held: [2]bool{true, false}},
+		{name: "a capacity change", change: func() {
 			leased.Capacity = 3
-			e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
-		}, false, 0},
-		{"moved to another credential", func() {
+			refresh(p2)
+		}},
+		{name: "moved to another credential", change: func() {
 			leased.Credential = "cred-b"
-			e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
-		}, true, 0},
-		{"revoked, then rotated before the Node acknowledged the revocation", func() {
+			refresh(p2)
+		}, held: [2]bool{true, false}},
+		{name: "revoked, then rotated before the Node acknowledged the revocation", change: func() {
 			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{RevokedCredentials: []string{"cred-b"}})
 			next() // the Node may apply it before it reads the next
 			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{MinRevisions: map[string]uint64{"cred-b": 2}})
-		}, true, 0},
-		{"capacity lowered, then raised before the Node acknowledged it", func() {
+		}, held: [2]bool{true, false}},
+		{name: "capacity lowered, then raised before the Node acknowledged it", change: func() {
 			leased.Capacity = 1
-			e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
-			next() // the Node may apply it before it reads the next
+			refresh(p2)
+			next()
 			leased.Capacity = 4
-			e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
-		}, false, 1},
-		{"more changes unacknowledged than the Edge remembers", func() {
+			refresh(p2)
+		}, capacity: 1},
+		{name: "a model removed, then added back before the Node acknowledged it", change: func() {
+			refresh(spec("p2", "m3", 2))
+			next()
+			refresh(p2)
+		}, held: [2]bool{false, true}},
+		{name: "a provider removed, then added back before the Node acknowledged it", change: func() {
+			e.reg.Refresh(store(t, record("n1", leased)))
+			next()
+			refresh(p2)
+		}, held: [2]bool{false, true}},
+		{name: "more changes unacknowledged than the Edge remembers", change: func() {
 			for range 16 {
 				leased.Capacity++
-				e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
+				refresh(p2)
 				next()
 			}
 			leased.Capacity++
-			e.reg.Refresh(store(t, record("n1", leased, spec("p2", "m2", 2))))
-		}, true, 0},
-		{"enabled again", func() {
+			refresh(p2)
+		}, held: [2]bool{true, true}},
+		{name: "enabled again", change: func() {
 			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{DisabledProfiles: []string{"p1"}})
 			ack(next())
 			e.reg.SetLeasePolicy(&iopv1.LeasePolicy{})
-		}, true, 0},
+		}, held: [2]bool{true, false}},
 	}
 	for _, s := range steps {
 		s.change()
 		rev := next()
-		if refused("p1") != s.held || refused("p2") {
-			t.Fatalf("%s, unacknowledged: p1 held back %v (want %v), p2 %v", s.name, refused("p1"), s.held, refused("p2"))
+		if got := [2]bool{held("p1"), held("p2")}; got != s.held {
+			t.Fatalf("%s, unacknowledged: p1 and p2 held back %v, want %v", s.name, got, s.held)
 		}
-		if _, a, _ := e.reg.Admission("n1", "p1"); s.capacity > 0 && a.Capacity != s.capacity {
+		if _, a, _ := e.reg.Admission("n1", "p1", "m1"); s.capacity > 0 && a.Capacity != s.capacity {
 			t.Fatalf("%s, unacknowledged: p1 capacity %d, want %d", s.name, a.Capacity, s.capacity)
 		}
 		ack(rev)
-		if refused("p1") || refused("p2") {
+		if held("p1") || held("p2") {
 			t.Fatalf("%s: held back after the Node applied it", s.name)
 		}
 	}

@@ -484,7 +484,7 @@ func (r *Registry) Current(id string) (uint64, bool) {
 // Available reports whether a provider can take work now (its Node is
 // dispatch-ready and reports it available) and on which generation.
 func (r *Registry) Available(nodeID, providerID string) (uint64, bool) {
-	gen, _, ok := r.Admission(nodeID, providerID)
+	gen, _, ok := r.Admission(nodeID, providerID, "")
 	return gen, ok
 }
 
@@ -493,7 +493,9 @@ func (r *Registry) Available(nodeID, providerID string) (uint64, bool) {
 // registered with). The Node refuses work beyond them, so an admission
 // that counts on a raised capacity or an added model waits for the
 // Node's acknowledgement of it (a Node's reports are events: Subscribe).
-func (r *Registry) Admission(nodeID, providerID string) (gen uint64, applied Applied, ok bool) {
+// model is the model the work names ("" for any): a configuration sent
+// since without it holds the work back (Applied.Held).
+func (r *Registry) Admission(nodeID, providerID, model string) (gen uint64, applied Applied, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ns := r.nodes[nodeID]
@@ -507,8 +509,8 @@ func (r *Registry) Admission(nodeID, providerID string) (gen uint64, applied App
 	applied = rep.applied
 	applied.Current = ns.payload == nil || ns.cur.revision >= ns.payload.GetRevision()
 	if !applied.Current {
-		refused, least := ns.cur.unsettledLocked(ns.payload, providerID)
-		applied.LeaseRefused = refused
+		held, least := ns.cur.unsettledLocked(ns.payload, providerID, model)
+		applied.Held = held
 		if least > 0 && (applied.Capacity == 0 || least < applied.Capacity) {
 			applied.Capacity = least
 		}
