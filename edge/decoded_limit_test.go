@@ -34,24 +34,37 @@ func endlessText() []string {
 }
 
 // TestDecodedAnswerBounded: an answer the Edge must decode and hold to
-// render (translated from the provider's format, or rendered from a run)
-// ends with a clear error once it passes the limit, instead of growing
-// the Edge's memory for as long as the provider goes on. The untranslated
-// stream path holds nothing and is not bounded.
+// render (translated from the provider's format, or rendered from a run,
+// into a buffered body or a Responses stream) ends with a clear error once
+// it passes the limit, instead of growing the Edge's memory for as long as
+// the provider goes on. A Chat or Anthropic stream holds only its blocks
+// and tool arguments, and passes text of any length, as the untranslated
+// path does.
 func TestDecodedAnswerBounded(t *testing.T) {
 	anthropicHeaders := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
-	t.Run("translated stream", func(t *testing.T) {
-		r := newRig(t, rigOpts{prepare: bounded, reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Text: endlessText()} }})
+	openaiHeaders := map[string]string{"Authorization": "Bearer " + apiKey}
+	endless := func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Text: endlessText()} }
+	t.Run("translated Responses stream", func(t *testing.T) {
+		r := newRig(t, rigOpts{prepare: bounded, reply: endless})
+		resp, body := r.do(t, "POST", "/v1/responses", `{"model":"via-chat","stream":true,"input":"x"}`, openaiHeaders)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		tail := body[strings.LastIndex(body, "event: "):]
+		if !strings.HasPrefix(tail, "event: error\n") || !strings.Contains(tail, "exceeds the gateway's 1 MiB limit") || strings.Contains(body, "response.completed") {
+			t.Fatalf("stream of %d bytes ends with:\n%.300s", len(body), tail)
+		}
+		r.settled()
+	})
+	t.Run("translated Anthropic stream passes the limit", func(t *testing.T) {
+		r := newRig(t, rigOpts{prepare: bounded, reply: endless})
 		resp, body := r.do(t, "POST", "/v1/messages", `{"model":"gpt-local","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"x"}]}`, anthropicHeaders)
 		if resp.StatusCode != 200 {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
 		tail := body[strings.LastIndex(body, "event: "):]
-		if !strings.HasPrefix(tail, "event: error\n") || !strings.Contains(tail, "exceeds the gateway's 1 MiB limit") || strings.Contains(body, "message_stop") {
+		if !strings.HasPrefix(tail, "event: message_stop\n") || strings.Contains(body, "event: error") || len(body) < decodedLimit {
 			t.Fatalf("stream of %d bytes ends with:\n%.300s", len(body), tail)
-		}
-		if n := len(body); n < decodedLimit*7/8 || n > decodedLimit+decodedLimit/8 {
-			t.Fatalf("stream of %d bytes", n)
 		}
 		r.settled()
 	})
@@ -59,11 +72,29 @@ func TestDecodedAnswerBounded(t *testing.T) {
 		// Reasoning and text alternating a byte at a time: each byte is a
 		// block of its own, and each block is charged what is kept for it.
 		var raw strings.Builder
-		for range decodedLimit / 256 / 2 {
+		for range decodedLimit/256/2 + 1 {
 			raw.WriteString(`data: {"choices":[{"index":0,"delta":{"reasoning_content":"r"}}]}` + "\n\n")
 			raw.WriteString(`data: {"choices":[{"index":0,"delta":{"content":"t"}}]}` + "\n\n")
 		}
 		raw.WriteString(`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n")
+		r := newRig(t, rigOpts{prepare: bounded, reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: raw.String()} }})
+		resp, body := r.do(t, "POST", "/v1/messages", `{"model":"gpt-local","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"x"}]}`, anthropicHeaders)
+		tail := body[strings.LastIndex(body, "event: "):]
+		if resp.StatusCode != 200 || !strings.HasPrefix(tail, "event: error\n") || !strings.Contains(tail, "exceeds the gateway's 1 MiB limit") {
+			t.Fatalf("%d: stream of %d bytes ends with:\n%.300s", resp.StatusCode, len(body), tail)
+		}
+		r.settled()
+	})
+	t.Run("translated Anthropic stream of tool arguments", func(t *testing.T) {
+		// A stream keeps a tool call's arguments (they are checked whole
+		// at its end): those stay bounded.
+		var raw strings.Builder
+		raw.WriteString(`data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":\""}}]}}]}` + "\n\n")
+		piece := strings.Repeat("a", 16<<10)
+		for range decodedLimit/len(piece) + 2 {
+			raw.WriteString(`data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"` + piece + `"}}]}}]}` + "\n\n")
+		}
+		raw.WriteString(`data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"}"}}]},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n")
 		r := newRig(t, rigOpts{prepare: bounded, reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: raw.String()} }})
 		resp, body := r.do(t, "POST", "/v1/messages", `{"model":"gpt-local","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"x"}]}`, anthropicHeaders)
 		tail := body[strings.LastIndex(body, "event: "):]
@@ -98,10 +129,14 @@ func TestDecodedAnswerBounded(t *testing.T) {
 			cfg.Nodes[0].Providers = append(cfg.Nodes[0].Providers, nodes.ProviderSpec{ID: "cli-yes", Adapter: "cli", Category: execution.CategoryCLI, Models: []string{"cli-model"}, Capacity: 2})
 			cfg.Routes = append(cfg.Routes, edge.Route{Model: "via-yes", Targets: []edge.Target{{ProviderID: "cli-yes", Model: "cli-model"}}})
 		}})
-		body := string(r.streamChat(t, "via-yes"))
-		events := strings.Split(strings.TrimSpace(body), "\n\n")
-		if last := events[len(events)-1]; !strings.Contains(last, `"error"`) || !strings.Contains(last, "exceeds the gateway's 1 MiB limit") || strings.Contains(body, "[DONE]") {
-			t.Fatalf("stream of %d bytes ends with:\n%.300s", len(body), last)
+		resp, body := r.do(t, "POST", "/v1/chat/completions", `{"model":"via-yes","messages":[{"role":"user","content":"x"}]}`, openaiHeaders)
+		if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "exceeds the gateway's 1 MiB limit") {
+			t.Fatalf("%d %.300s", resp.StatusCode, body)
+		}
+		// Streamed to a Chat client, the run's text is not held.
+		stream := string(r.streamChat(t, "via-yes"))
+		if !strings.HasSuffix(stream, "data: [DONE]\n\n") || len(stream) < 3000000 {
+			t.Fatalf("stream of %d bytes ends with:\n%.300s", len(stream), stream[max(0, len(stream)-300):])
 		}
 		r.settled()
 	})

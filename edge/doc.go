@@ -25,11 +25,12 @@
 //     back into the client's;
 //   - a normalized run (cli providers), rendered in the client's format.
 //
-// A translated or rendered answer is held whole while it is rendered (the
-// buffered body, and the Responses events that repeat it), so it is
-// bounded: past 32 MiB of answer text it ends with a 502 api_error (an
-// error event in a stream). A raw tunnel holds nothing and passes an
-// answer of any length.
+// A translated or rendered answer is held whole while it is rendered
+// into a buffered body or a Responses stream (whose last events repeat
+// it), so it is bounded there: past 32 MiB of answer text it ends with a
+// 502 api_error (an error event in a stream). A Chat Completions or
+// Anthropic stream keeps only tool arguments (bounded alike) and passes
+// text of any length, as a raw tunnel passes an answer of any length.
 //
 // A translation carries what the provider's format can hold, a JSON output
 // format included (Chat's response_format, Responses' text.format,

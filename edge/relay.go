@@ -22,14 +22,15 @@ import (
 // maxCapture bounds the buffered answer kept to read usage from.
 const maxCapture = 32 << 20
 
-// maxDecoded bounds a decoded answer (translated, or from a run): the
-// bytes of a whole answer read to be decoded, and the text, signature and
-// tool-argument bytes of a streamed one, which the client format's
-// renderer holds whole (for the buffered body, and for the Responses
-// events that repeat what came before). An answer beyond it ends with
-// the error tooLarge gives, so a provider that never stops (a local model
-// generating without a token limit, a broken upstream, a faulty Node)
-// costs the Edge a bounded amount of memory.
+// maxDecoded bounds what the Edge holds of a decoded answer (translated,
+// or from a run): the bytes of a whole answer read to be decoded, and of
+// a streamed one what the client format's renderer keeps: its tool
+// arguments, and for a buffered body or a Responses stream (whose last
+// events repeat what came before) its text and signatures too. A Chat or
+// Anthropic stream keeps no text, so its text is not counted. An answer
+// beyond it ends with the error tooLarge gives, so a provider that never
+// stops (a local model generating without a token limit, a broken
+// upstream, a faulty Node) costs the Edge a bounded amount of memory.
 const maxDecoded = 32 << 20
 
 // blockCost is what a block is charged against maxDecoded beyond its
@@ -425,12 +426,15 @@ func (s *Server) streamError(w http.ResponseWriter, req *request, pending []byte
 	flush(w)
 }
 
-// renderer returns the client format's renderer for req.
+// renderer returns the client format's renderer for req. A streamed
+// Chat or Anthropic answer is rendered as events only, and its renderer
+// keeps none of its text; a Responses stream repeats the whole answer in
+// its last event, so its renderer keeps it.
 func renderer(req *request) llmapi.Renderer {
 	created := time.Now().Unix()
 	switch req.api {
 	case apiMessages:
-		return &llmapi.AnthropicRenderer{ID: "msg_" + req.rid, Model: req.route.Model, RequestID: req.rid}
+		return &llmapi.AnthropicRenderer{ID: "msg_" + req.rid, Model: req.route.Model, RequestID: req.rid, Streamed: req.stream}
 	case apiResponses:
 		r := &llmapi.ResponsesRenderer{ID: "resp_" + req.rid, Model: req.route.Model, Created: created}
 		if req.ir != nil {
@@ -438,7 +442,7 @@ func renderer(req *request) llmapi.Renderer {
 		}
 		return r
 	}
-	r := &llmapi.ChatRenderer{ID: "chatcmpl-" + req.rid, Model: req.route.Model, Created: created, IncludeUsage: req.includeUsage}
+	r := &llmapi.ChatRenderer{ID: "chatcmpl-" + req.rid, Model: req.route.Model, Created: created, IncludeUsage: req.includeUsage, Streamed: req.stream}
 	if req.ir != nil {
 		r.Freeform = req.ir.FreeformTools()
 	}
@@ -503,6 +507,15 @@ type emitter struct {
 	more      bool
 	unflushed bool // written since the last flush
 	held      int  // what the answer holds so far, bounded by maxDecoded
+	// keepsText: the renderer holds the answer's text (a buffered body,
+	// a Responses stream); otherwise only tool arguments count in held.
+	keepsText bool
+}
+
+// newEmitter returns the emitter of req's answer, rendered in its
+// client's format.
+func newEmitter(s *Server, w http.ResponseWriter, req *request) *emitter {
+	return &emitter{s: s, w: w, req: req, rend: renderer(req), keepsText: !req.stream || req.api == apiResponses}
 }
 
 // finish books the answer's usage once, however the answer ended.
@@ -538,7 +551,9 @@ func (e *emitter) idle() bool {
 func (e *emitter) event(ev llmapi.Event) bool {
 	switch ev.Kind {
 	case llmapi.EvDelta:
-		e.held += len(ev.Text) + len(ev.Signature)
+		if e.keepsText || ev.Block == llmapi.BlockToolUse {
+			e.held += len(ev.Text) + len(ev.Signature)
+		}
 	case llmapi.EvBlockStart:
 		e.held += blockCost
 	}
@@ -586,7 +601,7 @@ func (e *emitter) event(ev llmapi.Event) bool {
 func (s *Server) relayRun(ctx context.Context, w http.ResponseWriter, req *request, x *exchange) {
 	stop := context.AfterFunc(ctx, func() { x.run.Close() })
 	defer stop()
-	em := &emitter{s: s, w: w, req: req, rend: renderer(req)}
+	em := newEmitter(s, w, req)
 	defer em.finish()
 	var conv llmapi.RunEvents
 	held, ok := s.holdRun(ctx, w, req, x, &conv)
@@ -769,7 +784,7 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 		}
 	}
 	defer dec.Release()
-	em := &emitter{s: s, w: w, req: req, rend: renderer(req)}
+	em := newEmitter(s, w, req)
 	defer em.finish()
 	em.start()
 	for {

@@ -2,6 +2,7 @@ package llmapi
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -147,4 +148,57 @@ func FuzzAnthropicEvent(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { checkAnthropicEvent(t, data) })
+}
+
+// TestStreamedKeepsNoText: a Streamed renderer keeps none of the text,
+// thinking or signatures it renders (a stream's memory does not grow
+// with its answer), keeps tool arguments (a custom call's input leaves
+// whole at its end), and refuses to render a Body it could not fill.
+func TestStreamedKeepsNoText(t *testing.T) {
+	events := []Event{
+		{Kind: EvStart, ID: "x", Model: "m"},
+		{Kind: EvBlockStart, Index: 0, Block: BlockThinking},
+		{Kind: EvDelta, Index: 0, Block: BlockThinking, Text: "hmm", Signature: "sig"},
+		{Kind: EvBlockStop, Index: 0, Block: BlockThinking},
+		{Kind: EvBlockStart, Index: 1, Block: BlockText},
+		{Kind: EvDelta, Index: 1, Block: BlockText, Text: "hello"},
+		{Kind: EvBlockStop, Index: 1, Block: BlockText},
+		{Kind: EvBlockStart, Index: 2, Block: BlockToolUse, ToolID: "t1", Name: "f"},
+		{Kind: EvDelta, Index: 2, Block: BlockToolUse, Text: `{"input":"x"}`},
+		{Kind: EvBlockStop, Index: 2, Block: BlockToolUse},
+		{Kind: EvStop, Reason: StopToolUse},
+	}
+	chat := &ChatRenderer{ID: "c", Freeform: map[string]bool{"f": true}, Streamed: true}
+	anth := &AnthropicRenderer{ID: "m", Streamed: true}
+	for _, r := range []struct {
+		name string
+		r    Renderer
+		st   *state
+	}{{"chat", chat, &chat.st}, {"anthropic", anth, &anth.st}} {
+		var out []byte
+		for _, e := range events {
+			out = append(out, r.r.Event(e)...)
+		}
+		for _, want := range []string{"hmm", "hello"} {
+			if !strings.Contains(string(out), want) {
+				t.Fatalf("%s: %q not rendered: %s", r.name, want, out)
+			}
+		}
+		for i, b := range r.st.bufs {
+			if b.text.Len() != 0 || b.sig.Len() != 0 || r.st.blocks[i].Text != "" || r.st.blocks[i].Signature != "" {
+				t.Fatalf("%s: block %d kept text %q signature %q", r.name, i, b.text.String(), b.sig.String())
+			}
+		}
+		if got := r.st.bufs[2].args.String(); got != `{"input":"x"}` {
+			t.Fatalf("%s: tool arguments %q", r.name, got)
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatalf("%s: Body of a Streamed renderer did not panic", r.name)
+				}
+			}()
+			r.r.Body()
+		}()
+	}
 }

@@ -35,7 +35,8 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 		&llmapi.ResponsesRenderer{ID: "resp_2", Model: "m", Freeform: map[string]bool{"f": true, "get_weather": true, "apply_patch": true}},
 		&llmapi.ChatRenderer{ID: "c_2", Model: "m", Freeform: map[string]bool{"f": true, "get_weather": true, "apply_patch": true}},
 	}
-	for _, r := range renderers {
+	// render runs a fresh decoder into r and returns the stream it wrote.
+	render := func(r llmapi.Renderer) []byte {
 		dec := mk()
 		var stream []byte
 		terminals := 0
@@ -58,6 +59,10 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 		if terminals != 1 {
 			t.Fatalf("%d terminals", terminals)
 		}
+		return stream
+	}
+	for _, r := range renderers {
+		stream := render(r)
 		rd := sse.NewReader(bytes.NewReader(stream), 0)
 		for {
 			ev, err := rd.Next()
@@ -74,6 +79,18 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 		_, body := r.Body()
 		if !json.Valid(body) {
 			t.Fatalf("buffered answer is not JSON: %q", body)
+		}
+	}
+	// A Streamed renderer, which keeps no text, writes the same events.
+	freeform := map[string]bool{"f": true, "get_weather": true}
+	twins := [][2]llmapi.Renderer{
+		{&llmapi.AnthropicRenderer{ID: "msg_1", Model: "m"}, &llmapi.AnthropicRenderer{ID: "msg_1", Model: "m", Streamed: true}},
+		{&llmapi.ChatRenderer{ID: "c_1", Model: "m", IncludeUsage: true, Freeform: freeform},
+			&llmapi.ChatRenderer{ID: "c_1", Model: "m", IncludeUsage: true, Freeform: freeform, Streamed: true}},
+	}
+	for _, tw := range twins {
+		if kept, streamed := render(tw[0]), render(tw[1]); !bytes.Equal(kept, streamed) {
+			t.Fatalf("a Streamed renderer wrote other events:\n%s\nfor\n%s", streamed, kept)
 		}
 	}
 }

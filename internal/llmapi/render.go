@@ -38,6 +38,10 @@ type state struct {
 	stop      StopReason
 	err       *APIError
 	done      bool
+	// eventsOnly: the answer is rendered as events only, so no Body will
+	// repeat it: text, thinking and signatures are not kept (tool
+	// arguments are: a custom tool call's input leaves whole).
+	eventsOnly bool
 }
 
 // blockBufs build one block's text, signature and tool arguments: a delta
@@ -75,11 +79,11 @@ func (s *state) apply(e Event) {
 			b, bb := s.blocks[e.Index], s.bufs[e.Index]
 			if b.Kind == PartToolUse {
 				bb.args.WriteString(e.Text)
-			} else if e.Text != "" {
+			} else if e.Text != "" && !s.eventsOnly {
 				bb.text.WriteString(e.Text)
 				b.Text = bb.text.String()
 			}
-			if e.Signature != "" {
+			if e.Signature != "" && !s.eventsOnly {
 				bb.sig.WriteString(e.Signature)
 				b.Signature = bb.sig.String()
 			}
@@ -124,6 +128,14 @@ func (s *state) finalStop() StopReason {
 	return s.stop
 }
 
+// mustBuffer panics when a Streamed renderer is asked for a Body: it
+// would render an answer without its text.
+func mustBuffer(streamed bool) {
+	if streamed {
+		panic("llmapi: Body called on a Streamed renderer")
+	}
+}
+
 // --- Anthropic Messages ---------------------------------------------------
 
 // AnthropicRenderer renders Anthropic Messages: message_start, then each
@@ -135,9 +147,12 @@ type AnthropicRenderer struct {
 	// RequestID, when set, goes into the error body or event as
 	// request_id, where Anthropic's SDKs look for it.
 	RequestID string
-	st        state
-	started   bool
-	scratch   []byte // a delta event's JSON, before it is framed
+	// Streamed says the answer leaves as events only: the renderer then
+	// keeps none of its text, and Body must not be called.
+	Streamed bool
+	st       state
+	started  bool
+	scratch  []byte // a delta event's JSON, before it is framed
 }
 
 // delta appends a content_block_delta event whose delta is {"type": typ,
@@ -190,6 +205,7 @@ func (r *AnthropicRenderer) AdoptID(id string) bool { return adoptID(&r.ID, r.st
 
 // Event implements Renderer.
 func (r *AnthropicRenderer) Event(e Event) []byte {
+	r.st.eventsOnly = r.Streamed
 	r.st.apply(e)
 	var out []byte
 	switch e.Kind {
@@ -241,8 +257,10 @@ func (r *AnthropicRenderer) Event(e Event) []byte {
 	return out
 }
 
-// Body implements Renderer.
+// Body implements Renderer. It panics when r is Streamed: such a
+// renderer kept no text to render.
 func (r *AnthropicRenderer) Body() (int, []byte) {
+	mustBuffer(r.Streamed)
 	if r.st.err != nil {
 		return r.errorBody(r.st.err)
 	}
@@ -325,7 +343,10 @@ type ChatRenderer struct {
 	// model gave as the function's FreeformParam (its whole arguments when
 	// it gave no such string). The input is whole only once the call is,
 	// so it is streamed in one delta, when the call ends.
-	Freeform  map[string]bool
+	Freeform map[string]bool
+	// Streamed says the answer leaves as events only: the renderer then
+	// keeps none of its text, and Body must not be called.
+	Streamed  bool
 	st        state
 	started   bool
 	callIndex map[int]int // canonical block index -> tool_calls index
@@ -387,6 +408,7 @@ func (r *ChatRenderer) AdoptID(id string) bool { return adoptID(&r.ID, r.started
 
 // Event implements Renderer.
 func (r *ChatRenderer) Event(e Event) []byte {
+	r.st.eventsOnly = r.Streamed
 	r.st.apply(e)
 	if r.callIndex == nil {
 		r.callIndex = map[int]int{}
@@ -444,8 +466,10 @@ func (r *ChatRenderer) Event(e Event) []byte {
 	return nil
 }
 
-// Body implements Renderer.
+// Body implements Renderer. It panics when r is Streamed: such a
+// renderer kept no text to render.
 func (r *ChatRenderer) Body() (int, []byte) {
+	mustBuffer(r.Streamed)
 	if r.st.err != nil {
 		return OpenAIErrorFrom(r.st.err)
 	}
