@@ -333,10 +333,11 @@ func TestHeldUntilApplied(t *testing.T) {
 		t.Fatal("held back under the configuration the Node applied")
 	}
 
-	// p2 takes no lease: a change of lease policy never holds it back.
+	// refresh sends the record with leased (as it is by then) and p2.
 	refresh := func(p2 nodes.ProviderSpec) {
 		e.reg.Refresh(store(t, record("n1", leased, p2)))
 	}
+	// p2 takes no lease: a change of lease policy never holds it back.
 	p2 := spec("p2", "m2", 2)
 	steps := []struct {
 		name   string
