@@ -77,13 +77,7 @@ func TestDecodedAnswerBounded(t *testing.T) {
 			raw.WriteString(`data: {"choices":[{"index":0,"delta":{"content":"t"}}]}` + "\n\n")
 		}
 		raw.WriteString(`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n")
-		r := newRig(t, rigOpts{prepare: bounded, reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: raw.String()} }})
-		resp, body := r.do(t, "POST", "/v1/messages", `{"model":"gpt-local","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"x"}]}`, anthropicHeaders)
-		tail := body[strings.LastIndex(body, "event: "):]
-		if resp.StatusCode != 200 || !strings.HasPrefix(tail, "event: error\n") || !strings.Contains(tail, "exceeds the gateway's 1 MiB limit") {
-			t.Fatalf("%d: stream of %d bytes ends with:\n%.300s", resp.StatusCode, len(body), tail)
-		}
-		r.settled()
+		cutAnthropicStream(t, raw.String())
 	})
 	t.Run("translated Anthropic stream of tool arguments", func(t *testing.T) {
 		// A stream keeps a tool call's arguments (they are checked whole
@@ -95,16 +89,10 @@ func TestDecodedAnswerBounded(t *testing.T) {
 			raw.WriteString(`data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"` + piece + `"}}]}}]}` + "\n\n")
 		}
 		raw.WriteString(`data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"}"}}]},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n")
-		r := newRig(t, rigOpts{prepare: bounded, reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: raw.String()} }})
-		resp, body := r.do(t, "POST", "/v1/messages", `{"model":"gpt-local","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"x"}]}`, anthropicHeaders)
-		tail := body[strings.LastIndex(body, "event: "):]
-		if resp.StatusCode != 200 || !strings.HasPrefix(tail, "event: error\n") || !strings.Contains(tail, "exceeds the gateway's 1 MiB limit") {
-			t.Fatalf("%d: stream of %d bytes ends with:\n%.300s", resp.StatusCode, len(body), tail)
-		}
-		r.settled()
+		cutAnthropicStream(t, raw.String())
 	})
 	t.Run("translated whole answer", func(t *testing.T) {
-		r := newRig(t, rigOpts{prepare: bounded, reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Text: endlessText()} }})
+		r := newRig(t, rigOpts{prepare: bounded, reply: endless})
 		resp, body := r.do(t, "POST", "/v1/messages", `{"model":"gpt-local","max_tokens":50,"messages":[{"role":"user","content":"x"}]}`, anthropicHeaders)
 		if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, `"api_error"`) || !strings.Contains(body, "exceeds the gateway's 1 MiB limit") {
 			t.Fatalf("%d %.300s", resp.StatusCode, body)
@@ -140,4 +128,19 @@ func TestDecodedAnswerBounded(t *testing.T) {
 		}
 		r.settled()
 	})
+}
+
+// cutAnthropicStream streams raw (a Chat Completions stream from the
+// upstream) to an Anthropic client and requires it to end with the error
+// event of the decoded limit.
+func cutAnthropicStream(t *testing.T, raw string) {
+	t.Helper()
+	r := newRig(t, rigOpts{prepare: bounded, reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: raw} }})
+	resp, body := r.do(t, "POST", "/v1/messages", `{"model":"gpt-local","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"x"}]}`,
+		map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"})
+	tail := body[strings.LastIndex(body, "event: "):]
+	if resp.StatusCode != 200 || !strings.HasPrefix(tail, "event: error\n") || !strings.Contains(tail, "exceeds the gateway's 1 MiB limit") {
+		t.Fatalf("%d: stream of %d bytes ends with:\n%.300s", resp.StatusCode, len(body), tail)
+	}
+	r.settled()
 }

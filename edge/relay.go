@@ -426,27 +426,28 @@ func (s *Server) streamError(w http.ResponseWriter, req *request, pending []byte
 	flush(w)
 }
 
-// renderer returns the client format's renderer for req. A streamed
-// Chat or Anthropic answer is rendered as events only, and its renderer
-// keeps none of its text; a Responses stream repeats the whole answer in
-// its last event, so its renderer keeps it.
-func renderer(req *request) llmapi.Renderer {
+// renderer returns the client format's renderer for req, and whether it
+// keeps the answer's text. A streamed Chat or Anthropic answer is
+// rendered as events only, and its renderer keeps none of its text; a
+// buffered body, and a Responses stream (whose last events repeat the
+// whole answer), keep it.
+func renderer(req *request) (rend llmapi.Renderer, keepsText bool) {
 	created := time.Now().Unix()
 	switch req.api {
 	case apiMessages:
-		return &llmapi.AnthropicRenderer{ID: "msg_" + req.rid, Model: req.route.Model, RequestID: req.rid, Streamed: req.stream}
+		return &llmapi.AnthropicRenderer{ID: "msg_" + req.rid, Model: req.route.Model, RequestID: req.rid, Streamed: req.stream}, !req.stream
 	case apiResponses:
 		r := &llmapi.ResponsesRenderer{ID: "resp_" + req.rid, Model: req.route.Model, Created: created}
 		if req.ir != nil {
 			r.Freeform = req.ir.FreeformTools()
 		}
-		return r
+		return r, true
 	}
 	r := &llmapi.ChatRenderer{ID: "chatcmpl-" + req.rid, Model: req.route.Model, Created: created, IncludeUsage: req.includeUsage, Streamed: req.stream}
 	if req.ir != nil {
 		r.Freeform = req.ir.FreeformTools()
 	}
-	return r
+	return r, !req.stream
 }
 
 // headHold bounds how long a streamed answer's head waits for its first
@@ -515,7 +516,8 @@ type emitter struct {
 // newEmitter returns the emitter of req's answer, rendered in its
 // client's format.
 func newEmitter(s *Server, w http.ResponseWriter, req *request) *emitter {
-	return &emitter{s: s, w: w, req: req, rend: renderer(req), keepsText: !req.stream || req.api == apiResponses}
+	rend, keepsText := renderer(req)
+	return &emitter{s: s, w: w, req: req, rend: rend, keepsText: keepsText}
 }
 
 // finish books the answer's usage once, however the answer ended.
