@@ -123,7 +123,9 @@ type Workspace struct {
 // connection must have accepted ref, and a must be within the configured
 // grant. The Node opens the request's session there (checking a against
 // its own catalog). Unknown, denied, unavailable (offline, registering,
-// refused) and stale candidates fail closed.
+// refused) and stale candidates fail closed. Right after a reload that
+// changed the grant, it waits, within ctx, until the Node has applied
+// the change, so that the Node opens by the grant checked here.
 func (s *Server) OpenWorkspace(ctx context.Context, ref, requestID, stage string, a workspace.Authority) (*Workspace, error) {
 	snap := s.snap.Load()
 	spec, ok := snap.workspaces[ref]
@@ -136,8 +138,11 @@ func (s *Server) OpenWorkspace(ctx context.Context, ref, requestID, stage string
 	if validAuthority(a) != nil || !a.Within(spec.Authority) {
 		return nil, ErrWorkspaceDenied
 	}
-	gen, err := s.reg.WorkspaceGeneration(spec.NodeID, ref)
+	gen, err := s.reg.WorkspaceGeneration(ctx, spec.NodeID, ref)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, fmt.Errorf("%w: %v", ErrWorkspaceUnavailable, err)
 	}
 	frozen := workspace.Authority{Ops: slices.Clone(a.Ops), Commands: slices.Clone(a.Commands), Limits: a.Limits}

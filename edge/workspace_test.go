@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +32,7 @@ func wsLimits() workspace.Limits {
 type wsRig struct {
 	t        *testing.T
 	srv      *edge.Server
+	cfg      edge.Config // as loaded
 	nodeAddr string
 	roots    map[string]string // node id -> its workspace root
 }
@@ -54,7 +57,7 @@ func newWSRig(t *testing.T) *wsRig {
 	var wg sync.WaitGroup
 	wg.Go(func() { srv.ServeNodes(ln) })
 	t.Cleanup(func() { srv.Close(); wg.Wait() })
-	return &wsRig{t: t, srv: srv, nodeAddr: ln.Addr().String(), roots: map[string]string{}}
+	return &wsRig{t: t, srv: srv, cfg: cfg, nodeAddr: ln.Addr().String(), roots: map[string]string{}}
 }
 
 // runNode starts a Node whose catalog has "repo" and "on-n2" (so a
@@ -217,6 +220,41 @@ func TestWorkspaceAdmission(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(r.roots["n1"], ".iop", "job", "req-x")); err == nil {
 		t.Fatal("a refused admission opened a namespace")
+	}
+}
+
+// TestWorkspaceGrantReloaded: an open right after a reload that changes
+// the grant waits for the Node to apply it: one within the new grant
+// opens (the Node would refuse it under the old), one beyond it is
+// refused (the Node would accept it under the old).
+func TestWorkspaceGrantReloaded(t *testing.T) {
+	r := newWSRig(t)
+	r.runNode("n1")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	reload := func(a workspace.Authority) {
+		t.Helper()
+		cfg := r.cfg
+		cfg.Workspaces = slices.Clone(cfg.Workspaces)
+		cfg.Workspaces[0].Authority = a // "repo"
+		if err := r.srv.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		id := fmt.Sprintf("req-%d", i)
+		reload(authority(workspace.OpRead))
+		if _, err := r.srv.OpenWorkspace(ctx, "repo", id, "work", allWS()); !errors.Is(err, edge.ErrWorkspaceDenied) {
+			t.Fatalf("round %d, beyond the narrowed grant: %v", i, err)
+		}
+		reload(allWS())
+		w, err := r.srv.OpenWorkspace(ctx, "repo", id, "work", allWS())
+		if err != nil {
+			t.Fatalf("round %d, within the widened grant: %v", i, err)
+		}
+		if _, err := w.Cleanup(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/iop-dev/iop/internal/nodewire"
 	"github.com/iop-dev/iop/wire"
 	"github.com/iop-dev/iop/wire/iopv1"
@@ -152,6 +154,46 @@ func (c *conn) unsettledLocked(latest *iopv1.NodeConfig, provider, model string)
 		}
 	}
 	return held, capacity
+}
+
+// grantSettledLocked reports whether every configuration the Node may be
+// admitting by, while it has not acknowledged latest, grants ref as latest
+// does (r.mu held): the one it last applied and each sent since. Only
+// then is its acceptance of ref, as last reported, what it opens by.
+func (c *conn) grantSettledLocked(latest *iopv1.NodeConfig, ref string) bool {
+	if c.appliedCfg == nil {
+		return false // what the Node admits by is not known
+	}
+	want := grantOf(latest, ref)
+	if !sameGrant(grantOf(c.appliedCfg, ref), want) {
+		return false
+	}
+	for _, cfg := range c.sent {
+		if cfg.GetRevision() >= latest.GetRevision() {
+			break
+		}
+		if !sameGrant(grantOf(cfg, ref), want) {
+			return false
+		}
+	}
+	return true
+}
+
+// grantOf is the grant cfg gives ref (nil for none).
+func grantOf(cfg *iopv1.NodeConfig, ref string) *iopv1.WorkspaceGrant {
+	for _, g := range cfg.GetWorkspaces() {
+		if g.GetRef() == ref {
+			return g
+		}
+	}
+	return nil
+}
+
+func sameGrant(a, b *iopv1.WorkspaceGrant) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return proto.Equal(a, b)
 }
 
 // leaseRefused reports whether a Node that applied applied would refuse
@@ -466,14 +508,6 @@ func configuredRefs(ns *nodeState, accepted []string) []string {
 	return out
 }
 
-func (r *Registry) setWorkspaces(c *conn, accepted []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if ns := r.nodes[c.nodeID]; ns != nil && ns.cur == c && c.ready {
-		c.workspaces = configuredRefs(ns, accepted)
-	}
-}
-
 // setProviders records the Node's report for the providers in the payload;
 // a report for anything else is ignored (a Node cannot add providers).
 // Called with the registry lock held; it returns the providers whose
@@ -592,14 +626,12 @@ func (c *conn) serve() {
 		}
 		switch b := env.Body.(type) {
 		case *iopv1.Envelope_ConfigUpdateAck:
-			if err := r.applyReport(c, b.ConfigUpdateAck.GetRevision(), true, b.ConfigUpdateAck.GetProviders(), b.ConfigUpdateAck.GetRefused()); err != nil {
+			if err := r.applyReport(c, b.ConfigUpdateAck, nil); err != nil {
 				violation = "acknowledgement: " + err.Error()
-			} else {
-				r.setWorkspaces(c, b.ConfigUpdateAck.GetWorkspaces())
 			}
 		case *iopv1.Envelope_ProviderSnapshotUpdate:
 			if b.ProviderSnapshotUpdate.GetGeneration() == c.gen {
-				r.applyReport(c, 0, false, b.ProviderSnapshotUpdate.GetProviders(), nil)
+				r.applyReport(c, nil, b.ProviderSnapshotUpdate.GetProviders())
 			}
 		default:
 			violation = "unexpected message on the control stream"
@@ -648,16 +680,22 @@ func (r *Registry) goingAway(c *conn) {
 	r.publishChangesLocked(ns, before)
 }
 
-// applyReport applies a config ack (full provider report) or a snapshot
-// update (changed providers only) and publishes the changes. An ack of a
-// revision beyond the node's latest is refused with errRevisionAhead, and
-// nothing of it is applied.
-func (r *Registry) applyReport(c *conn, revision uint64, full bool, snaps []*iopv1.ProviderSnapshot, refused []*iopv1.ProviderRefusal) error {
+// applyReport applies a config ack (a full provider report and the
+// workspaces accepted) or, with ack nil, a snapshot update (changed
+// providers only) and publishes the changes. An ack of a revision beyond
+// the node's latest is refused with errRevisionAhead, and nothing of it is
+// applied.
+func (r *Registry) applyReport(c *conn, ack *iopv1.ConfigUpdateAck, snaps []*iopv1.ProviderSnapshot) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ns := r.nodes[c.nodeID]
 	if ns == nil || ns.cur != c || !c.ready {
 		return nil
+	}
+	full := ack != nil
+	revision, refused := ack.GetRevision(), ack.GetRefused()
+	if full {
+		snaps = ack.GetProviders()
 	}
 	if full && revision > ns.payload.GetRevision() {
 		return errRevisionAhead
@@ -684,6 +722,11 @@ func (r *Registry) applyReport(c *conn, revision uint64, full bool, snaps []*iop
 		snaps = merged
 	}
 	changed := c.setProviders(ns, snaps, refused)
+	if full {
+		// With the revision, in one step: whoever sees the revision
+		// applied sees what the Node accepted under it.
+		c.workspaces = configuredRefs(ns, ack.GetWorkspaces())
+	}
 	if full && revision > c.revision {
 		c.revision = revision
 		c.appliedLocked(revision)

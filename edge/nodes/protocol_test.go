@@ -415,3 +415,99 @@ func TestHeldUntilApplied(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkspaceHeldUntilApplied: a workspace ref is resolved only by what
+// the Node accepted under a grant the same as the latest: while a
+// configuration it may still open by grants the ref otherwise (changed
+// authority; removed, then added back), the resolution waits for the
+// Node's acknowledgement and is decided by it. A change to anything else
+// holds nothing back.
+func TestWorkspaceHeldUntilApplied(t *testing.T) {
+	grant := func(ops ...string) *iopv1.WorkspaceGrant {
+		return &iopv1.WorkspaceGrant{Ref: "w", Authority: &iopv1.WorkspaceAuthority{Ops: ops,
+			Limits: &iopv1.WorkspaceLimits{ReadBytes: 1, ListEntries: 1, WriteBytes: 1, CommandTimeoutMs: 1, OutputBytes: 1}}}
+	}
+	rec := func(capacity int, grants ...*iopv1.WorkspaceGrant) nodes.Record {
+		r := record("n1", spec("p1", "m1", capacity))
+		r.Workspaces = grants
+		return r
+	}
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, rec(1, grant("read")))})
+	_, st := rawNode(t, e)
+	r := register(t, st, "n1", token)
+	st.WriteMessage(nodewire.Msg(&iopv1.NodeReadyRequest{Generation: r.GetGeneration(), Revision: r.GetConfig().GetRevision(), Workspaces: []string{"w"}}))
+	if env, err := st.ReadMessage(ctx(t)); err != nil || !env.GetNodeReadyResponse().GetAccepted() {
+		t.Fatalf("ready answer %v %v", env, err)
+	}
+	gen := r.GetGeneration()
+	next := func() uint64 {
+		t.Helper()
+		env, err := st.ReadMessage(ctx(t))
+		if err != nil || env.GetConfigUpdate() == nil {
+			t.Fatalf("push %v %v", env, err)
+		}
+		return env.GetConfigUpdate().GetConfig().GetRevision()
+	}
+	ack := func(rev uint64, accepted ...string) {
+		t.Helper()
+		st.WriteMessage(nodewire.Msg(&iopv1.ConfigUpdateAck{Revision: rev, Workspaces: accepted}))
+	}
+	// now resolves without waiting: a held resolution ends with the
+	// cancelled context's error.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	now := func() (uint64, error) { return e.reg.WorkspaceGeneration(done, "n1", "w") }
+	if g, err := now(); err != nil || g != gen {
+		t.Fatalf("as registered: %d, %v; want generation %d", g, err, gen)
+	}
+
+	// Authority widened: the Node may still open by the narrower grant.
+	e.reg.Refresh(store(t, rec(1, grant("read", "list"))))
+	rev := next()
+	if _, err := now(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("authority changed, unacknowledged: %v, want held", err)
+	}
+	// A waiter is decided by the acknowledgement.
+	waited := make(chan error, 1)
+	go func() {
+		g, err := e.reg.WorkspaceGeneration(ctx(t), "n1", "w")
+		if err == nil && g != gen {
+			err = errors.New("another generation")
+		}
+		waited <- err
+	}()
+	ack(rev, "w")
+	if err := <-waited; err != nil {
+		t.Fatalf("after the acknowledgement: %v", err)
+	}
+
+	// Removed, then added back: the Node may have applied the removal.
+	e.reg.Refresh(store(t, rec(1)))
+	removal := next()
+	e.reg.Refresh(store(t, rec(1, grant("read", "list"))))
+	rev = next()
+	if _, err := now(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("removed and added back, unacknowledged: %v, want held", err)
+	}
+	ack(removal) // applied the removal; the grant back is not yet
+	eventually(t, "the removal applied", func() bool { return e.reg.Snapshot()[0].AppliedRevision == removal })
+	if _, err := now(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("removal acknowledged, grant back not: %v, want held", err)
+	}
+	ack(rev, "w")
+	eventually(t, "the grant back applied", func() bool { _, err := now(); return err == nil })
+
+	// Another change leaves the grant as it is: nothing is held back.
+	e.reg.Refresh(store(t, rec(2, grant("read", "list"))))
+	rev = next()
+	if g, err := now(); err != nil || g != gen {
+		t.Fatalf("capacity changed, unacknowledged: %d, %v; want generation %d", g, err, gen)
+	}
+	ack(rev, "w")
+
+	// The Node's catalog refuses the new grant: refused once it says so.
+	e.reg.Refresh(store(t, rec(2, grant("read", "list", "write"))))
+	rev = next()
+	ack(rev)
+	eventually(t, "the refusal applied", func() bool { _, err := now(); return errors.Is(err, nodes.ErrWorkspaceRefused) })
+}

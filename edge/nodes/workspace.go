@@ -21,21 +21,58 @@ var ErrWorkspaceRefused = errors.New("nodes: the node did not accept this worksp
 
 // WorkspaceGeneration resolves a workspace ref configured on nodeID to
 // the node's current ready generation, if that connection accepted it. A
-// node that is unknown, not connected, still registering or that refused
-// the ref yields an error; nothing else is tried.
-func (r *Registry) WorkspaceGeneration(nodeID, ref string) (uint64, error) {
+// node that is unknown, not connected or still registering, or that
+// refused the ref, yields an error; nothing else is tried.
+//
+// While the Node has not acknowledged the latest configuration, a
+// configuration it may still be admitting by (the one it acknowledged,
+// or one sent since) may grant ref otherwise than the latest does: ref
+// removed and added back, its authority changed. The Node would refuse
+// an open that the latest grant allows, or its acceptance is not known
+// yet. WorkspaceGeneration then waits, within ctx, for the Node's
+// acknowledgement (or the connection's end) and decides by it; when ctx
+// ends first it returns ctx's error.
+func (r *Registry) WorkspaceGeneration(ctx context.Context, nodeID, ref string) (uint64, error) {
+	var sub *Subscription
+	for {
+		gen, settled, err := r.workspaceGeneration(nodeID, ref)
+		if settled {
+			return gen, err
+		}
+		if sub == nil {
+			// Subscribed before the next look: an acknowledgement
+			// after this one is not missed.
+			sub = r.Subscribe()
+			defer sub.Close()
+			continue
+		}
+		// Any event may be the one awaited (a resync too): look again.
+		if _, err := sub.Next(ctx); err != nil && !errors.Is(err, ErrResync) {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			return 0, ErrClosed
+		}
+	}
+}
+
+// workspaceGeneration is one look for WorkspaceGeneration; settled is
+// false while the Node's acknowledgement decides.
+func (r *Registry) workspaceGeneration(nodeID, ref string) (gen uint64, settled bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ns := r.nodes[nodeID]
 	switch {
 	case ns == nil:
-		return 0, ErrUnknownNode
+		return 0, true, ErrUnknownNode
 	case ns.cur == nil || !ns.cur.ready:
-		return 0, ErrNotReady
+		return 0, true, ErrNotReady
+	case !ns.cur.grantSettledLocked(ns.payload, ref):
+		return 0, false, nil
 	case !slices.Contains(ns.cur.workspaces, ref):
-		return 0, ErrWorkspaceRefused
+		return 0, true, ErrWorkspaceRefused
 	}
-	return ns.cur.gen, nil
+	return ns.cur.gen, true, nil
 }
 
 // WorkspaceCall sends one workspace request on the node's connection of
