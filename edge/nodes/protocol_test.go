@@ -303,14 +303,7 @@ func TestHeldUntilApplied(t *testing.T) {
 		t.Fatalf("ready answer %v %v", env, err)
 	}
 	// next reads the next configuration the Edge pushes; ack applies it.
-	next := func() uint64 {
-		t.Helper()
-		env, err := st.ReadMessage(ctx(t))
-		if err != nil || env.GetConfigUpdate() == nil {
-			t.Fatalf("push %v %v", env, err)
-		}
-		return env.GetConfigUpdate().GetConfig().GetRevision()
-	}
+	next := func() uint64 { t.Helper(); return nextPush(t, st) }
 	ack := func(rev uint64) {
 		t.Helper()
 		st.WriteMessage(nodewire.Msg(&iopv1.ConfigUpdateAck{Revision: rev, Providers: []*iopv1.ProviderSnapshot{avail("p1"), avail("p2")}}))
@@ -440,14 +433,7 @@ func TestWorkspaceHeldUntilApplied(t *testing.T) {
 		t.Fatalf("ready answer %v %v", env, err)
 	}
 	gen := r.GetGeneration()
-	next := func() uint64 {
-		t.Helper()
-		env, err := st.ReadMessage(ctx(t))
-		if err != nil || env.GetConfigUpdate() == nil {
-			t.Fatalf("push %v %v", env, err)
-		}
-		return env.GetConfigUpdate().GetConfig().GetRevision()
-	}
+	next := func() uint64 { t.Helper(); return nextPush(t, st) }
 	ack := func(rev uint64, accepted ...string) {
 		t.Helper()
 		st.WriteMessage(nodewire.Msg(&iopv1.ConfigUpdateAck{Revision: rev, Workspaces: accepted}))
@@ -510,4 +496,15 @@ func TestWorkspaceHeldUntilApplied(t *testing.T) {
 	rev = next()
 	ack(rev)
 	eventually(t, "the refusal applied", func() bool { _, err := now(); return errors.Is(err, nodes.ErrWorkspaceRefused) })
+}
+
+// nextPush reads the next configuration the Edge pushes on a raw Node's
+// control stream and returns its revision.
+func nextPush(t *testing.T, st *wire.Stream) uint64 {
+	t.Helper()
+	env, err := st.ReadMessage(ctx(t))
+	if err != nil || env.GetConfigUpdate() == nil {
+		t.Fatalf("push %v %v", env, err)
+	}
+	return env.GetConfigUpdate().GetConfig().GetRevision()
 }
