@@ -223,10 +223,11 @@ func TestWorkspaceAdmission(t *testing.T) {
 	}
 }
 
-// TestWorkspaceGrantReloaded: an open right after a reload that changes
-// the grant waits for the Node to apply it: one within the new grant
-// opens (the Node would refuse it under the old), one beyond it is
-// refused (the Node would accept it under the old).
+// TestWorkspaceGrantReloaded: an open right after a reload that widens
+// the grant waits for the Node to apply it, and opens (the Node would
+// refuse it under the old grant); one right after a narrowing is refused
+// by the Edge's own check of the new grant (the Node would accept it
+// under the old).
 func TestWorkspaceGrantReloaded(t *testing.T) {
 	r := newWSRig(t)
 	r.runNode("n1")

@@ -135,10 +135,7 @@ func (c *conn) unsettledLocked(latest *iopv1.NodeConfig, provider, model string)
 	// The one it acknowledged has its own report (Applied's capacity and
 	// models): only its lease policy is left to judge.
 	held = leaseRefused(c.appliedCfg, latest, provider)
-	for _, cfg := range c.sent {
-		if cfg.GetRevision() >= latest.GetRevision() {
-			break
-		}
+	for _, cfg := range c.sentBefore(latest) {
 		i := slices.IndexFunc(cfg.GetProviders(), func(p *iopv1.ProviderConfig) bool { return p.GetId() == provider })
 		if i < 0 {
 			held = true
@@ -161,22 +158,33 @@ func (c *conn) unsettledLocked(latest *iopv1.NodeConfig, provider, model string)
 // does (r.mu held): the one it last applied and each sent since. Only
 // then is its acceptance of ref, as last reported, what it opens by.
 func (c *conn) grantSettledLocked(latest *iopv1.NodeConfig, ref string) bool {
-	if c.appliedCfg == nil {
+	switch c.appliedCfg {
+	case nil:
 		return false // what the Node admits by is not known
+	case latest:
+		return true // the steady state: nothing pending, nothing to compare
 	}
 	want := grantOf(latest, ref)
 	if !sameGrant(grantOf(c.appliedCfg, ref), want) {
 		return false
 	}
-	for _, cfg := range c.sent {
-		if cfg.GetRevision() >= latest.GetRevision() {
-			break
-		}
+	for _, cfg := range c.sentBefore(latest) {
 		if !sameGrant(grantOf(cfg, ref), want) {
 			return false
 		}
 	}
 	return true
+}
+
+// sentBefore is what was sent since the Node's last acknowledgement and
+// before latest (r.mu held): configurations it may have applied without
+// saying so yet.
+func (c *conn) sentBefore(latest *iopv1.NodeConfig) []*iopv1.NodeConfig {
+	i := 0
+	for i < len(c.sent) && c.sent[i].GetRevision() < latest.GetRevision() {
+		i++
+	}
+	return c.sent[:i]
 }
 
 // grantOf is the grant cfg gives ref (nil for none).
