@@ -70,24 +70,17 @@ func (s *session) drain(ctx context.Context) error {
 	s.rt.setStatus(func(st *Status) { st.State = StateDraining })
 	s.rt.log.Info("shutting down: no new work; waiting for the work in flight", "generation", s.gen, "streams", s.sess.Stats().StreamsOpen-1)
 	s.sess.GoAway("node shutting down")
-	t := time.NewTicker(drainPoll)
-	defer t.Stop()
-	var err error
-	for err == nil && s.sess.Err() == nil && s.sess.Stats().StreamsOpen > 1 {
-		select {
-		case <-ctx.Done():
-			err = ctx.Err()
-			s.rt.log.Warn("shutdown grace ended; cancelling the work in flight", "streams", s.sess.Stats().StreamsOpen-1)
-		case <-s.sess.Done():
-		case <-t.C:
-		}
+	err := s.sess.WaitStreams(ctx, 1)
+	var ce *wire.CloseError
+	switch {
+	case errors.As(err, &ce):
+		err = nil // the connection ended first: nothing is left to cancel
+	case err != nil:
+		s.rt.log.Warn("shutdown grace ended; cancelling the work in flight", "streams", s.sess.Stats().StreamsOpen-1)
 	}
 	s.sess.Close()
 	return err
 }
-
-// drainPoll is how often a drain looks at the streams still open.
-const drainPoll = 10 * time.Millisecond
 
 // register runs registration and the ready handshake.
 func (rt *Runtime) register(ctx context.Context, sess *wire.Session) (*session, error) {

@@ -443,6 +443,50 @@ func TestShutdown(t *testing.T) {
 	})
 }
 
+// TestWaitStreams: WaitStreams returns once at most n streams are open,
+// on whichever side they end; before that it waits (an ended ctx shows
+// it still would); and a session that closes ends the wait with its
+// *CloseError.
+func TestWaitStreams(t *testing.T) {
+	client, server := pair(t, nil, nil)
+	a, _ := client.OpenStream(ctx(t))
+	b, _ := client.OpenStream(ctx(t))
+	a.Write([]byte("a"))
+	b.Write([]byte("b"))
+	sa, _ := server.AcceptStream(ctx(t))
+	server.AcceptStream(ctx(t))
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := server.WaitStreams(done, 2); err != nil {
+		t.Fatalf("two open, at most two asked: %v", err)
+	}
+	if err := server.WaitStreams(done, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("two open, at most one asked, ctx ended: %v, want context.Canceled", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- server.WaitStreams(ctx(t), 1) }()
+	// a ends on both sides; the server's wait sees one left.
+	a.CloseWrite()
+	io.ReadAll(sa)
+	sa.CloseWrite()
+	io.ReadAll(a)
+	if err := <-waited; err != nil {
+		t.Fatalf("one left, at most one asked: %v", err)
+	}
+	if err := server.WaitStreams(done, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("one open, none asked, ctx ended: %v, want context.Canceled", err)
+	}
+	go func() { waited <- server.WaitStreams(ctx(t), 0) }()
+	client.Close()
+	var ce *CloseError
+	if err := <-waited; !errors.As(err, &ce) || ce.Reason != ReasonNormal || !ce.Remote {
+		t.Fatalf("closed by the peer with b open: %v, want its remote *CloseError", err)
+	}
+	if err := server.WaitStreams(ctx(t), 5); !errors.As(err, &ce) {
+		t.Fatalf("closed session: %v, want its *CloseError", err)
+	}
+}
+
 // TestResetLeavesBeforeTheOpenThatTakesItsSlot: at the peer's stream
 // limit, a reset frees the slot for an opener already waiting, and the
 // peer must accept the new stream. Two bugs made it refuse: the slot was

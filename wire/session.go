@@ -49,6 +49,9 @@ type Session struct {
 	shutdown    bool
 	drained     chan struct{}
 	closeErr    *CloseError
+	// fewer is closed (and cleared) when a stream leaves streams while
+	// someone waits in WaitStreams; nil while no one does.
+	fewer chan struct{}
 
 	acceptQ    []*Stream // guarded by mu; at most acceptBacklog
 	acceptWake chan struct{}
@@ -568,9 +571,45 @@ func (s *Session) forget(st *Stream, abort bool) {
 	if s.shutdown && len(s.streams) == 0 {
 		s.closeDrainedLocked()
 	}
+	if s.fewer != nil {
+		close(s.fewer)
+		s.fewer = nil
+	}
 	s.mu.Unlock()
 	if abort {
 		s.purge(st)
+	}
+}
+
+// WaitStreams waits until at most n streams are open (Stats.StreamsOpen),
+// the session closes or ctx ends. It returns nil while the session runs
+// with at most n open (at once if they already are), the session's
+// *CloseError once it has closed (its streams ended with it), or ctx's
+// error. An owner that keeps n streams of its own open for the session's
+// life drains the others with GoAway and then WaitStreams(ctx, n).
+func (s *Session) WaitStreams(ctx context.Context, n int) error {
+	for {
+		s.mu.Lock()
+		if s.closeErr != nil {
+			err := s.closeErr
+			s.mu.Unlock()
+			return err
+		}
+		if len(s.streams) <= n {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.fewer == nil {
+			s.fewer = make(chan struct{})
+		}
+		fewer := s.fewer
+		s.mu.Unlock()
+		select {
+		case <-fewer:
+		case <-s.closing:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 

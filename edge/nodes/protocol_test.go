@@ -3,6 +3,7 @@ package nodes_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -274,6 +275,75 @@ func TestTunnelRefusesInvalidStatus(t *testing.T) {
 		}
 		tn.Close()
 		ts.Reset(wire.ResetCancel)
+	}
+}
+
+// TestShutdownDrains: Registry.Shutdown tells each Node GOAWAY, waits
+// for the tunnels in flight to end (not for the control stream, which
+// stays open for the session's life), then closes the session; when its
+// ctx ends first it closes the session at once, cutting the tunnel off.
+func TestShutdownDrains(t *testing.T) {
+	for _, graceEnds := range []bool{false, true} {
+		e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 4)))})
+		sess, st := rawNode(t, e)
+		r := register(t, st, "n1", token)
+		st.WriteMessage(nodewire.Msg(&iopv1.NodeReadyRequest{Generation: r.GetGeneration(), Revision: r.GetConfig().GetRevision(), Providers: []*iopv1.ProviderSnapshot{
+			{ProviderId: "p1", Status: iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE, Health: iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY, Capacity: 4},
+		}}))
+		if env, err := st.ReadMessage(ctx(t)); err != nil || !env.GetNodeReadyResponse().GetAccepted() {
+			t.Fatalf("ready answer %v %v", env, err)
+		}
+		tn, err := e.reg.OpenTunnel(ctx(t), "n1", r.GetGeneration(), &nodes.TunnelRequest{ProviderID: "p1", Method: "POST", Path: "/v1/chat/completions"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, err := sess.AcceptStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env, err := ts.ReadMessage(ctx(t)); err != nil || env.GetProviderTunnelRequest() == nil {
+			t.Fatalf("tunnel request %v %v", env, err)
+		}
+		ts.WriteMessage(nodewire.Msg(&iopv1.ProviderTunnelResponse{Status: 200}))
+		if _, _, err := tn.Response(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		grace, cancel := context.WithCancel(ctx(t))
+		shut := make(chan error, 1)
+		go func() { shut <- e.reg.Shutdown(grace) }()
+		select {
+		case <-sess.RemoteGoAway():
+		case <-sess.Done():
+			t.Fatalf("the Edge closed the session with no GOAWAY before: %v", sess.Err())
+		}
+		select {
+		case err := <-shut:
+			t.Fatalf("Shutdown returned %v with a tunnel in flight", err)
+		default:
+		}
+		if graceEnds {
+			cancel()
+			if err := <-shut; !errors.Is(err, context.Canceled) {
+				t.Fatalf("grace ended: Shutdown = %v, want context.Canceled", err)
+			}
+			if _, err := io.ReadAll(tn); err == nil {
+				t.Fatal("the tunnel cut off by the grace's end read to a clean end")
+			}
+			endedBy(t, sess, wire.ReasonNormal)
+			continue
+		}
+		ts.Write([]byte("answer"))
+		ts.WriteMessage(nodewire.Msg(&iopv1.ProviderTunnelEnd{Ok: true}))
+		ts.CloseWrite()
+		if b, err := io.ReadAll(tn); err != nil || string(b) != "answer" {
+			t.Fatalf("drained tunnel read %q, %v", b, err)
+		}
+		tn.Close()
+		if err := <-shut; err != nil {
+			t.Fatalf("Shutdown = %v after the tunnel ended", err)
+		}
+		cancel()
+		endedBy(t, sess, wire.ReasonNormal)
 	}
 }
 

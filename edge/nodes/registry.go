@@ -264,24 +264,10 @@ func (r *Registry) Shutdown(ctx context.Context) error {
 	for _, s := range sessions {
 		s.GoAway("edge shutting down")
 	}
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for busy := true; busy; {
-		busy = false
-		for _, s := range sessions {
-			// The control stream stays open for the session's life.
-			if s.Err() == nil && s.Stats().StreamsOpen > 1 {
-				busy = true
-			}
-		}
-		if !busy {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			busy = false
-		case <-t.C:
-		}
+	for _, s := range sessions {
+		// The control stream stays open for the session's life. Once ctx
+		// has ended, each wait returns at once.
+		s.WaitStreams(ctx, 1)
 	}
 	for _, s := range sessions {
 		s.Close()
