@@ -241,29 +241,44 @@ func (f authFunc) Authenticate(ctx context.Context, h nodes.Hello) error { retur
 // skips from a real upstream) or one outside three digits is a protocol
 // violation, refused with a typed error and the stream reset, never
 // written to a client.
-func TestTunnelRefusesInvalidStatus(t *testing.T) {
-	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 4)))})
+// readyRaw registers a hand-driven Node as id, ready with provider p1
+// (capacity 4), and returns its session and generation.
+func readyRaw(t *testing.T, e *edge, id string) (*wire.Session, uint64) {
+	t.Helper()
 	sess, st := rawNode(t, e)
-	r := register(t, st, "n1", token)
+	r := register(t, st, id, token)
 	st.WriteMessage(nodewire.Msg(&iopv1.NodeReadyRequest{Generation: r.GetGeneration(), Revision: r.GetConfig().GetRevision(), Providers: []*iopv1.ProviderSnapshot{
 		{ProviderId: "p1", Status: iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE, Health: iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY, Capacity: 4},
 	}}))
 	if env, err := st.ReadMessage(ctx(t)); err != nil || !env.GetNodeReadyResponse().GetAccepted() {
 		t.Fatalf("ready answer %v %v", env, err)
 	}
-	gen := r.GetGeneration()
+	return sess, r.GetGeneration()
+}
+
+// rawTunnel opens a tunnel to p1 on the hand-driven Node's session and
+// returns it with the Node's end, its request read.
+func rawTunnel(t *testing.T, e *edge, sess *wire.Session, id string, gen uint64) (*nodes.Tunnel, *wire.Stream) {
+	t.Helper()
+	tn, err := e.reg.OpenTunnel(ctx(t), id, gen, &nodes.TunnelRequest{ProviderID: "p1", Method: "POST", Path: "/v1/chat/completions"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := sess.AcceptStream(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env, err := ts.ReadMessage(ctx(t)); err != nil || env.GetProviderTunnelRequest() == nil {
+		t.Fatalf("tunnel request %v %v", env, err)
+	}
+	return tn, ts
+}
+
+func TestTunnelRefusesInvalidStatus(t *testing.T) {
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 4)))})
+	sess, gen := readyRaw(t, e, "n1")
 	for _, status := range []uint32{0, 99, 100, 101, 103, 199, 1000, 200} {
-		tn, err := e.reg.OpenTunnel(ctx(t), "n1", gen, &nodes.TunnelRequest{ProviderID: "p1", Method: "POST", Path: "/v1/chat/completions"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts, err := sess.AcceptStream(ctx(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if env, err := ts.ReadMessage(ctx(t)); err != nil || env.GetProviderTunnelRequest() == nil {
-			t.Fatalf("tunnel request %v %v", env, err)
-		}
+		tn, ts := rawTunnel(t, e, sess, "n1", gen)
 		ts.WriteMessage(nodewire.Msg(&iopv1.ProviderTunnelResponse{Status: status}))
 		got, _, err := tn.Response(ctx(t))
 		var te *nodes.TunnelError
@@ -285,25 +300,8 @@ func TestTunnelRefusesInvalidStatus(t *testing.T) {
 func TestShutdownDrains(t *testing.T) {
 	for _, graceEnds := range []bool{false, true} {
 		e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 4)))})
-		sess, st := rawNode(t, e)
-		r := register(t, st, "n1", token)
-		st.WriteMessage(nodewire.Msg(&iopv1.NodeReadyRequest{Generation: r.GetGeneration(), Revision: r.GetConfig().GetRevision(), Providers: []*iopv1.ProviderSnapshot{
-			{ProviderId: "p1", Status: iopv1.ProviderStatus_PROVIDER_STATUS_AVAILABLE, Health: iopv1.ProviderHealth_PROVIDER_HEALTH_HEALTHY, Capacity: 4},
-		}}))
-		if env, err := st.ReadMessage(ctx(t)); err != nil || !env.GetNodeReadyResponse().GetAccepted() {
-			t.Fatalf("ready answer %v %v", env, err)
-		}
-		tn, err := e.reg.OpenTunnel(ctx(t), "n1", r.GetGeneration(), &nodes.TunnelRequest{ProviderID: "p1", Method: "POST", Path: "/v1/chat/completions"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts, err := sess.AcceptStream(ctx(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if env, err := ts.ReadMessage(ctx(t)); err != nil || env.GetProviderTunnelRequest() == nil {
-			t.Fatalf("tunnel request %v %v", env, err)
-		}
+		sess, gen := readyRaw(t, e, "n1")
+		tn, ts := rawTunnel(t, e, sess, "n1", gen)
 		ts.WriteMessage(nodewire.Msg(&iopv1.ProviderTunnelResponse{Status: 200}))
 		if _, _, err := tn.Response(ctx(t)); err != nil {
 			t.Fatal(err)
