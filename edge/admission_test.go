@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/iop-dev/iop/edge"
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/execution/adapters/cli"
 	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/node"
 )
 
 // postAnthropic sends an Anthropic Messages API request (path, x-api-key
@@ -450,7 +456,8 @@ func TestReloadBindsTheQueue(t *testing.T) {
 
 // TestImpossibleUsageIsNotBooked: a provider that reports a negative or
 // absurd token count (a bug, or a hostile upstream) has it dropped: the
-// answer reaches the client, nothing is booked against the key, and the
+// answer reaches the client, no reported count is booked against the key
+// (it is charged by estimate, as an answer without usage is), and the
 // token counters (which cannot go down) are left as they were.
 func TestImpossibleUsageIsNotBooked(t *testing.T) {
 	usages := []string{
@@ -480,7 +487,7 @@ func TestImpossibleUsageIsNotBooked(t *testing.T) {
 		}
 	}
 	r.settled()
-	if u := r.usageOf("alice"); u.Requests != 2*int64(len(usages)) || u.InputTokens != 0 || u.OutputTokens != 0 {
+	if u := r.usageOf("alice"); u.Requests != 2*int64(len(usages)) || u.InputTokens != 0 || u.OutputTokens != 0 || u.EstimatedTokens == 0 {
 		t.Fatalf("usage %+v: impossible counts were booked", u)
 	}
 	resp, err := http.Get(r.url + "/metrics")
@@ -698,4 +705,116 @@ func TestModelTheNodeLacksIsNoCandidate(t *testing.T) {
 		t.Fatalf("upstream calls %d", len(c))
 	}
 	r.settled()
+}
+
+// TestUnreportedUsageChargedByEstimate: an answer that ends with no usage
+// reported (a command-line run; a provider's whole answer or stream that
+// carries none; a stream cut short before its usage chunk) is charged to
+// its key's TokensPerMinute by the documented estimate, so no provider
+// lets a key past its budget. Usage keeps the reported counts apart from
+// the estimate; a reported answer is charged what it reports, and a
+// provider's refusal nothing.
+func TestUnreportedUsageChargedByEstimate(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("cli providers need a Unix host")
+	}
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	const (
+		meter = "sk-meter-0123456789abcdef012345"
+		tight = "sk-tight-0123456789abcdef012345"
+		chunk = `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}` + "\n\n"
+		whole = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":"no usage here"},"finish_reason":"stop"}]}`
+	)
+	raw := map[string]string{
+		"whole":    whole,
+		"stream":   chunk + chunk + chunk + "data: [DONE]\n\n",
+		"cut":      chunk + chunk, // no terminal: the provider broke off
+		"reported": "",
+	}
+	a, err := cli.New(cli.Config{ID: "cli-echo", Argv: []string{sh, "-c", "printf hello-world"}, Models: []string{"cli-model"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, rigOpts{
+		hosted: []node.Hosted{{Provider: a}},
+		reply: func(q *upstreamtest.Request) upstreamtest.Script {
+			switch q.Prompt {
+			case "refused":
+				return upstreamtest.Script{Status: http.StatusInternalServerError}
+			case "reported":
+				return upstreamtest.Script{Text: []string{"hi"}, Usage: upstreamtest.Usage{InputTokens: 7, OutputTokens: 3}}
+			}
+			return upstreamtest.Script{Raw: raw[q.Prompt]}
+		},
+		mutate: func(cfg *edge.Config) {
+			cfg.Nodes[0].Providers = append(cfg.Nodes[0].Providers, nodes.ProviderSpec{ID: "cli-echo", Adapter: "cli", Category: execution.CategoryCLI, Models: []string{"cli-model"}, Capacity: 2})
+			cfg.Routes = append(cfg.Routes, edge.Route{Model: "via-cli", Targets: []edge.Target{{ProviderID: "cli-echo", Model: "cli-model"}}})
+			cfg.APIKeys = append(cfg.APIKeys,
+				edge.APIKey{Name: "meter", Hash: edge.HashKey(meter), Models: []string{"*"}, TokensPerMinute: 1 << 30},
+				edge.APIKey{Name: "tight", Hash: edge.HashKey(tight), Models: []string{"*"}, TokensPerMinute: 10},
+			)
+			cfg.Metrics = prometheus.NewRegistry()
+		},
+	})
+	usage := func(key string) edge.Usage {
+		r.settled() // the charge is made before the lease is released
+		for _, u := range r.srv.Usage() {
+			if u.Key == key {
+				return u
+			}
+		}
+		return edge.Usage{Key: key}
+	}
+	est := func(s string) int64 { return int64(edge.EstimateTokens([]byte(s))) }
+	streamBody := func(prompt string) string {
+		return fmt.Sprintf(`{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":%q}]}`, prompt)
+	}
+	for _, c := range []struct {
+		name, body string
+		want       int64 // estimated tokens charged
+	}{
+		{"command-line run", chatJSON("via-cli", "x"), est(chatJSON("via-cli", "x")) + est("hello-world")},
+		{"whole answer without usage", chatJSON("gpt-local", "whole"), est(chatJSON("gpt-local", "whole")) + est(whole)},
+		{"stream without usage", streamBody("stream"), est(streamBody("stream")) + 3},
+		{"stream cut short", streamBody("cut"), est(streamBody("cut")) + 2},
+		{"usage reported", chatJSON("gpt-local", "reported"), 0},
+		{"provider refused", chatJSON("gpt-local", "refused"), 0},
+	} {
+		before := usage("meter")
+		status, _, body := r.post(t, meter, c.body)
+		if want := map[bool]int{true: 500, false: 200}[c.name == "provider refused"]; status != want {
+			t.Fatalf("%s: %d %s", c.name, status, body)
+		}
+		after := usage("meter")
+		if got := after.EstimatedTokens - before.EstimatedTokens; got != c.want {
+			t.Errorf("%s: charged %d estimated tokens, want %d", c.name, got, c.want)
+		}
+		if c.name == "usage reported" && (after.InputTokens-before.InputTokens != 7 || after.OutputTokens-before.OutputTokens != 3) {
+			t.Errorf("reported usage booked as %+v after %+v", after, before)
+		}
+		if c.name != "usage reported" && (after.InputTokens != before.InputTokens || after.OutputTokens != before.OutputTokens) {
+			t.Errorf("%s: the estimate leaked into the reported counts: %+v after %+v", c.name, after, before)
+		}
+	}
+	resp, err := http.Get(r.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf(`iop_edge_key_estimated_tokens_total{key="meter"} %d`, usage("meter").EstimatedTokens); !strings.Contains(string(b), want+"\n") {
+		t.Errorf("metrics lack %s", want)
+	}
+	// The estimate binds: a run's estimate overdraws a budget of 10 tokens
+	// a minute, and the next request is refused for tokens.
+	if status, _, body := r.post(t, tight, chatJSON("via-cli", "x")); status != 200 {
+		t.Fatalf("first run: %d %s", status, body)
+	}
+	r.settled()
+	if status, h, body := r.post(t, tight, chatJSON("via-cli", "x")); status != 429 || h.Get("Retry-After") == "" || !strings.Contains(body, "tokens") {
+		t.Fatalf("second run over the estimated budget: %d %v %s", status, h, body)
+	}
 }

@@ -429,6 +429,12 @@ type request struct {
 	pin string
 	// usage is what the provider reported, once booked (recordUsage).
 	usage *execution.Usage
+	// answered says a successful answer began (a provider's 200, or a
+	// run's output or successful end); estOut is the output it carried,
+	// in estimated tokens. A request answered without usage booked is
+	// charged by estimate (chargeEstimate).
+	answered bool
+	estOut   int64
 	// providerRID is the provider's own request id for this request, if
 	// its answer named one (for the access log).
 	providerRID string
@@ -572,6 +578,7 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	default:
 		s.relayTunnel(ctx, w, req, x)
 	}
+	s.chargeEstimate(req)
 }
 
 func (s *Server) refuse(w http.ResponseWriter, req *request, status int, err error) {
@@ -961,6 +968,25 @@ func (req *request) unservable() error {
 // long-context admission: the request body's UTF-8 bytes divided by 4,
 // rounded up. It runs no tokenizer.
 func EstimateTokens(body []byte) int { return (len(body) + 3) / 4 }
+
+// chargeEstimate charges a request that was answered but whose usage was
+// not booked (a command-line provider, which reports none; a stream cut
+// short before its usage chunk; a provider that reports none, or an
+// impossible one) by estimate, so that no answer escapes its key's
+// TokensPerMinute: the input by EstimateTokens of the request body, the
+// output as the relay counted it (text bytes / 4, rounded up, where the
+// Edge decoded the answer; one token per streamed event, or body bytes / 4,
+// where it passed the provider's answer through). The estimate goes to
+// the key's token budget and to Usage.EstimatedTokens only: the reported
+// token counts and their metrics stay the providers' own.
+func (s *Server) chargeEstimate(req *request) {
+	if req.usage != nil || !req.answered {
+		return
+	}
+	n := int64(EstimateTokens(req.body)) + req.estOut
+	s.usage.estimated(req.key.Name, n)
+	s.limits.spend(req.key, n)
+}
 
 // tunnelBody rewrites only the model (a byte splice, no re-encode) and, for
 // a streamed chat, asks the upstream for usage.

@@ -142,9 +142,14 @@ type APIKey struct {
 	// (count_tokens) and reads of a stored response (GET
 	// /v1/responses/{id}) are neither limited nor counted and take no
 	// provider slot: they generate nothing, and Anthropic too limits
-	// token counting apart from messages. A command-line provider
-	// reports no usage, so its runs count toward RequestsPerMinute and
-	// MaxConcurrent but never toward TokensPerMinute.
+	// token counting apart from messages. An answer whose usage no one
+	// reported (a command-line provider's, one cut short before its
+	// usage, one from a provider that reports none) counts toward
+	// TokensPerMinute by estimate: its request body's bytes / 4 for the
+	// input, and for the output its text bytes / 4 where the Edge decodes
+	// the answer, one token per streamed event or body bytes / 4 where it
+	// passes the provider's answer through (Usage.EstimatedTokens). An
+	// answer refused with an error status counts nothing.
 	RequestsPerMinute int
 	TokensPerMinute   int
 	MaxConcurrent     int

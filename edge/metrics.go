@@ -140,10 +140,11 @@ var (
 	descNodeCert   = prometheus.NewDesc("iop_edge_node_certificate_expiry_timestamp_seconds", "When the client certificate a connected node presented expires (Unix seconds).", []string{"node"}, nil)
 	descDraining   = prometheus.NewDesc("iop_edge_node_draining", "1 when nothing new is admitted to the node: an operator drains it, or it is shutting down and finishing its work.", []string{"node"}, nil)
 	descKeyReqs    = prometheus.NewDesc("iop_edge_key_requests_total", "Requests admitted per API key.", []string{"key"}, nil)
+	descKeyEst     = prometheus.NewDesc("iop_edge_key_estimated_tokens_total", "Tokens charged to API keys' token budgets by estimate, for answers that ended without reported usage.", []string{"key"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descProvQueued, descConnected, descGeneration, descDraining, descTLSExpiry, descNodeCert, descKeyReqs} {
+	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descProvQueued, descConnected, descGeneration, descDraining, descTLSExpiry, descNodeCert, descKeyReqs, descKeyEst} {
 		ch <- d
 	}
 }
@@ -177,6 +178,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, u := range c.s.Usage() {
 		ch <- prometheus.MustNewConstMetric(descKeyReqs, prometheus.CounterValue, float64(u.Requests), u.Key)
+		ch <- prometheus.MustNewConstMetric(descKeyEst, prometheus.CounterValue, float64(u.EstimatedTokens), u.Key)
 	}
 }
 

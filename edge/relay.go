@@ -132,9 +132,12 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			}
 			w.WriteHeader(status)
 			w.Write(body)
+			out := int64(len(body))
 			if len(body) > maxCapture {
-				io.Copy(w, tn) // beyond the capture bound: passed on unchecked
+				n, _ := io.Copy(w, tn) // beyond the capture bound: passed on unchecked
+				out += n
 			}
+			req.passedThrough(status, out)
 			if status == http.StatusOK && whole && serr == nil {
 				s.bookFields(req, x, &f)
 			}
@@ -144,12 +147,15 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		// answer sent as one) is passed on as it comes; it reports no
 		// usage.
 		w.WriteHeader(status)
-		if _, err := io.Copy(w, tn); err != nil {
+		n, err := io.Copy(w, tn)
+		if err != nil {
 			s.log.Debug("tunnel body ended early", "request_id", req.rid, "error", err)
 		}
+		req.passedThrough(status, n)
 		return
 	}
 	w.WriteHeader(status)
+	req.answered = true
 	head := streamHead{w: w, pending: true}
 	r := sse.NewReader(tn, 0)
 	defer r.Release()
@@ -209,6 +215,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		ok, hasUsage := true, false
 		if string(ev.Data) != "[DONE]" {
 			ok, hasUsage = llmapi.ValidFind(ev.Data, "usage")
+			req.estOut++ // the estimate's rule: an event is a token
 		}
 		if !ok {
 			// A malformed event is not passed on: the stream ends with the
@@ -251,6 +258,20 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 
 // maxBurst bounds the events a streamed answer holds back for one write.
 const maxBurst = 32 << 10
+
+// passedThrough notes a provider's whole answer of n bytes passed through
+// with status, for chargeEstimate: a successful one is answered, its
+// output estimated at a token per four bytes (none for embeddings, which
+// generate no output).
+func (req *request) passedThrough(status int, n int64) {
+	if status != http.StatusOK {
+		return
+	}
+	req.answered = true
+	if req.api != apiEmbeddings {
+		req.estOut += (n + 3) / 4
+	}
+}
 
 // burstBufs holds the buffers a streamed answer's bursts are written from.
 var burstBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
@@ -511,6 +532,10 @@ type emitter struct {
 	// keepsText: the renderer holds the answer's text (a buffered body,
 	// a Responses stream); otherwise only tool arguments count in held.
 	keepsText bool
+	// out counts the output's text bytes, and ended says the answer
+	// reached its successful end, for chargeEstimate.
+	out   int
+	ended bool
 }
 
 // newEmitter returns the emitter of req's answer, rendered in its
@@ -520,11 +545,16 @@ func newEmitter(s *Server, w http.ResponseWriter, req *request) *emitter {
 	return &emitter{s: s, w: w, req: req, rend: rend, keepsText: keepsText}
 }
 
-// finish books the answer's usage once, however the answer ended.
+// finish books the answer's usage once, however the answer ended, and
+// notes what it carried for chargeEstimate.
 func (e *emitter) finish() {
 	if e.usage != nil {
 		e.s.recordUsage(e.req, e.usage)
 		e.usage = nil
+	}
+	if e.out > 0 || e.ended {
+		e.req.answered = true
+		e.req.estOut = int64(e.out+3) / 4
 	}
 }
 
@@ -556,8 +586,11 @@ func (e *emitter) event(ev llmapi.Event) bool {
 		if e.keepsText || ev.Block == llmapi.BlockToolUse {
 			e.held += len(ev.Text) + len(ev.Signature)
 		}
+		e.out += len(ev.Text)
 	case llmapi.EvBlockStart:
 		e.held += blockCost
+	case llmapi.EvStop:
+		e.ended = true
 	}
 	if e.held > e.s.maxDecoded {
 		e.s.log.Warn("provider answer beyond the decoded limit", "request_id", e.req.rid, "limit_bytes", e.s.maxDecoded)

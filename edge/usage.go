@@ -9,10 +9,16 @@ import (
 
 // Usage is one API key's consumption since the Edge started.
 type Usage struct {
-	Key          string
-	Requests     int64
+	Key string
+	// Requests counts the requests dispatched to a provider.
+	Requests int64
+	// InputTokens and OutputTokens total the usage providers reported.
 	InputTokens  int64
 	OutputTokens int64
+	// EstimatedTokens totals what answers without reported usage were
+	// charged to the key's TokensPerMinute by estimate (input and output
+	// together; see APIKey).
+	EstimatedTokens int64
 }
 
 type usageBook struct {
@@ -48,8 +54,15 @@ func (b *usageBook) tokens(key string, u *execution.Usage) {
 	b.mu.Unlock()
 }
 
-// Usage returns per-key usage (requests admitted, and tokens from the
-// usage providers reported), sorted by key name.
+func (b *usageBook) estimated(key string, n int64) {
+	b.mu.Lock()
+	b.entry(key).EstimatedTokens += n
+	b.mu.Unlock()
+}
+
+// Usage returns per-key usage (requests admitted, tokens from the usage
+// providers reported, and tokens charged by estimate where none was),
+// sorted by key name.
 func (s *Server) Usage() []Usage {
 	s.usage.mu.Lock()
 	defer s.usage.mu.Unlock()
