@@ -710,10 +710,11 @@ func TestModelTheNodeLacksIsNoCandidate(t *testing.T) {
 // TestUnreportedUsageChargedByEstimate: an answer that ends with no usage
 // reported (a command-line run; a provider's whole answer or stream that
 // carries none; a stream cut short before its usage chunk) is charged to
-// its key's TokensPerMinute by the documented estimate, so no provider
-// lets a key past its budget. Usage keeps the reported counts apart from
-// the estimate; a reported answer is charged what it reports, and a
-// provider's refusal nothing.
+// its key's TokensPerMinute by the documented estimate, and one cut short
+// after a usage snapshot by the output estimated beyond it, so no provider
+// and no early disconnect lets a key past its budget. Usage keeps the
+// reported counts apart from the estimate; a reported answer is charged
+// what it reports, and a provider's refusal nothing.
 func TestUnreportedUsageChargedByEstimate(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("cli providers need a Unix host")
@@ -728,7 +729,15 @@ func TestUnreportedUsageChargedByEstimate(t *testing.T) {
 		chunk = `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"up-model","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}` + "\n\n"
 		whole = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":"no usage here"},"finish_reason":"stop"}]}`
 	)
+	ev := func(typ, data string) string { return "event: " + typ + "\ndata: " + data + "\n\n" }
+	delta := ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}}`)
 	raw := map[string]string{
+		// An Anthropic stream that reports its input and one output token
+		// in message_start, then breaks off: the output past that
+		// snapshot is estimated.
+		"anthropic cut": ev("message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"up-model","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":1}}}`) +
+			ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`) +
+			delta + delta + delta,
 		"whole":    whole,
 		"stream":   chunk + chunk + chunk + "data: [DONE]\n\n",
 		"cut":      chunk + chunk, // no terminal: the provider broke off
@@ -771,6 +780,15 @@ func TestUnreportedUsageChargedByEstimate(t *testing.T) {
 	est := func(s string) int64 { return int64(edge.EstimateTokens([]byte(s))) }
 	streamBody := func(prompt string) string {
 		return fmt.Sprintf(`{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":%q}]}`, prompt)
+	}
+	before := usage("meter")
+	anthropicCut := `{"model":"via-anthropic","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"anthropic cut"}]}`
+	if status, body, _ := r.postAnthropic(t, "/v1/messages", meter, anthropicCut); status != 200 || !strings.Contains(body, "event: error") {
+		t.Fatalf("Anthropic stream cut short: %d %s", status, body)
+	}
+	// Five events passed, one output token reported.
+	if after := usage("meter"); after.InputTokens-before.InputTokens != 5 || after.OutputTokens-before.OutputTokens != 1 || after.EstimatedTokens-before.EstimatedTokens != 4 {
+		t.Errorf("Anthropic stream cut short: %+v after %+v, want 5 input and 1 output reported, 4 estimated", after, before)
 	}
 	for _, c := range []struct {
 		name, body string

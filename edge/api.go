@@ -431,10 +431,11 @@ type request struct {
 	usage *execution.Usage
 	// answered says a successful answer began (a provider's 200, or a
 	// run's output or successful end); estOut is the output it carried,
-	// in estimated tokens. A request answered without usage booked is
-	// charged by estimate (chargeEstimate).
+	// in estimated tokens; cut says it broke off before its end, so the
+	// usage booked may be a snapshot taken earlier. See chargeEstimate.
 	answered bool
 	estOut   int64
+	cut      bool
 	// providerRID is the provider's own request id for this request, if
 	// its answer named one (for the access log).
 	providerRID string
@@ -969,21 +970,34 @@ func (req *request) unservable() error {
 // rounded up. It runs no tokenizer.
 func EstimateTokens(body []byte) int { return (len(body) + 3) / 4 }
 
-// chargeEstimate charges a request that was answered but whose usage was
-// not booked (a command-line provider, which reports none; a stream cut
-// short before its usage chunk; a provider that reports none, or an
-// impossible one) by estimate, so that no answer escapes its key's
-// TokensPerMinute: the input by EstimateTokens of the request body, the
-// output as the relay counted it (text bytes / 4, rounded up, where the
-// Edge decoded the answer; one token per streamed event, or body bytes / 4,
-// where it passed the provider's answer through). The estimate goes to
-// the key's token budget and to Usage.EstimatedTokens only: the reported
-// token counts and their metrics stay the providers' own.
+// chargeEstimate charges what an answer's booked usage leaves out, by
+// estimate, so that no answer escapes its key's TokensPerMinute:
+//   - an answer with no usage booked (a command-line provider, which
+//     reports none; a stream cut short before its usage chunk; a provider
+//     that reports none, or an impossible count) is charged its input, by
+//     EstimateTokens of the request body, and its output;
+//   - a stream cut short after a usage snapshot (Anthropic's
+//     message_start, a chunk of continuous usage stats) is charged the
+//     output estimated beyond the snapshot's.
+//
+// The output is estimated as the relay counted it: text bytes / 4, rounded
+// up, where the Edge decoded the answer; one token per streamed event, or
+// body bytes / 4, where it passed the provider's answer through. The
+// estimate goes to the key's token budget and to Usage.EstimatedTokens
+// only: the reported token counts and their metrics stay the providers'.
 func (s *Server) chargeEstimate(req *request) {
-	if req.usage != nil || !req.answered {
+	var n int64
+	switch {
+	case !req.answered:
+		return
+	case req.usage == nil:
+		n = int64(EstimateTokens(req.body)) + req.estOut
+	case req.cut:
+		n = req.estOut - req.usage.OutputTokens
+	}
+	if n <= 0 {
 		return
 	}
-	n := int64(EstimateTokens(req.body)) + req.estOut
 	s.usage.estimated(req.key.Name, n)
 	s.limits.spend(req.key, n)
 }

@@ -183,6 +183,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		if usage != nil {
 			s.recordUsage(req, usage)
 		}
+		req.cut = !terminated
 	}()
 	for {
 		if !more || head.pending {
@@ -555,6 +556,7 @@ func (e *emitter) finish() {
 	if e.out > 0 || e.ended {
 		e.req.answered = true
 		e.req.estOut = int64(e.out+3) / 4
+		e.req.cut = !e.ended
 	}
 }
 
