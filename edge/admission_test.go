@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/iop-dev/iop/edge"
@@ -19,6 +20,7 @@ import (
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/execution/adapters/cli"
 	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/internal/syncbuf"
 	"github.com/iop-dev/iop/node"
 )
 
@@ -743,6 +745,7 @@ func TestUnreportedUsageChargedByEstimate(t *testing.T) {
 		"cut":      chunk + chunk, // no terminal: the provider broke off
 		"reported": "",
 	}
+	logBuf := &syncbuf.Buffer{}
 	a, err := cli.New(cli.Config{ID: "cli-echo", Argv: []string{sh, "-c", "printf hello-world"}, Models: []string{"cli-model"}})
 	if err != nil {
 		t.Fatal(err)
@@ -766,6 +769,8 @@ func TestUnreportedUsageChargedByEstimate(t *testing.T) {
 				edge.APIKey{Name: "tight", Hash: edge.HashKey(tight), Models: []string{"*"}, TokensPerMinute: 10},
 			)
 			cfg.Metrics = prometheus.NewRegistry()
+			cfg.AccessLog = true
+			cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "edge", Level: hclog.Info, Output: logBuf, JSONFormat: true})
 		},
 	})
 	usage := func(key string) edge.Usage {
@@ -816,6 +821,19 @@ func TestUnreportedUsageChargedByEstimate(t *testing.T) {
 		if c.name != "usage reported" && (after.InputTokens != before.InputTokens || after.OutputTokens != before.OutputTokens) {
 			t.Errorf("%s: the estimate leaked into the reported counts: %+v after %+v", c.name, after, before)
 		}
+	}
+	// The access log names each request's estimate, and only where one
+	// was charged.
+	var logged []float64
+	for _, l := range accessLines(t, logBuf) {
+		n, ok := l["estimated_tokens"].(float64)
+		if _, reported := l["input_tokens"]; ok && reported != (l["model"] == "via-anthropic") {
+			t.Errorf("estimated_tokens beside reported usage, or the reverse: %v", l)
+		}
+		logged = append(logged, n)
+	}
+	if want := []float64{4, 19, 63, 24, 22, 0, 0}; !slices.Equal(logged, want) {
+		t.Errorf("access log estimated_tokens %v, want %v", logged, want)
 	}
 	resp, err := http.Get(r.url + "/metrics")
 	if err != nil {

@@ -436,6 +436,8 @@ type request struct {
 	answered bool
 	estOut   int64
 	cut      bool
+	// estimated is what chargeEstimate charged (for the access log).
+	estimated int64
 	// providerRID is the provider's own request id for this request, if
 	// its answer named one (for the access log).
 	providerRID string
@@ -998,6 +1000,7 @@ func (s *Server) chargeEstimate(req *request) {
 	if n <= 0 {
 		return
 	}
+	req.estimated = n
 	s.usage.estimated(req.key.Name, n)
 	s.limits.spend(req.key, n)
 }

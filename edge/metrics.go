@@ -308,6 +308,9 @@ func (s *Server) logAccess(w *recorder, a api, route string, key *APIKey, req *r
 	if req != nil && req.usage != nil {
 		kv = append(kv, "input_tokens", req.usage.InputTokens, "output_tokens", req.usage.OutputTokens)
 	}
+	if req != nil && req.estimated > 0 {
+		kv = append(kv, "estimated_tokens", req.estimated)
+	}
 	s.access.Info("request", kv...)
 }
 
