@@ -72,8 +72,9 @@ type Config struct {
 	// AccessLog logs one line per generation request as it ends, at Info
 	// level on Logger's "access" sub-logger: the request id, API, model,
 	// key name, provider, node and generation, status and outcome, queue
-	// wait, time to first byte and duration, bytes written and the tokens
-	// the provider reported. Never a key, prompt or output (reloadable).
+	// wait, time to first byte and duration, bytes written, the tokens
+	// the provider reported and those charged by estimate (see APIKey).
+	// Never a key, prompt or output (reloadable).
 	AccessLog bool
 
 	// Epoch is this Edge run's boot epoch (nodes.NextEpoch). Required.
