@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -603,6 +604,82 @@ plaintext: true
 		err := parse[tc.file](doc)
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s with %s: error %v, want %q", tc.file, tc.new, err, tc.want)
+		}
+	}
+}
+
+// TestStartOnly: a reload names, in a fixed order, each setting it cannot
+// apply until a restart (what the reference daemons warn about), and none
+// that it applies; paths compare as they resolve.
+func TestStartOnly(t *testing.T) {
+	t.Setenv("IOP_EDGE_TOKEN", "edge-token-0123456789abcdef0123")
+	t.Setenv("IOP_OPERATOR_TOKEN", "op-token-0123456789abcdef0123")
+	dir := t.TempDir()
+	edgeOf := func(doc string) *EdgeFile {
+		t.Helper()
+		f, err := ParseEdge([]byte(doc), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	running := edgeOf(minimalEdge)
+	for name, c := range map[string]struct {
+		edits [][2]string
+		want  []string
+	}{
+		"unchanged":         {nil, nil},
+		"reloadable only":   {[][2]string{{`models: ["*"]`, `models: [pub]`}, {"capacity: 1", "capacity: 4"}}, nil},
+		"same state, spelt": {[][2]string{{"state_dir: state", "state_dir: ./state/"}}, nil},
+		"api listen":        {[][2]string{{`api: {listen: "127.0.0.1:0"}`, `api: {listen: "127.0.0.1:8080"}`}}, []string{"api.listen"}},
+		"every one": {[][2]string{
+			{`api: {listen: "127.0.0.1:0"}`, `api: {listen: "127.0.0.1:8080"}`},
+			{`nodes_listen: "127.0.0.1:0"`, `nodes_listen: "127.0.0.1:9443"`},
+			{"state_dir: state", "state_dir: other"},
+			{"routes:", "control_plane: {addr: \"127.0.0.1:9450\", edge_id: e1, token: {env: IOP_EDGE_TOKEN}}\nroutes:"},
+		}, []string{"api.listen", "nodes_listen", "state_dir", "control_plane"}},
+	} {
+		doc := minimalEdge
+		for _, e := range c.edits {
+			if !strings.Contains(doc, e[0]) {
+				t.Fatalf("%s: %q is not in the file", name, e[0])
+			}
+			doc = strings.Replace(doc, e[0], e[1], 1)
+		}
+		if got := running.StartOnly(edgeOf(doc)); !slices.Equal(got, c.want) {
+			t.Errorf("edge, %s: %q, want %q", name, got, c.want)
+		}
+	}
+
+	const hub = `
+edges_listen: 127.0.0.1:0
+http: {listen: 127.0.0.1:0}
+edges:
+  - {id: e1, token: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}}
+operators:
+  - {name: alice, token: {env: IOP_OPERATOR_TOKEN}}
+`
+	hubOf := func(doc string) *HubFile {
+		t.Helper()
+		f, err := ParseHub([]byte(doc), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	runningHub := hubOf(hub)
+	for name, c := range map[string]struct {
+		old, new string
+		want     []string
+	}{
+		"unchanged":       {"", "", nil},
+		"reloadable only": {"id: e1", "id: e2", nil},
+		"edges listen":    {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:9450", []string{"edges_listen"}},
+		"http listen":     {"http: {listen: 127.0.0.1:0}", "http: {listen: 127.0.0.1:8080}", []string{"http.listen"}},
+		"limits":          {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\nlimits: {command_timeout: 1m}", []string{"limits"}},
+	} {
+		if got := runningHub.StartOnly(hubOf(strings.Replace(hub, c.old, c.new, 1))); !slices.Equal(got, c.want) {
+			t.Errorf("hub, %s: %q, want %q", name, got, c.want)
 		}
 	}
 }
