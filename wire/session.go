@@ -555,6 +555,10 @@ func (s *Session) forget(st *Stream, abort bool) {
 	if _, ok := s.streams[st.id]; ok {
 		delete(s.streams, st.id)
 		s.nstreams.Add(-1)
+		if s.fewer != nil {
+			close(s.fewer)
+			s.fewer = nil
+		}
 		if st.local {
 			<-s.openSem
 		} else {
@@ -570,10 +574,6 @@ func (s *Session) forget(st *Stream, abort bool) {
 	}
 	if s.shutdown && len(s.streams) == 0 {
 		s.closeDrainedLocked()
-	}
-	if s.fewer != nil {
-		close(s.fewer)
-		s.fewer = nil
 	}
 	s.mu.Unlock()
 	if abort {
