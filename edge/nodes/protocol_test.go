@@ -236,11 +236,6 @@ type authFunc func(context.Context, nodes.Hello) error
 
 func (f authFunc) Authenticate(ctx context.Context, h nodes.Hello) error { return f(ctx, h) }
 
-// TestTunnelRefusesInvalidStatus: a Node's tunnel answer must carry a
-// final HTTP status. An informational one (which the Node's transport
-// skips from a real upstream) or one outside three digits is a protocol
-// violation, refused with a typed error and the stream reset, never
-// written to a client.
 // readyRaw registers a hand-driven Node as id, ready with provider p1
 // (capacity 4), and returns its session and generation.
 func readyRaw(t *testing.T, e *edge, id string) (*wire.Session, uint64) {
@@ -274,6 +269,11 @@ func rawTunnel(t *testing.T, e *edge, sess *wire.Session, id string, gen uint64)
 	return tn, ts
 }
 
+// TestTunnelRefusesInvalidStatus: a Node's tunnel answer must carry a
+// final HTTP status. An informational one (which the Node's transport
+// skips from a real upstream) or one outside three digits is a protocol
+// violation, refused with a typed error and the stream reset, never
+// written to a client.
 func TestTunnelRefusesInvalidStatus(t *testing.T) {
 	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 4)))})
 	sess, gen := readyRaw(t, e, "n1")
