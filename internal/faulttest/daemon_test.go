@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -523,6 +524,26 @@ func TestEdgeGraceEnds(t *testing.T) {
 		"10/10 streams cut when the 300 ms grace ended, each with an error terminal; exit 0"))
 }
 
+// headCounter counts the answers whose head reached the client.
+type headCounter struct {
+	rt http.RoundTripper
+	n  atomic.Int32
+}
+
+func (h *headCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := h.rt.RoundTrip(r)
+	if err == nil {
+		h.n.Add(1)
+	}
+	return resp, err
+}
+
+func (h *headCounter) CloseIdleConnections() {
+	if c, ok := h.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // TestSecondSignal: a second SIGTERM during a daemon's graceful shutdown
 // cuts the grace short: the Node's and then the Edge's 10 s streams end at
 // once with an error terminal each (with the default grace they would have
@@ -532,9 +553,14 @@ func TestSecondSignal(t *testing.T) {
 		t.Run(role, func(t *testing.T) {
 			c := newCluster(t, chunks(100, 100*time.Millisecond)) // 10 s streams
 			c.startAll("n1")
+			// Each stream's head must have reached its client before the
+			// signals: one cut before it is answered with an error status
+			// instead of an error event.
+			heads := &headCounter{rt: c.client.Transport}
+			c.client = &http.Client{Transport: heads}
 			var tally Tally
 			wg := c.load(10, "m1", true, &tally)
-			waitUntil(t, "10 streams at the upstream", func() bool { return c.upstreamChats() >= 10 })
+			waitUntil(t, "10 stream heads at the clients", func() bool { return heads.n.Load() >= 10 })
 			p := c.edge
 			if role == "node" {
 				p = c.procs["n1"]
