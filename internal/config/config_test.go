@@ -72,6 +72,26 @@ routes:
     targets: [{provider: p1, model: m}]
 `
 
+// minimalHub is the smallest valid hub.yaml (it needs IOP_OPERATOR_TOKEN).
+const minimalHub = `
+edges_listen: 127.0.0.1:0
+http: {listen: 127.0.0.1:0}
+edges:
+  - {id: e1, token: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}}
+operators:
+  - {name: alice, token: {env: IOP_OPERATOR_TOKEN}}
+`
+
+// mustParse parses doc with parse (ParseEdge, ParseHub) in dir.
+func mustParse[F any](t *testing.T, parse func([]byte, string) (F, error), doc, dir string) F {
+	t.Helper()
+	f, err := parse([]byte(doc), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func TestEdgeStrictness(t *testing.T) {
 	if _, err := ParseEdge([]byte(minimalEdge), t.TempDir()); err != nil {
 		t.Fatal(err)
@@ -218,15 +238,7 @@ func TestHubFile(t *testing.T) {
 		len(cfg.Operators) != 1 || cfg.CommandTimeout.Minutes() != 5 {
 		t.Fatalf("hub config %+v", cfg)
 	}
-	const minimal = `
-edges_listen: 127.0.0.1:0
-http: {listen: 127.0.0.1:0}
-edges:
-  - {id: e1, token: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}}
-operators:
-  - {name: alice, token: {env: IOP_OPERATOR_TOKEN}}
-`
-	if _, err := ParseHub([]byte(minimal), t.TempDir()); err != nil {
+	if _, err := ParseHub([]byte(minimalHub), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	for name, c := range map[string]struct{ old, new, want string }{
@@ -242,8 +254,8 @@ operators:
 		"edge tls without key":    {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\nedge_tls: {cert_file: hub.crt}", "key_file"},
 		"managed without mtls":    {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\ntrust_domain: iop.test", "TrustDomain"},
 	} {
-		doc := strings.Replace(minimal, c.old, c.new, 1)
-		if doc == minimal {
+		doc := strings.Replace(minimalHub, c.old, c.new, 1)
+		if doc == minimalHub {
 			t.Fatalf("%s: the edit did not apply", name)
 		}
 		_, err := ParseHub([]byte(doc), t.TempDir())
@@ -615,15 +627,7 @@ func TestStartOnly(t *testing.T) {
 	t.Setenv("IOP_EDGE_TOKEN", "edge-token-0123456789abcdef0123")
 	t.Setenv("IOP_OPERATOR_TOKEN", "op-token-0123456789abcdef0123")
 	dir := t.TempDir()
-	edgeOf := func(doc string) *EdgeFile {
-		t.Helper()
-		f, err := ParseEdge([]byte(doc), dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
-	running := edgeOf(minimalEdge)
+	running := mustParse(t, ParseEdge, minimalEdge, dir)
 	for name, c := range map[string]struct {
 		edits [][2]string
 		want  []string
@@ -646,28 +650,12 @@ func TestStartOnly(t *testing.T) {
 			}
 			doc = strings.Replace(doc, e[0], e[1], 1)
 		}
-		if got := running.StartOnly(edgeOf(doc)); !slices.Equal(got, c.want) {
+		if got := running.StartOnly(mustParse(t, ParseEdge, doc, dir)); !slices.Equal(got, c.want) {
 			t.Errorf("edge, %s: %q, want %q", name, got, c.want)
 		}
 	}
 
-	const hub = `
-edges_listen: 127.0.0.1:0
-http: {listen: 127.0.0.1:0}
-edges:
-  - {id: e1, token: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}}
-operators:
-  - {name: alice, token: {env: IOP_OPERATOR_TOKEN}}
-`
-	hubOf := func(doc string) *HubFile {
-		t.Helper()
-		f, err := ParseHub([]byte(doc), dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
-	runningHub := hubOf(hub)
+	runningHub := mustParse(t, ParseHub, minimalHub, dir)
 	for name, c := range map[string]struct {
 		old, new string
 		want     []string
@@ -678,7 +666,7 @@ operators:
 		"http listen":     {"http: {listen: 127.0.0.1:0}", "http: {listen: 127.0.0.1:8080}", []string{"http.listen"}},
 		"limits":          {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\nlimits: {command_timeout: 1m}", []string{"limits"}},
 	} {
-		if got := runningHub.StartOnly(hubOf(strings.Replace(hub, c.old, c.new, 1))); !slices.Equal(got, c.want) {
+		if got := runningHub.StartOnly(mustParse(t, ParseHub, strings.Replace(minimalHub, c.old, c.new, 1), dir)); !slices.Equal(got, c.want) {
 			t.Errorf("hub, %s: %q, want %q", name, got, c.want)
 		}
 	}
