@@ -148,8 +148,9 @@ type APIKey struct {
 	// usage, one from a provider that reports none) counts toward
 	// TokensPerMinute by estimate: its request body's bytes / 4 for the
 	// input, and for the output its text bytes / 4 where the Edge decodes
-	// the answer, one token per streamed event or body bytes / 4 where it
-	// passes the provider's answer through (Usage.EstimatedTokens). A
+	// the answer, one token per streamed delta event or body bytes / 4
+	// where it passes the provider's answer through
+	// (Usage.EstimatedTokens). A
 	// stream cut short after a usage snapshot (Anthropic's message_start)
 	// counts what it reported and, by estimate, the output beyond it. An
 	// answer refused with an error status counts nothing.

@@ -3,6 +3,8 @@ package edge
 import (
 	"testing"
 	"time"
+
+	"github.com/iop-dev/iop/internal/sse"
 )
 
 // TestLimitWaitBounded: the wait a token refusal announces follows the
@@ -74,5 +76,31 @@ func TestLimiterPrune(t *testing.T) {
 	l.prune(func(string) bool { return false })
 	if len(l.keys) != 1 {
 		t.Fatalf("%d entries after pruning everything, want 1 (kept has a request in flight)", len(l.keys))
+	}
+}
+
+// TestDeltaEvent: a stream passed through is estimated at a token per
+// delta event, whatever its API names them, and at a token per event in a
+// stream that names none; bookkeeping events and [DONE] count nothing.
+func TestDeltaEvent(t *testing.T) {
+	for _, c := range []struct {
+		typ, data string
+		want      bool
+	}{
+		{"", `{"choices":[{"delta":{"content":"a"}}]}`, true},
+		{"", "[DONE]", false},
+		{"content_block_delta", `{"type":"content_block_delta"}`, true},
+		{"message_start", `{"type":"message_start"}`, false},
+		{"content_block_start", `{}`, false},
+		{"message_delta", `{"type":"message_delta"}`, false},
+		{"ping", `{"type":"ping"}`, false},
+		{"response.output_text.delta", `{}`, true},
+		{"response.function_call_arguments.delta", `{}`, true},
+		{"response.created", `{}`, false},
+		{"response.output_text.done", `{}`, false},
+	} {
+		if got := deltaEvent(sse.Event{Type: c.typ, Data: []byte(c.data)}); got != c.want {
+			t.Errorf("%q %s: %v, want %v", c.typ, c.data, got, c.want)
+		}
 	}
 }

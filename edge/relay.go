@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -216,7 +217,9 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		ok, hasUsage := true, false
 		if string(ev.Data) != "[DONE]" {
 			ok, hasUsage = llmapi.ValidFind(ev.Data, "usage")
-			req.estOut++ // the estimate's rule: an event is a token
+		}
+		if deltaEvent(ev) {
+			req.estOut++ // the estimate's rule: a delta is a token
 		}
 		if !ok {
 			// A malformed event is not passed on: the stream ends with the
@@ -429,6 +432,17 @@ func streamTerminal(a api, ev sse.Event) bool {
 		return ev.Type == "response.completed" || ev.Type == "response.failed" || ev.Type == "response.incomplete" || ev.Type == "error"
 	}
 	return string(ev.Data) == "[DONE]" || bytes.HasPrefix(ev.Data, []byte(`{"error"`))
+}
+
+// deltaEvent reports whether ev counts as a token in the estimate of a
+// stream passed through (chargeEstimate): a delta event (Anthropic's
+// content_block_delta, a Responses event named *.delta), or, in a stream
+// that names no event types (Chat Completions), any event but [DONE].
+func deltaEvent(ev sse.Event) bool {
+	if ev.Type == "" {
+		return string(ev.Data) != "[DONE]"
+	}
+	return ev.Type == "content_block_delta" || strings.HasSuffix(ev.Type, ".delta")
 }
 
 // streamError ends an SSE answer with the client format's own error event.
