@@ -985,9 +985,9 @@ func EstimateTokens(body []byte) int { return (len(body) + 3) / 4 }
 // The output is estimated as the relay counted it: text bytes / 4, rounded
 // up, where the Edge decoded the answer; one token per streamed delta
 // event (deltaEvent), or body bytes / 4, where it passed the provider's
-// answer through. The
-// estimate goes to the key's token budget and to Usage.EstimatedTokens
-// only: the reported token counts and their metrics stay the providers'.
+// answer through. The estimate goes to the key's token budget and to
+// Usage.EstimatedTokens only: the reported token counts and their metrics
+// stay the providers'.
 func (s *Server) chargeEstimate(req *request) {
 	var n int64
 	switch {
