@@ -165,11 +165,11 @@ func (c *conn) grantSettledLocked(latest *iopv1.NodeConfig, ref string) bool {
 		return true // the steady state: nothing pending, nothing to compare
 	}
 	want := grantOf(latest, ref)
-	if !sameGrant(grantOf(c.appliedCfg, ref), want) {
+	if !proto.Equal(grantOf(c.appliedCfg, ref), want) {
 		return false
 	}
 	for _, cfg := range c.sentBefore(latest) {
-		if !sameGrant(grantOf(cfg, ref), want) {
+		if !proto.Equal(grantOf(cfg, ref), want) {
 			return false
 		}
 	}
@@ -187,7 +187,8 @@ func (c *conn) sentBefore(latest *iopv1.NodeConfig) []*iopv1.NodeConfig {
 	return c.sent[:i]
 }
 
-// grantOf is the grant cfg gives ref (nil for none).
+// grantOf is the grant cfg gives ref (nil for none: proto.Equal holds a
+// nil grant equal to another nil, and to no grant that exists).
 func grantOf(cfg *iopv1.NodeConfig, ref string) *iopv1.WorkspaceGrant {
 	for _, g := range cfg.GetWorkspaces() {
 		if g.GetRef() == ref {
@@ -195,13 +196,6 @@ func grantOf(cfg *iopv1.NodeConfig, ref string) *iopv1.WorkspaceGrant {
 		}
 	}
 	return nil
-}
-
-func sameGrant(a, b *iopv1.WorkspaceGrant) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return proto.Equal(a, b)
 }
 
 // leaseRefused reports whether a Node that applied applied would refuse
