@@ -568,10 +568,10 @@ func orchestrate(l launcher, dur time.Duration, n1 int, mode, placement string) 
 		}
 	}
 	if len(before1) > 0 {
-		fmt.Printf("\nper non-streamed request at c=1, by gateway process (CPU us; context switches of all threads):\n")
+		fmt.Printf("\nper non-streamed request at c=1, by gateway process (CPU us; context switches of all threads; read and write system calls):\n")
 		for _, name := range []string{"proxy", "front", "back", "relay", "rproxy", "rrelay", "edge", "node"} {
 			u := used1[name].sub(before1[name])
-			fmt.Printf("  %-6s CPU %.1f, switches %.2f\n", name, float64(u.cpu.Microseconds())/float64(n1), float64(u.switches)/float64(n1))
+			fmt.Printf("  %-6s CPU %.1f, switches %.2f, reads %.2f, writes %.2f\n", name, float64(u.cpu.Microseconds())/float64(n1), float64(u.switches)/float64(n1), float64(u.reads)/float64(n1), float64(u.writes)/float64(n1))
 		}
 	}
 	var fails []string
