@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -528,5 +529,180 @@ func TestResetLeavesBeforeTheOpenThatTakesItsSlot(t *testing.T) {
 		if n := server.Stats().StreamsRefused; n != 0 {
 			t.Fatalf("round %d: the server refused %d streams: an OPEN overtook the RESET that freed its slot", i, n)
 		}
+	}
+}
+
+// finGate passes writes through, and after one that carries a FIN frame
+// it waits for release before returning: the peer has the FIN while the
+// writer is still in the write that sent it.
+type finGate struct {
+	net.Conn
+	mu      sync.Mutex
+	skip    int    // the preface's magic, which precedes the frames
+	pending []byte // a frame's bytes split across writes
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (g *finGate) Write(p []byte) (int, error) {
+	n, err := g.Conn.Write(p)
+	g.mu.Lock()
+	q := p[:n]
+	k := min(g.skip, len(q))
+	g.skip -= k
+	g.pending = append(g.pending, q[k:]...)
+	fin := false
+	for len(g.pending) >= headerSize {
+		h := header{length: binary.BigEndian.Uint32(g.pending[0:4]), typ: frameType(g.pending[4]), flags: g.pending[5]}
+		if len(g.pending) < headerSize+int(h.length) {
+			break
+		}
+		fin = fin || (h.typ == frameData || h.typ == frameMessage) && h.flags&flagFin != 0
+		g.pending = g.pending[headerSize+int(h.length):]
+	}
+	g.mu.Unlock()
+	if fin {
+		g.once.Do(func() {
+			close(g.held)
+			<-g.release
+		})
+	}
+	return n, err
+}
+
+// TestFreedSlotIsNotRefused: a peer that has read this side's FIN on a
+// stream it opened, and so sees the stream done, may open another in its
+// slot at once, before the write that carried the FIN has returned here.
+// Counting the stream until that write returned refused the new one
+// ("stream limit") whenever the writer was descheduled in that gap.
+func TestFreedSlotIsNotRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	gate := &finGate{skip: len(magic), held: make(chan struct{}), release: make(chan struct{})}
+	var gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(gate.release) }) }
+	srvCh := make(chan *Session, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			srvCh <- nil
+			return
+		}
+		gate.Conn = c
+		s, err := Server(gate, &Config{MaxStreams: 1})
+		if err != nil {
+			c.Close()
+		}
+		srvCh <- s
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := Client(conn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server := <-srvCh
+	if server == nil {
+		t.Fatal("server session did not start")
+	}
+	defer server.Close()
+	defer openGate() // ahead of server.Close, whose writer it may hold
+	unblock := make(chan struct{})
+	var unblockOnce sync.Once
+	release := func() { unblockOnce.Do(func() { close(unblock) }) }
+	defer release() // ahead of server.Close, which waits for the handler
+	server.Handle(func(st *Stream) {
+		m, err := st.ReadMessage(context.Background())
+		if err != nil {
+			return
+		}
+		if m.GetError().GetMessage() == "hold" {
+			<-unblock
+		}
+		st.Hold() // the answer and its FIN leave in one write
+		st.WriteMessage(m)
+		st.CloseWrite()
+	})
+	exchange := func(ctx context.Context) error {
+		st, err := client.OpenStream(ctx)
+		if err != nil {
+			return err
+		}
+		if err := st.WriteMessage(errEnv("ping")); err != nil {
+			return err
+		}
+		st.CloseWrite()
+		if _, err := st.ReadMessage(ctx); err != nil {
+			return err
+		}
+		if _, err := io.Copy(io.Discard, st); err != nil {
+			return err
+		}
+		<-st.Done()
+		return st.Terminal()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := exchange(ctx); err != nil {
+		t.Fatalf("first exchange: %v", err)
+	}
+	select {
+	case <-gate.held:
+	case <-ctx.Done():
+		t.Fatal("the server never wrote the FIN")
+	}
+	// The server's writer is still in the write that carried the FIN.
+	second := make(chan error, 1)
+	go func() { second <- exchange(ctx) }()
+	eventually(t, func() bool {
+		st := server.Stats()
+		return st.StreamsAccepted+st.StreamsRefused == 2
+	}, "the server did not take the second stream's OPEN: %+v", func() []any { return []any{server.Stats()} })
+	openGate()
+	if err := <-second; err != nil {
+		t.Fatalf("second exchange, in the slot the first freed: %v", err)
+	}
+
+	// Each slot was freed once: the count of peer-opened streams is back
+	// to zero, a stream held open by its handler counts, and its end
+	// frees it again.
+	peerActive := func() int {
+		server.mu.Lock()
+		defer server.mu.Unlock()
+		return server.peerActive
+	}
+	if err := server.WaitStreams(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := peerActive(); n != 0 {
+		t.Fatalf("%d peer streams counted after both ended, want 0", n)
+	}
+	held, err := client.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.WriteMessage(errEnv("hold"))
+	held.CloseWrite()
+	eventually(t, func() bool { return server.Stats().StreamsAccepted == 3 },
+		"the held stream was not accepted: %+v", func() []any { return []any{server.Stats()} })
+	if n := peerActive(); n != 1 {
+		t.Fatalf("%d peer streams counted with one held open, want 1", n)
+	}
+	release()
+	if _, err := held.ReadMessage(ctx); err != nil {
+		t.Fatalf("held stream: %v", err)
+	}
+	if err := server.WaitStreams(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := peerActive(); n != 0 {
+		t.Fatalf("%d peer streams counted after all ended, want 0", n)
 	}
 }

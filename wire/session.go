@@ -551,6 +551,9 @@ func (s *Session) closeWith(e *CloseError) {
 
 // forget removes a terminated stream from the session.
 func (s *Session) forget(st *Stream, abort bool) {
+	st.mu.Lock()
+	freed := st.slotFreed // final: the stream has its terminal
+	st.mu.Unlock()
 	s.mu.Lock()
 	if _, ok := s.streams[st.id]; ok {
 		delete(s.streams, st.id)
@@ -562,7 +565,9 @@ func (s *Session) forget(st *Stream, abort bool) {
 		if st.local {
 			<-s.openSem
 		} else {
-			s.peerActive--
+			if !freed {
+				s.peerActive--
+			}
 			// One that ends before it is accepted (the peer reset it)
 			// leaves the accept backlog too: AcceptStream would skip it,
 			// and the peer, which may open another in its slot at once,
@@ -579,6 +584,14 @@ func (s *Session) forget(st *Stream, abort bool) {
 	if abort {
 		s.purge(st)
 	}
+}
+
+// freePeerSlot ends a peer-opened stream's count against MaxStreams
+// ahead of its terminal (Stream.freeSlotLocked).
+func (s *Session) freePeerSlot() {
+	s.mu.Lock()
+	s.peerActive--
+	s.mu.Unlock()
 }
 
 // WaitStreams waits until at most n streams are open (Stats.StreamsOpen),

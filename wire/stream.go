@@ -43,6 +43,8 @@ type Stream struct {
 	rxInMsg    bool // reader: inside a fragmented message
 	rxMsgLen   int  // reader: bytes of the message being received
 	finSent    bool // our FIN was flushed
+	finLeaving bool // our FIN went into a write
+	slotFreed  bool // peer-opened: no longer counted against MaxStreams (freeSlotLocked)
 	term       bool
 	termErr    error
 	discarded  bool // unread data was dropped by an abortive terminal
@@ -320,9 +322,12 @@ func (st *Stream) wait(ctx context.Context, wake chan struct{}, dl time.Time) er
 // receive queues a DATA or MESSAGE payload: p is copied, or b is linked
 // (one of them is set). It runs on the session reader and never blocks.
 func (st *Stream) receive(h header, p []byte, b *[]byte) error {
-	done, tooLarge, err := st.receiveLocked(h, p, b)
+	done, tooLarge, free, err := st.receiveLocked(h, p, b)
 	if err != nil || tooLarge {
 		putBuf(b)
+	}
+	if free {
+		st.sess.freePeerSlot()
 	}
 	switch {
 	case err != nil:
@@ -335,24 +340,24 @@ func (st *Stream) receive(h header, p []byte, b *[]byte) error {
 	return nil
 }
 
-func (st *Stream) receiveLocked(h header, p []byte, b *[]byte) (done, tooLarge bool, err error) {
+func (st *Stream) receiveLocked(h header, p []byte, b *[]byte) (done, tooLarge, free bool, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.term {
 		putBuf(b)
-		return false, false, nil
+		return false, false, false, nil
 	}
 	if st.recvFin {
-		return false, false, protoErr(ReasonProtocolError, "%s after FIN on stream %d", h.typ, st.id)
+		return false, false, false, protoErr(ReasonProtocolError, "%s after FIN on stream %d", h.typ, st.id)
 	}
 	charge := int64(h.charge())
 	if charge > st.recvAvail {
-		return false, false, protoErr(ReasonFlowControlError, "stream %d: %d bytes beyond a window of %d", st.id, charge, st.recvAvail)
+		return false, false, false, protoErr(ReasonFlowControlError, "stream %d: %d bytes beyond a window of %d", st.id, charge, st.recvAvail)
 	}
 	switch h.typ {
 	case frameData:
 		if st.rxInMsg {
-			return false, false, protoErr(ReasonProtocolError, "DATA inside a fragmented message on stream %d", st.id)
+			return false, false, false, protoErr(ReasonProtocolError, "DATA inside a fragmented message on stream %d", st.id)
 		}
 	case frameMessage:
 		if !st.rxInMsg {
@@ -361,7 +366,7 @@ func (st *Stream) receiveLocked(h header, p []byte, b *[]byte) (done, tooLarge b
 		st.rxMsgLen += int(h.length)
 		st.rxInMsg = h.flags&flagMore != 0
 		if st.rxMsgLen > st.sess.cfg.maxMessageSize {
-			return false, true, nil
+			return false, true, false, nil
 		}
 	}
 	st.recvAvail -= charge
@@ -372,9 +377,10 @@ func (st *Stream) receiveLocked(h header, p []byte, b *[]byte) (done, tooLarge b
 	}
 	if h.flags&flagFin != 0 {
 		st.recvFin = true
+		free = st.freeSlotLocked()
 	}
 	st.wakeReader()
-	return st.recvFin && st.finSent, false, nil
+	return st.recvFin && st.finSent, false, free, nil
 }
 
 // receiveFin handles an empty DATA frame with FIN.
@@ -394,12 +400,42 @@ func (st *Stream) receiveFin() error {
 	}
 	st.recvFin = true
 	both := st.finSent
+	free := st.freeSlotLocked()
 	st.mu.Unlock()
+	if free {
+		st.sess.freePeerSlot()
+	}
 	st.wakeReader()
 	if both {
 		st.terminate(nil)
 	}
 	return nil
+}
+
+// freeSlotLocked reports whether a peer-opened stream has just stopped
+// counting against MaxStreams, and marks it so: once both FINs are in,
+// the peer's and ours on its way in a write. The peer sees the stream
+// done when it reads our FIN, and may open another in its place at once,
+// before that write has returned here; counting the stream until the
+// stream's terminal (after the write) refused it. A stream ended by a
+// terminal first is freed by forget instead. Called with st.mu held.
+func (st *Stream) freeSlotLocked() bool {
+	if st.local || st.term || st.slotFreed || !st.recvFin || !st.finLeaving {
+		return false
+	}
+	st.slotFreed = true
+	return true
+}
+
+// finLeavingNow is called by the writer as our FIN goes into a write.
+func (st *Stream) finLeavingNow() {
+	st.mu.Lock()
+	st.finLeaving = true
+	free := st.freeSlotLocked()
+	st.mu.Unlock()
+	if free {
+		st.sess.freePeerSlot()
+	}
 }
 
 // finWritten is called by the writer after our FIN was flushed.

@@ -480,6 +480,14 @@ func (s *Session) writeBatch() (more bool, err error) {
 		s.stats.framesSent.Add(1)
 		s.stats.bytesSent.Add(uint64(headerSize + f.len()))
 	}
+	// A FIN in this batch frees its stream's slot before the write: the
+	// peer may see the stream done and open the next as soon as the bytes
+	// are on their way (Stream.freeSlotLocked).
+	for _, f := range frames {
+		if f.flags&flagFin != 0 && !f.st.local {
+			f.st.finLeavingNow()
+		}
+	}
 	// Counted as it is issued: once the peer has read a batch, its write
 	// shows in Stats.
 	s.stats.flushes.Add(1)
