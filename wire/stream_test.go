@@ -12,10 +12,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/iop-dev/iop/wire/iopv1"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/iop-dev/iop/wire/iopv1"
 )
 
 // echo accepts one stream and sends back every message and byte it reads,
