@@ -21,6 +21,13 @@ func TestMain(m *testing.M) {
 // pair starts a client and a server session over real TCP on loopback.
 func pair(t testing.TB, ccfg, scfg *Config) (client, server *Session) {
 	t.Helper()
+	return pairWrapped(t, ccfg, scfg, nil)
+}
+
+// pairWrapped is pair with the server's connection passed through wrap
+// (when it is not nil) before its session starts on it.
+func pairWrapped(t testing.TB, ccfg, scfg *Config, wrap func(net.Conn) net.Conn) (client, server *Session) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +43,9 @@ func pair(t testing.TB, ccfg, scfg *Config) (client, server *Session) {
 		if err != nil {
 			ch <- res{nil, err}
 			return
+		}
+		if wrap != nil {
+			c = wrap(c)
 		}
 		s, err := Server(c, scfg)
 		ch <- res{s, err}

@@ -577,47 +577,18 @@ func (g *finGate) Write(p []byte) (int, error) {
 // Counting the stream until that write returned refused the new one
 // ("stream limit") whenever the writer was descheduled in that gap.
 func TestFreedSlotIsNotRefused(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	gate := &finGate{skip: len(magic), held: make(chan struct{}), release: make(chan struct{})}
 	var gateOnce sync.Once
 	openGate := func() { gateOnce.Do(func() { close(gate.release) }) }
-	srvCh := make(chan *Session, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			srvCh <- nil
-			return
-		}
+	client, server := pairWrapped(t, nil, &Config{MaxStreams: 1}, func(c net.Conn) net.Conn {
 		gate.Conn = c
-		s, err := Server(gate, &Config{MaxStreams: 1})
-		if err != nil {
-			c.Close()
-		}
-		srvCh <- s
-	}()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := Client(conn, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server := <-srvCh
-	if server == nil {
-		t.Fatal("server session did not start")
-	}
-	defer server.Close()
-	defer openGate() // ahead of server.Close, whose writer it may hold
+		return gate
+	})
+	defer openGate() // ahead of the sessions' close, whose writer it may hold
 	unblock := make(chan struct{})
 	var unblockOnce sync.Once
 	release := func() { unblockOnce.Do(func() { close(unblock) }) }
-	defer release() // ahead of server.Close, which waits for the handler
+	defer release() // ahead of the sessions' close, which waits for the handler
 	server.Handle(func(st *Stream) {
 		m, err := st.ReadMessage(context.Background())
 		if err != nil {
