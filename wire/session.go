@@ -549,11 +549,10 @@ func (s *Session) closeWith(e *CloseError) {
 	}
 }
 
-// forget removes a terminated stream from the session.
-func (s *Session) forget(st *Stream, abort bool) {
-	st.mu.Lock()
-	freed := st.slotFreed // final: the stream has its terminal
-	st.mu.Unlock()
+// forget removes a terminated stream from the session. freed says its
+// slot was already given back (Stream.freeSlotLocked), as read with its
+// terminal: the flag is final from then on.
+func (s *Session) forget(st *Stream, abort, freed bool) {
 	s.mu.Lock()
 	if _, ok := s.streams[st.id]; ok {
 		delete(s.streams, st.id)

@@ -160,6 +160,7 @@ func (st *Stream) terminateWith(err error, rst *ctrlItem) bool {
 		st.discarded = true
 	}
 	abort := err != nil
+	freed := st.slotFreed
 	close(st.done)
 	hooks := st.onAbort
 	st.onAbort = nil
@@ -169,7 +170,7 @@ func (st *Stream) terminateWith(err error, rst *ctrlItem) bool {
 		st.sess.purge(st) // no frame of the stream may follow its RESET
 		st.sess.queueControl(*rst)
 	}
-	st.sess.forget(st, abort)
+	st.sess.forget(st, abort, freed)
 	st.wakeReader()
 	st.wakeWriter()
 	if abort {

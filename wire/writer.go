@@ -479,11 +479,9 @@ func (s *Session) writeBatch() (more bool, err error) {
 		}
 		s.stats.framesSent.Add(1)
 		s.stats.bytesSent.Add(uint64(headerSize + f.len()))
-	}
-	// A FIN in this batch frees its stream's slot before the write: the
-	// peer may see the stream done and open the next as soon as the bytes
-	// are on their way (Stream.freeSlotLocked).
-	for _, f := range frames {
+		// A FIN in this batch frees its stream's slot before the write:
+		// the peer may see the stream done and open the next as soon as
+		// the bytes are on their way (Stream.freeSlotLocked).
 		if f.flags&flagFin != 0 && !f.st.local {
 			f.st.finLeavingNow()
 		}
