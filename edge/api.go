@@ -730,6 +730,9 @@ const maxAdmissions = 3
 // Node: the stream was not opened (the Node's GOAWAY had come) or the
 // Node refused it unopened. Only such a request may be admitted again.
 func notStarted(err error) bool {
+	if err == nil {
+		return false // the common case, without the target errors.As allocates
+	}
 	var te *nodes.TunnelError
 	return errors.Is(err, wire.ErrGoAway) || errors.As(err, &te) && te.Code == nodes.TunnelNotStarted
 }
@@ -1121,11 +1124,16 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 			return nil, err
 		}
 		// The declared length is the body's: net/http ends it there.
+		// Closed once read, net/http has nothing left to drain when the
+		// answer's head is written (it drains an open body, allocating
+		// to do so, even one already at its end).
+		r.Body.Close()
 		return b, nil
 	}
 	buf := bytes.NewBuffer(make([]byte, 0, min(max(n, 512), bodyReserve)))
 	if _, err := buf.ReadFrom(body); err != nil {
 		return nil, err
 	}
+	r.Body.Close()
 	return buf.Bytes(), nil
 }
