@@ -32,9 +32,10 @@
 // proxy, front, rproxy, Edge), CPU 1 the model machine (upstream, and
 // back, relay, rrelay and Node, which run beside it). The default,
 // shared, pins nothing; -gomaxprocs1 runs the processes it names (edge,node
-// say) with GOMAXPROCS=1 there.
+// say) with GOMAXPROCS=1 there. -gogc sets GOGC for the processes it names
+// (edge=800,node=800 say); the others keep the bench's own environment.
 //
-//	go run ./internal/bench/gateway [-c 32] [-d 5s] [-tls] [-mode all|plain|stream] [-placement shared|split] [-gomaxprocs1 edge,node]
+//	go run ./internal/bench/gateway [-c 32] [-d 5s] [-tls] [-mode all|plain|stream] [-placement shared|split] [-gomaxprocs1 edge,node] [-gogc edge=800,node=800]
 package main
 
 import (
@@ -56,6 +57,7 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,6 +92,7 @@ func main() {
 	mode := flag.String("mode", "all", "throughput runs: all | plain (non-streamed only) | stream (streams only), for profiling one")
 	placement := flag.String("placement", "shared", "shared (no process pinned) | split (CPU 0: client, proxy, Edge; CPU 1: upstream, Node)")
 	oneP := flag.String("gomaxprocs1", "", "comma-separated processes to run with GOMAXPROCS=1 (of "+strings.Join(procNames, ", ")+"); split placement runs every one so")
+	gogcFlag := flag.String("gogc", "", "GOGC for some processes, as name=value pairs (edge=800,node=800; value a percentage or off); the others keep the bench's environment")
 	flag.Parse()
 	if *role != "" {
 		runRole(*role, *arg, *conc, *cpuprofile, loadPKI(*tlsDir))
@@ -114,6 +117,10 @@ func main() {
 		}
 		one[name] = true
 	}
+	gogc, err := parseGOGC(*gogcFlag)
+	if err != nil {
+		log.Fatalf("-gogc: %v", err)
+	}
 	dir := ""
 	if *useTLS {
 		d, err := os.MkdirTemp("", "gateway-bench-pki")
@@ -124,7 +131,33 @@ func main() {
 		makePKI(d)
 		dir = d
 	}
-	orchestrate(launcher{conc: *conc, tlsDir: dir, oneP: one}, *dur, *n1, *mode, *placement)
+	orchestrate(launcher{conc: *conc, tlsDir: dir, oneP: one, gogc: gogc}, *dur, *n1, *mode, *placement)
+}
+
+// parseGOGC reads -gogc: comma-separated name=value pairs, each naming
+// one of procNames once, each value "off" or a percentage (0 or more).
+func parseGOGC(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(pair, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q: want name=value", pair)
+		}
+		if !slices.Contains(procNames, name) {
+			return nil, fmt.Errorf("no process %q (want some of %s)", name, strings.Join(procNames, ", "))
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("process %q named twice", name)
+		}
+		if n, err := strconv.Atoi(value); value != "off" && (err != nil || n < 0) {
+			return nil, fmt.Errorf("%s=%q: want a percentage (0 or more) or off", name, value)
+		}
+		out[name] = value
+	}
+	return out, nil
 }
 
 // procNames are the processes the bench starts besides itself.
@@ -288,12 +321,14 @@ type launcher struct {
 	tlsDir string
 	// oneP names the processes that run with GOMAXPROCS=1.
 	oneP map[string]bool
+	// gogc is the GOGC of the processes it names.
+	gogc map[string]string
 }
 
 // spawn starts a role's process, on CPU cpu only when cpu >= 0, and reads
 // the addrs addresses it listens on; name (the role's, or front, back,
 // rproxy and rrelay for the reference paths' second processes) picks its
-// profile's environment variable and its entry in l.oneP.
+// profile's environment variable and its entries in l.oneP and l.gogc.
 func (l launcher) spawn(name, role, arg string, addrs, cpu int) *proc {
 	exe, _ := os.Executable()
 	args := []string{"-role", role, "-arg", arg, "-c", fmt.Sprint(l.conc), "-tlsdir", l.tlsDir}
@@ -303,6 +338,12 @@ func (l launcher) spawn(name, role, arg string, addrs, cpu int) *proc {
 	cmd := exec.Command(exe, args...)
 	if l.oneP[name] {
 		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	}
+	if v, ok := l.gogc[name]; ok {
+		if cmd.Env == nil {
+			cmd.Env = os.Environ()
+		}
+		cmd.Env = append(cmd.Env, "GOGC="+v) // the last GOGC in the list wins
 	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = childAttr() // never outlive the bench where the OS allows
@@ -366,6 +407,15 @@ func orchestrate(l launcher, dur time.Duration, n1 int, mode, placement string) 
 			}
 		}
 		where += "; GOMAXPROCS 1 for " + strings.Join(names, ", ")
+	}
+	if len(l.gogc) > 0 {
+		var set []string
+		for _, name := range procNames {
+			if v, ok := l.gogc[name]; ok {
+				set = append(set, name+"="+v)
+			}
+		}
+		where += "; GOGC " + strings.Join(set, ", ")
 	}
 	up := l.spawn("upstream", "upstream", "", 1, model)
 	defer up.stop()
