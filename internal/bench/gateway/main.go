@@ -152,7 +152,9 @@ func parseGOGC(s string) (map[string]string, error) {
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("process %q named twice", name)
 		}
-		if n, err := strconv.Atoi(value); value != "off" && (err != nil || n < 0) {
+		// Digits only, as the runtime documents GOGC (ParseUint takes no
+		// sign, so "+800" is refused too).
+		if _, err := strconv.ParseUint(value, 10, 31); value != "off" && err != nil {
 			return nil, fmt.Errorf("%s=%q: want a percentage (0 or more) or off", name, value)
 		}
 		out[name] = value

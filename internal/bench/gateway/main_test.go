@@ -19,6 +19,7 @@ func TestParseGOGC(t *testing.T) {
 		{in: "edge=", bad: true},
 		{in: "edge=-1", bad: true},
 		{in: "edge=8OO", bad: true},
+		{in: "edge=+800", bad: true},
 		{in: "client=800", bad: true},
 		{in: "edge=800,edge=400", bad: true},
 	} {
