@@ -112,8 +112,8 @@ func main() {
 		if name = strings.TrimSpace(name); name == "" {
 			continue
 		}
-		if !slices.Contains(procNames, name) {
-			log.Fatalf("-gomaxprocs1: no process %q (want some of %s)", name, strings.Join(procNames, ", "))
+		if err := knownProc(name); err != nil {
+			log.Fatalf("-gomaxprocs1: %v", err)
 		}
 		one[name] = true
 	}
@@ -146,8 +146,8 @@ func parseGOGC(s string) (map[string]string, error) {
 		if !ok {
 			return nil, fmt.Errorf("%q: want name=value", pair)
 		}
-		if !slices.Contains(procNames, name) {
-			return nil, fmt.Errorf("no process %q (want some of %s)", name, strings.Join(procNames, ", "))
+		if err := knownProc(name); err != nil {
+			return nil, err
 		}
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("process %q named twice", name)
@@ -164,6 +164,14 @@ func parseGOGC(s string) (map[string]string, error) {
 
 // procNames are the processes the bench starts besides itself.
 var procNames = []string{"upstream", "proxy", "front", "back", "relay", "rproxy", "rrelay", "edge", "node"}
+
+// knownProc refuses a name that is not one of procNames.
+func knownProc(name string) error {
+	if !slices.Contains(procNames, name) {
+		return fmt.Errorf("no process %q (want some of %s)", name, strings.Join(procNames, ", "))
+	}
+	return nil
+}
 
 // --- roles ---------------------------------------------------------------
 
@@ -338,14 +346,15 @@ func (l launcher) spawn(name, role, arg string, addrs, cpu int) *proc {
 		args = append(args, "-cpuprofile", p)
 	}
 	cmd := exec.Command(exe, args...)
+	var env []string // set over the bench's own environment (the last of a name wins)
 	if l.oneP[name] {
-		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+		env = append(env, "GOMAXPROCS=1")
 	}
 	if v, ok := l.gogc[name]; ok {
-		if cmd.Env == nil {
-			cmd.Env = os.Environ()
-		}
-		cmd.Env = append(cmd.Env, "GOGC="+v) // the last GOGC in the list wins
+		env = append(env, "GOGC="+v)
+	}
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
 	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = childAttr() // never outlive the bench where the OS allows
