@@ -1,12 +1,14 @@
 package controlplane_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -432,4 +434,109 @@ func TestHelloRules(t *testing.T) {
 	if got := log.count(controlplane.EventEdgeDisconnected, "e1", ""); got != 0 {
 		t.Fatalf("a rejected duplicate produced %d disconnects", got)
 	}
+}
+
+// TestHelloAnswerLost: when the Hub's answer to an accepted hello cannot be
+// written, that connection is fenced like any ended one (here by its
+// session's end: the answer is queued, and the writer's failure closes
+// the session). The Edge id is not locked out: its next connection is
+// admitted with a new generation, and the Hub reports one connect and one
+// disconnect for the lost one.
+func TestHelloAnswerLost(t *testing.T) {
+	hub, err := controlplane.New(controlplane.Config{Edges: []controlplane.EdgeRecord{{ID: "e1", TokenHash: controlplane.HashToken(edgeToken("e1"))}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first connection's writes fail once the Hub has read the
+	// hello's credential: the answer's write fails (or one queued before
+	// it, which ends the session first).
+	fl := &answerFailListener{Listener: ln, marker: []byte(edgeToken("e1"))}
+	h := serveHub(t, hub, fl)
+	log := watchEvents(t, h.hub)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sess, err := wire.Dial(ctx, "tcp", h.addr, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	st, err := sess.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteMessage(&iopv1.Envelope{Body: &iopv1.Envelope_EdgeHelloRequest{EdgeHelloRequest: &iopv1.EdgeHelloRequest{EdgeId: "e1", Credential: []byte(edgeToken("e1"))}}}); err != nil {
+		t.Fatal(err)
+	}
+	if env, err := st.ReadMessage(ctx); err == nil {
+		t.Fatalf("the hello was answered through a failing connection: %v", env)
+	}
+	if !fl.failed.Load() {
+		t.Fatal("no write of the Hub failed: the test did not reach the answer")
+	}
+	waitFor(t, "the lost connection fenced", func() bool {
+		e, _ := h.hub.Edge("e1")
+		return !e.Connected && e.LastDisconnect != ""
+	})
+	lost, _ := h.hub.Edge("e1")
+	if lost.Generation == 0 {
+		t.Fatalf("the lost connection was never admitted: %+v", lost)
+	}
+
+	startEdge(t, "e1", h.addr, nil)
+	waitFor(t, "e1 connected again", func() bool { e, _ := h.hub.Edge("e1"); return e.Connected })
+	now, _ := h.hub.Edge("e1")
+	if now.Generation <= lost.Generation {
+		t.Fatalf("generation %d after the lost one's %d", now.Generation, lost.Generation)
+	}
+	waitFor(t, "two connects, one disconnect", func() bool {
+		return log.count(controlplane.EventEdgeConnected, "e1", "") == 2 && log.count(controlplane.EventEdgeDisconnected, "e1", "") == 1
+	})
+}
+
+// answerFailListener fails every write on its first accepted connection
+// from the moment that connection has read marker.
+type answerFailListener struct {
+	net.Listener
+	marker   []byte
+	accepted atomic.Bool
+	failed   atomic.Bool // a write was failed
+}
+
+func (l *answerFailListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil || l.accepted.Swap(true) {
+		return c, err
+	}
+	return &answerFailConn{Conn: c, l: l}, nil
+}
+
+type answerFailConn struct {
+	net.Conn
+	l    *answerFailListener
+	seen []byte // what was read, up to the marker (read by one goroutine at a time)
+	hit  atomic.Bool
+}
+
+func (c *answerFailConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.hit.Load() {
+		c.seen = append(c.seen, p[:n]...)
+		if bytes.Contains(c.seen, c.l.marker) {
+			c.hit.Store(true)
+		}
+	}
+	return n, err
+}
+
+func (c *answerFailConn) Write(p []byte) (int, error) {
+	if c.hit.Load() {
+		c.l.failed.Store(true)
+		return 0, errors.New("injected write failure")
+	}
+	return c.Conn.Write(p)
 }
