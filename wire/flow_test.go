@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,12 @@ import (
 // one window (the session reader never blocks on it), and it does not stop
 // other streams or the heartbeat.
 func TestStalledReaderHoldsOneWindow(t *testing.T) {
+	// The heartbeat check needs a ping queued while the writer is
+	// flushing, which takes a second P: with one (go test -cpu 1, a
+	// one-core machine) the pinger runs only once the writer has parked.
+	if runtime.GOMAXPROCS(0) < 2 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	}
 	const window = 128 << 10
 	cfg := &Config{StreamWindow: window}
 	client, server := pair(t, cfg, cfg)
