@@ -93,6 +93,7 @@ func main() {
 	placement := flag.String("placement", "shared", "shared (no process pinned) | split (CPU 0: client, proxy, Edge; CPU 1: upstream, Node)")
 	oneP := flag.String("gomaxprocs1", "", "comma-separated processes to run with GOMAXPROCS=1 (of "+strings.Join(procNames, ", ")+"); split placement runs every one so")
 	gogcFlag := flag.String("gogc", "", "GOGC for some processes, as name=value pairs (edge=800,node=800; value a percentage or off); the others keep the bench's environment")
+	gcCount := flag.Bool("gc", false, "count every process's garbage collection cycles (the roles run with GODEBUG=gctrace=1, read from their stderr) and print them per 1,000 requests")
 	flag.Parse()
 	if *role != "" {
 		runRole(*role, *arg, *conc, *cpuprofile, loadPKI(*tlsDir))
@@ -131,7 +132,7 @@ func main() {
 		makePKI(d)
 		dir = d
 	}
-	orchestrate(launcher{conc: *conc, tlsDir: dir, oneP: one, gogc: gogc}, *dur, *n1, *mode, *placement)
+	orchestrate(launcher{conc: *conc, tlsDir: dir, oneP: one, gogc: gogc, gc: *gcCount}, *dur, *n1, *mode, *placement)
 }
 
 // parseGOGC reads -gogc: comma-separated name=value pairs, each naming
@@ -323,6 +324,10 @@ func pipe(dst, src net.Conn) {
 type proc struct {
 	cmd   *exec.Cmd
 	addrs []string
+	// gcs counts the process's GC cycles (its gctrace lines) when the
+	// launcher counts them; stderrDone closes once its stderr is read.
+	gcs        atomic.Int64
+	stderrDone chan struct{}
 }
 
 // launcher starts the roles' processes.
@@ -333,6 +338,8 @@ type launcher struct {
 	oneP map[string]bool
 	// gogc is the GOGC of the processes it names.
 	gogc map[string]string
+	// gc runs every process with GODEBUG=gctrace=1 and counts its cycles.
+	gc bool
 }
 
 // spawn starts a role's process, on CPU cpu only when cpu >= 0, and reads
@@ -353,10 +360,23 @@ func (l launcher) spawn(name, role, arg string, addrs, cpu int) *proc {
 	if v, ok := l.gogc[name]; ok {
 		env = append(env, "GOGC="+v)
 	}
+	if l.gc {
+		env = append(env, "GODEBUG="+withGCTrace(os.Getenv("GODEBUG")))
+	}
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}
-	cmd.Stderr = os.Stderr
+	p := &proc{cmd: cmd}
+	var stderr io.Reader
+	if l.gc {
+		r, err := cmd.StderrPipe()
+		if err != nil {
+			log.Fatal(err)
+		}
+		stderr, p.stderrDone = r, make(chan struct{})
+	} else {
+		cmd.Stderr = os.Stderr
+	}
 	cmd.SysProcAttr = childAttr() // never outlive the bench where the OS allows
 	out, _ := cmd.StdoutPipe()
 	start := cmd.Start
@@ -366,7 +386,12 @@ func (l launcher) spawn(name, role, arg string, addrs, cpu int) *proc {
 	if err := start(); err != nil {
 		log.Fatal(err)
 	}
-	p := &proc{cmd: cmd}
+	if stderr != nil {
+		go func() {
+			defer close(p.stderrDone)
+			countGCs(stderr, os.Stderr, &p.gcs)
+		}()
+	}
 	sc := bufio.NewScanner(out)
 	for range addrs {
 		sc.Scan()
@@ -384,7 +409,46 @@ func (p *proc) pid() int { return p.cmd.Process.Pid }
 
 func (p *proc) stop() {
 	p.cmd.Process.Signal(syscall.SIGTERM)
+	if p.stderrDone != nil {
+		<-p.stderrDone // Wait closes the pipe: read it to its end first
+	}
 	p.cmd.Wait()
+}
+
+// withGCTrace returns a GODEBUG value that is godebug with gctrace=1 set
+// (a later setting of a name wins).
+func withGCTrace(godebug string) string {
+	if godebug == "" {
+		return "gctrace=1"
+	}
+	return godebug + ",gctrace=1"
+}
+
+// countGCs reads a process's stderr to its end: it counts the runtime's
+// gctrace lines ("gc 12 @3.207s 1%: ...") in n and copies every other
+// line to out.
+func countGCs(r io.Reader, out io.Writer, n *atomic.Int64) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4<<10), 1<<20)
+	for sc.Scan() {
+		if gcTraceLine(sc.Text()) {
+			n.Add(1)
+			continue
+		}
+		fmt.Fprintln(out, sc.Text())
+	}
+	io.Copy(io.Discard, r) // past a line too long to scan: drained, so the process never blocks on it
+}
+
+// gcTraceLine reports whether line is the runtime's trace of one GC
+// cycle: "gc", the cycle number, then its start time ("@1.234s").
+func gcTraceLine(line string) bool {
+	f := strings.Fields(line)
+	if len(f) < 3 || f[0] != "gc" || !strings.HasPrefix(f[2], "@") {
+		return false
+	}
+	_, err := strconv.ParseUint(f[1], 10, 64)
+	return err == nil
 }
 
 type path struct {
@@ -494,11 +558,17 @@ func orchestrate(l launcher, dur time.Duration, n1 int, mode, placement string) 
 	procs := []struct {
 		name string
 		pid  int
-	}{{"client", os.Getpid()}, {"upstream", up.pid()}, {"proxy", px.pid()}, {"front", front.pid()}, {"back", back.pid()}, {"relay", rl.pid()}, {"rproxy", rproxy.pid()}, {"rrelay", rrelay.pid()}, {"edge", ed.pid()}, {"node", nd.pid()}}
+		p    *proc // nil for the client, this process
+	}{{"client", os.Getpid(), nil}, {"upstream", up.pid(), up}, {"proxy", px.pid(), px}, {"front", front.pid(), front}, {"back", back.pid(), back}, {"relay", rl.pid(), rl}, {"rproxy", rproxy.pid(), rproxy}, {"rrelay", rrelay.pid(), rrelay}, {"edge", ed.pid(), ed}, {"node", nd.pid(), nd}}
 	usageNow := func() map[string]usage {
 		m := map[string]usage{}
 		for _, p := range procs {
 			if u, ok := procUsage(p.pid); ok {
+				if p.p != nil {
+					u.gcs = p.p.gcs.Load()
+				} else {
+					u.gcs = ownGCs()
+				}
 				m[p.name] = u
 			}
 		}
@@ -626,6 +696,13 @@ func orchestrate(l launcher, dur time.Duration, n1 int, mode, placement string) 
 		for _, p := range paths {
 			sw, st := perReq(p, k, func(u usage) float64 { return float64(u.switches) })
 			fmt.Printf("  %-8s %s; total %.1f\n", p.name, strings.Join(sw, ", "), st)
+		}
+		if l.gc {
+			fmt.Printf("\nGC cycles per 1,000 %ss at c=%d, by process (GODEBUG=gctrace=1):\n", what, conc)
+			for _, p := range paths {
+				gc, gt := perReq(p, k, func(u usage) float64 { return 1000 * float64(u.gcs) })
+				fmt.Printf("  %-8s %s; total %.1f\n", p.name, strings.Join(gc, ", "), gt)
+			}
 		}
 	}
 	if len(before1) > 0 {
