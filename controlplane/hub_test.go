@@ -354,6 +354,16 @@ func TestHubOutageResync(t *testing.T) {
 // or buffers keeps serving, and the Edge that dialled meanwhile connects
 // once they are back. The Hub's loop used to end on the first of them.
 func TestServeEdgesOutlastsDescriptorExhaustion(t *testing.T) {
+	hub, ln := hubForE1(t)
+	h := serveHub(t, hub, testproxy.FailAccept(ln, syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS))
+	startEdge(t, "e1", h.addr, nil)
+	waitFor(t, "e1 connected", func() bool { e, _ := h.hub.Edge("e1"); return e.Connected })
+}
+
+// hubForE1 returns a Hub that knows Edge e1 alone, not yet serving, and
+// a loopback listener for its Edges.
+func hubForE1(t *testing.T) (*controlplane.Hub, net.Listener) {
+	t.Helper()
 	hub, err := controlplane.New(controlplane.Config{Edges: []controlplane.EdgeRecord{{ID: "e1", TokenHash: controlplane.HashToken(edgeToken("e1"))}}})
 	if err != nil {
 		t.Fatal(err)
@@ -362,9 +372,27 @@ func TestServeEdgesOutlastsDescriptorExhaustion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := serveHub(t, hub, testproxy.FailAccept(ln, syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS))
-	startEdge(t, "e1", h.addr, nil)
-	waitFor(t, "e1 connected", func() bool { e, _ := h.hub.Edge("e1"); return e.Connected })
+	return hub, ln
+}
+
+// sendHello dials the Hub at addr as an Edge would, without a connector,
+// and sends a hello with id and credential on a new stream; the session
+// closes when the test ends.
+func sendHello(t *testing.T, ctx context.Context, addr, id, credential string) *wire.Stream {
+	t.Helper()
+	sess, err := wire.Dial(ctx, "tcp", addr, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	st, err := sess.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteMessage(&iopv1.Envelope{Body: &iopv1.Envelope_EdgeHelloRequest{EdgeHelloRequest: &iopv1.EdgeHelloRequest{EdgeId: id, Credential: []byte(credential)}}}); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // TestHelloRules: identity is refused when empty, unknown or unproven; a
@@ -415,13 +443,7 @@ func TestHelloRules(t *testing.T) {
 	// might send it.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sess, err := wire.Dial(ctx, "tcp", h.addr, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	st, _ := sess.OpenStream(ctx)
-	st.WriteMessage(&iopv1.Envelope{Body: &iopv1.Envelope_EdgeHelloRequest{EdgeHelloRequest: &iopv1.EdgeHelloRequest{EdgeId: "", Credential: []byte(edgeToken("e1"))}}})
+	st := sendHello(t, ctx, h.addr, "", edgeToken("e1"))
 	env, err := st.ReadMessage(ctx)
 	if err != nil || env.GetEdgeHelloResponse().GetAccepted() || env.GetEdgeHelloResponse().GetRejection() != iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_MALFORMED {
 		t.Fatalf("empty edge id: %v %v", env, err)
@@ -443,14 +465,7 @@ func TestHelloRules(t *testing.T) {
 // admitted with a new generation, and the Hub reports one connect and one
 // disconnect for the lost one.
 func TestHelloAnswerLost(t *testing.T) {
-	hub, err := controlplane.New(controlplane.Config{Edges: []controlplane.EdgeRecord{{ID: "e1", TokenHash: controlplane.HashToken(edgeToken("e1"))}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	hub, ln := hubForE1(t)
 	// The first connection's writes fail once the Hub has read the
 	// hello's credential: the answer's write fails (or one queued before
 	// it, which ends the session first).
@@ -460,18 +475,7 @@ func TestHelloAnswerLost(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sess, err := wire.Dial(ctx, "tcp", h.addr, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	st, err := sess.OpenStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.WriteMessage(&iopv1.Envelope{Body: &iopv1.Envelope_EdgeHelloRequest{EdgeHelloRequest: &iopv1.EdgeHelloRequest{EdgeId: "e1", Credential: []byte(edgeToken("e1"))}}}); err != nil {
-		t.Fatal(err)
-	}
+	st := sendHello(t, ctx, h.addr, "e1", edgeToken("e1"))
 	if env, err := st.ReadMessage(ctx); err == nil {
 		t.Fatalf("the hello was answered through a failing connection: %v", env)
 	}
