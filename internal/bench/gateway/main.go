@@ -34,8 +34,10 @@
 // shared, pins nothing; -gomaxprocs1 runs the processes it names (edge,node
 // say) with GOMAXPROCS=1 there. -gogc sets GOGC for the processes it names
 // (edge=800,node=800 say); the others keep the bench's own environment.
+// -gc runs every role with GODEBUG=gctrace=1 and prints each process's GC
+// cycles per 1,000 requests.
 //
-//	go run ./internal/bench/gateway [-c 32] [-d 5s] [-tls] [-mode all|plain|stream] [-placement shared|split] [-gomaxprocs1 edge,node] [-gogc edge=800,node=800]
+//	go run ./internal/bench/gateway [-c 32] [-d 5s] [-tls] [-mode all|plain|stream] [-placement shared|split] [-gomaxprocs1 edge,node] [-gogc edge=800,node=800] [-gc]
 package main
 
 import (
@@ -557,18 +559,17 @@ func orchestrate(l launcher, dur time.Duration, n1 int, mode, placement string) 
 	}
 	procs := []struct {
 		name string
-		pid  int
 		p    *proc // nil for the client, this process
-	}{{"client", os.Getpid(), nil}, {"upstream", up.pid(), up}, {"proxy", px.pid(), px}, {"front", front.pid(), front}, {"back", back.pid(), back}, {"relay", rl.pid(), rl}, {"rproxy", rproxy.pid(), rproxy}, {"rrelay", rrelay.pid(), rrelay}, {"edge", ed.pid(), ed}, {"node", nd.pid(), nd}}
+	}{{"client", nil}, {"upstream", up}, {"proxy", px}, {"front", front}, {"back", back}, {"relay", rl}, {"rproxy", rproxy}, {"rrelay", rrelay}, {"edge", ed}, {"node", nd}}
 	usageNow := func() map[string]usage {
 		m := map[string]usage{}
 		for _, p := range procs {
-			if u, ok := procUsage(p.pid); ok {
-				if p.p != nil {
-					u.gcs = p.p.gcs.Load()
-				} else {
-					u.gcs = ownGCs()
-				}
+			pid, gcs := os.Getpid(), ownGCs
+			if p.p != nil {
+				pid, gcs = p.p.pid(), p.p.gcs.Load
+			}
+			if u, ok := procUsage(pid); ok {
+				u.gcs = gcs()
 				m[p.name] = u
 			}
 		}

@@ -8,7 +8,8 @@ import (
 // usage is what a process has used: CPU time, read and write system
 // calls, context switches of all its threads, voluntary (a thread
 // blocked: each is a later wake-up) and not (zero where the platform does
-// not say), and GC cycles (counted only with the bench's -gc).
+// not say), and GC cycles (a role's are counted, and every process's
+// printed, only with the bench's -gc).
 type usage struct {
 	cpu           time.Duration
 	reads, writes int64
