@@ -508,6 +508,57 @@ func TestImpossibleUsageIsNotBooked(t *testing.T) {
 	}
 }
 
+// TestImpossibleAnthropicPartsAreNotBooked: an Anthropic answer's input is
+// the sum of three counts. One of them out of range makes the usage
+// impossible, whatever the sum: a negative count hidden by a larger one,
+// or two huge ones that wrap around int64 to a believable total. Whole
+// and streamed, passed through (a Messages client) and translated (a
+// Chat client), nothing reported is booked and the answer is charged by
+// estimate.
+func TestImpossibleAnthropicPartsAreNotBooked(t *testing.T) {
+	usages := []string{
+		`"input_tokens": -1000, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 1500, "output_tokens": 3`,
+		`"input_tokens": 9223372036854775807, "cache_read_input_tokens": 2, "cache_creation_input_tokens": 9223372036854775807, "output_tokens": 3`,
+	}
+	var mu sync.Mutex
+	next := 0
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		mu.Lock()
+		u := usages[next/4%len(usages)] // four requests for each usage
+		next++
+		mu.Unlock()
+		if q.Stream {
+			return upstreamtest.Script{Raw: "event: message_start\n" +
+				`data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"up-model","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}}` + "\n\n" +
+				"event: content_block_start\n" + `data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}` + "\n\n" +
+				"event: content_block_delta\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}` + "\n\n" +
+				"event: content_block_stop\n" + `data: {"type":"content_block_stop","index":0}` + "\n\n" +
+				"event: message_delta\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{` + u + `}}` + "\n\n" +
+				"event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n"}
+		}
+		return upstreamtest.Script{Raw: `{"id":"msg_2","type":"message","role":"assistant","model":"up-model","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{` + u + `}}`}
+	}})
+	for range usages {
+		for _, stream := range []bool{false, true} {
+			status, b, _ := r.postAnthropic(t, "/v1/messages", apiKey,
+				fmt.Sprintf(`{"model":"via-anthropic","max_tokens":50,"stream":%t,"messages":[{"role":"user","content":"x"}]}`, stream))
+			if status != 200 || !strings.Contains(b, `"hi"`) {
+				t.Fatalf("messages, stream %t: %d %s", stream, status, b)
+			}
+		}
+		if status, _, body := r.post(t, apiKey, chatJSON("via-anthropic", "x")); status != 200 || !strings.Contains(body, `"hi"`) {
+			t.Fatalf("chat, whole: %d %s", status, body)
+		}
+		if body := r.streamChat(t, "via-anthropic"); !strings.Contains(string(body), `"hi"`) || !strings.Contains(string(body), "[DONE]") {
+			t.Fatalf("chat, stream:\n%s", body)
+		}
+	}
+	r.settled()
+	if u := r.usageOf("alice"); u.Requests != 4*int64(len(usages)) || u.InputTokens != 0 || u.OutputTokens != 0 || u.EstimatedTokens == 0 {
+		t.Fatalf("usage %+v: impossible counts were booked", u)
+	}
+}
+
 // TestAnthropicCacheTokensBooked: an Anthropic answer's input_tokens
 // leaves out the prompt tokens the cache read and wrote. The Edge books
 // all three as input, whole or streamed, as the adapters count it, so a

@@ -1079,7 +1079,7 @@ func readUsage(raw []byte) *execution.Usage {
 			return nil
 		}
 	}
-	return &execution.Usage{InputTokens: n[0] + n[2] + n[4] + n[5], OutputTokens: n[1] + n[3], CachedInputTokens: n[4]}
+	return &execution.Usage{InputTokens: llmapi.SumTokens(n[0], n[2], n[4], n[5]), OutputTokens: llmapi.SumTokens(n[1], n[3]), CachedInputTokens: n[4]}
 }
 
 // readRequestBody reads r's body, at most limit bytes, before ctx's

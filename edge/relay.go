@@ -349,7 +349,7 @@ func streamUsage(req *request, ev sse.Event, prev *execution.Usage) (*execution.
 			if json.Unmarshal(m.Message.Usage, &u) != nil {
 				return nil, false
 			}
-			return &execution.Usage{InputTokens: u.InputTokens + u.CacheRead + u.CacheWrite, OutputTokens: u.OutputTokens, CachedInputTokens: u.CacheRead}, false
+			return &execution.Usage{InputTokens: llmapi.SumTokens(u.InputTokens, u.CacheRead, u.CacheWrite), OutputTokens: u.OutputTokens, CachedInputTokens: u.CacheRead}, false
 		case "message_delta":
 			if json.Unmarshal(m.Usage, &u) != nil {
 				return nil, false
@@ -359,8 +359,8 @@ func streamUsage(req *request, ev sse.Event, prev *execution.Usage) (*execution.
 				next = *prev
 			}
 			next.OutputTokens = u.OutputTokens
-			if u.InputTokens > 0 {
-				next.InputTokens, next.CachedInputTokens = u.InputTokens+u.CacheRead+u.CacheWrite, u.CacheRead
+			if u.InputTokens != 0 { // absent: message_start's stands; negative: impossible
+				next.InputTokens, next.CachedInputTokens = llmapi.SumTokens(u.InputTokens, u.CacheRead, u.CacheWrite), u.CacheRead
 			}
 			return &next, false
 		}
@@ -928,16 +928,11 @@ func providerError(status int, body []byte) *llmapi.APIError {
 	return &llmapi.APIError{Status: 502, Type: "api_error", Message: fmt.Sprintf("The model provider answered %d.", status)}
 }
 
-// maxReportedTokens bounds a token count a provider can believably report
-// for one request; anything above it (or below zero) is a provider's bug
-// or a hostile upstream, not usage.
-const maxReportedTokens = 1 << 40
-
 // plausible reports whether every count in u is one a provider could have
 // meant: none negative (the token counters cannot go down), none absurd.
 func plausible(u *execution.Usage) bool {
 	for _, n := range [...]int64{u.InputTokens, u.OutputTokens, u.CachedInputTokens, u.ReasoningTokens} {
-		if n < 0 || n > maxReportedTokens {
+		if n < 0 || n > llmapi.MaxTokens {
 			return false
 		}
 	}

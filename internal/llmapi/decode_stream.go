@@ -572,10 +572,12 @@ func DecodeAnthropicStream(r io.Reader) Decoder {
 			stop = anthropicStop(m.Delta.StopReason)
 			if m.Usage != nil {
 				usage.Output = m.Usage.OutputTokens
-				if m.Usage.InputTokens > 0 {
+				if m.Usage.InputTokens != 0 {
 					// Newer API versions total the input here too, the
-					// cache reads with it.
-					usage.Input = m.Usage.InputTokens + m.Usage.CacheReadInputTokens + m.Usage.CacheCreationInputTokens
+					// cache reads with it. An absent count reads 0 and
+					// leaves message_start's; a negative one is taken, and
+					// SumTokens makes the total impossible.
+					usage.Input = SumTokens(m.Usage.InputTokens, m.Usage.CacheReadInputTokens, m.Usage.CacheCreationInputTokens)
 					usage.Cached = m.Usage.CacheReadInputTokens
 				}
 			}
@@ -702,7 +704,7 @@ type anthropicUsageJSON struct {
 }
 
 func (u anthropicUsageJSON) canonical() Usage {
-	return Usage{Input: u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens, Output: u.OutputTokens, Cached: u.CacheReadInputTokens}
+	return Usage{Input: SumTokens(u.InputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens), Output: u.OutputTokens, Cached: u.CacheReadInputTokens}
 }
 
 func anthropicStop(s string) StopReason {

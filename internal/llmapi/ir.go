@@ -162,6 +162,27 @@ type Usage struct {
 	Input, Output, Cached, Reasoning int64
 }
 
+// MaxTokens bounds a token count a provider can believably report for one
+// request; a count above it, or below zero, is a provider's bug or a
+// hostile upstream, not usage.
+const MaxTokens = 1 << 40
+
+// SumTokens adds counts a provider reports as parts of one total
+// (Anthropic's input tokens, cache reads and cache writes). A part out of
+// range (below zero or above MaxTokens) makes the total -1, a count no
+// one books: a negative part cannot hide inside a believable total, nor
+// can huge parts wrap around to one.
+func SumTokens(parts ...int64) int64 {
+	var total int64
+	for _, n := range parts {
+		if n < 0 || n > MaxTokens {
+			return -1
+		}
+		total += n
+	}
+	return total
+}
+
 // EventKind is the kind of a canonical answer event.
 type EventKind uint8
 

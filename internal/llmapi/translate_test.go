@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -1359,6 +1360,64 @@ func TestAnthropicStreamUsageTotals(t *testing.T) {
 	}
 	if want := (llmapi.Usage{Input: 8, Output: 9, Cached: 2}); got == nil || *got != want {
 		t.Fatalf("usage %+v, want %+v", got, want)
+	}
+}
+
+// TestSumTokens: a total of a provider's counts is -1, which no one books,
+// when any part is out of range: a negative part hidden by larger ones,
+// a part above MaxTokens, or parts that would wrap around int64 to a
+// believable total.
+func TestSumTokens(t *testing.T) {
+	const huge = math.MaxInt64
+	for _, tc := range []struct {
+		parts []int64
+		want  int64
+	}{
+		{nil, 0},
+		{[]int64{10, 200, 3000}, 3210},
+		{[]int64{llmapi.MaxTokens, 0}, llmapi.MaxTokens},
+		{[]int64{-1000, 1500}, -1},
+		{[]int64{1500, 0, -1}, -1},
+		{[]int64{llmapi.MaxTokens + 1}, -1},
+		{[]int64{huge, huge, 2}, -1}, // wraps to exactly 0
+	} {
+		if got := llmapi.SumTokens(tc.parts...); got != tc.want {
+			t.Errorf("SumTokens(%v) = %d, want %d", tc.parts, got, tc.want)
+		}
+	}
+}
+
+// TestAnthropicUsageOutOfRange: an Anthropic answer whose input parts are
+// out of range, whole or streamed, decodes to an input of -1 (so that
+// the Edge drops the usage as impossible), never to the sum's wrapped or
+// offset value.
+func TestAnthropicUsageOutOfRange(t *testing.T) {
+	for _, usage := range []string{
+		`"input_tokens":-1000,"cache_read_input_tokens":0,"cache_creation_input_tokens":1500,"output_tokens":3`,
+		`"input_tokens":9223372036854775807,"cache_read_input_tokens":2,"cache_creation_input_tokens":9223372036854775807,"output_tokens":3`,
+	} {
+		whole := `{"id":"m","type":"message","role":"assistant","model":"x","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{` + usage + `}}`
+		stream := "event: message_start\n" + `data: {"type":"message_start","message":{"id":"m","usage":{"input_tokens":3,"output_tokens":1}}}` + "\n\n" +
+			"event: message_delta\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{` + usage + `}}` + "\n\n" +
+			"event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n"
+		for name, dec := range map[string]llmapi.Decoder{
+			"whole":  llmapi.DecodeAnthropic([]byte(whole)),
+			"stream": llmapi.DecodeAnthropicStream(strings.NewReader(stream)),
+		} {
+			var got *llmapi.Usage
+			for {
+				ev, err := dec.Next()
+				if err != nil {
+					break
+				}
+				if ev.Kind == llmapi.EvUsage {
+					got = &ev.Usage
+				}
+			}
+			if got == nil || got.Input != -1 || got.Output != 3 {
+				t.Errorf("%s, usage {%s}: decoded %+v, want input -1, output 3", name, usage, got)
+			}
+		}
 	}
 }
 
