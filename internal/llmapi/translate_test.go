@@ -1347,19 +1347,24 @@ func TestAnthropicStreamUsageTotals(t *testing.T) {
 	in := "event: message_start\n" + `data: {"type":"message_start","message":{"id":"m","usage":{"input_tokens":3,"output_tokens":1}}}` + "\n\n" +
 		"event: message_delta\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":5,"cache_read_input_tokens":2,"cache_creation_input_tokens":1,"output_tokens":9}}` + "\n\n" +
 		"event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n"
-	dec := llmapi.DecodeAnthropicStream(strings.NewReader(in))
+	got := lastUsage(llmapi.DecodeAnthropicStream(strings.NewReader(in)))
+	if want := (llmapi.Usage{Input: 8, Output: 9, Cached: 2}); got == nil || *got != want {
+		t.Fatalf("usage %+v, want %+v", got, want)
+	}
+}
+
+// lastUsage reads dec to its end and returns the last usage it decoded,
+// nil for none.
+func lastUsage(dec llmapi.Decoder) *llmapi.Usage {
 	var got *llmapi.Usage
 	for {
 		ev, err := dec.Next()
 		if err != nil {
-			break
+			return got
 		}
 		if ev.Kind == llmapi.EvUsage {
 			got = &ev.Usage
 		}
-	}
-	if want := (llmapi.Usage{Input: 8, Output: 9, Cached: 2}); got == nil || *got != want {
-		t.Fatalf("usage %+v, want %+v", got, want)
 	}
 }
 
@@ -1404,17 +1409,7 @@ func TestAnthropicUsageOutOfRange(t *testing.T) {
 			"whole":  llmapi.DecodeAnthropic([]byte(whole)),
 			"stream": llmapi.DecodeAnthropicStream(strings.NewReader(stream)),
 		} {
-			var got *llmapi.Usage
-			for {
-				ev, err := dec.Next()
-				if err != nil {
-					break
-				}
-				if ev.Kind == llmapi.EvUsage {
-					got = &ev.Usage
-				}
-			}
-			if got == nil || got.Input != -1 || got.Output != 3 {
+			if got := lastUsage(dec); got == nil || got.Input != -1 || got.Output != 3 {
 				t.Errorf("%s, usage {%s}: decoded %+v, want input -1, output 3", name, usage, got)
 			}
 		}
