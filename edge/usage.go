@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"math"
 	"sort"
 	"sync"
 
@@ -13,6 +14,7 @@ type Usage struct {
 	// Requests counts the requests dispatched to a provider.
 	Requests int64
 	// InputTokens and OutputTokens total the usage providers reported.
+	// Each token total stops at math.MaxInt64 rather than wrapping.
 	InputTokens  int64
 	OutputTokens int64
 	// EstimatedTokens totals what answers without reported usage were
@@ -49,15 +51,27 @@ func (b *usageBook) tokens(key string, u *execution.Usage) {
 	}
 	b.mu.Lock()
 	e := b.entry(key)
-	e.InputTokens += u.InputTokens
-	e.OutputTokens += u.OutputTokens
+	e.InputTokens = addSat(e.InputTokens, u.InputTokens)
+	e.OutputTokens = addSat(e.OutputTokens, u.OutputTokens)
 	b.mu.Unlock()
 }
 
 func (b *usageBook) estimated(key string, n int64) {
 	b.mu.Lock()
-	b.entry(key).EstimatedTokens += n
+	e := b.entry(key)
+	e.EstimatedTokens = addSat(e.EstimatedTokens, n)
 	b.mu.Unlock()
+}
+
+// addSat adds a count n (never negative) to a total, stopping at
+// math.MaxInt64: a total a provider inflated (every answer claiming the
+// most usage that is still believed) stays pinned at its largest value
+// instead of wrapping around to a negative one.
+func addSat(total, n int64) int64 {
+	if total > math.MaxInt64-n {
+		return math.MaxInt64
+	}
+	return total + n
 }
 
 // Usage returns per-key usage (requests admitted, tokens from the usage
