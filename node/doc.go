@@ -18,7 +18,12 @@
 //
 // When a connection ends, every run it owns is cancelled, and the runtime
 // reconnects with gRPC's backoff (1 s, x1.6, jitter 0.2, at most 120 s),
-// reset after each ready handshake.
+// reset after each ready handshake. A registration the Edge refuses
+// because this node id's previous connection is draining (the process
+// this one replaces is still finishing its work) is retried every second
+// or so instead, so that the Node is back as soon as that connection ends.
+// A refusal because that connection is live and takes work (two processes
+// with one node id) waits out the backoff.
 //
 // Shutdown stops a Runtime gracefully, for a restart or an upgrade: the
 // Edge is told (GOAWAY) to admit nothing new to this Node and sends its

@@ -105,11 +105,18 @@ func (rt *Runtime) setStatus(f func(*Status)) {
 	rt.mu.Unlock()
 }
 
+// drainingRetry is how soon a Node retries a registration the Edge
+// refused because the node id's previous connection is draining
+// (REGISTER_REJECTION_DRAINING), within the reconnect policy's maximum.
+const drainingRetry = time.Second
+
 // ErrShutdown is returned by Run after Shutdown.
 var ErrShutdown = errors.New("node: runtime shut down")
 
 // Run connects and stays connected until ctx ends, reconnecting with
-// backoff; the backoff resets after each ready handshake. When ctx ends,
+// backoff; the backoff resets after each ready handshake, and a
+// registration deferred while this node id's previous connection drains
+// is retried within about a second, without advancing it. When ctx ends,
 // the work in flight is cancelled (Shutdown lets it finish instead). It
 // returns ctx's error, or ErrShutdown after Shutdown, once every run and
 // tunnel it started has ended and the idle upstream connections of its
@@ -138,12 +145,25 @@ func (rt *Runtime) Run(ctx context.Context) error {
 		if ready {
 			bo.Reset()
 		}
-		delay := bo.Next()
 		rt.setStatus(func(s *Status) { s.State = StateBackoff; s.LastError = err; s.Generation = 0 })
-		var re *RegistrationError
-		if errors.As(err, &re) {
+		var (
+			re    *RegistrationError
+			delay time.Duration
+		)
+		switch {
+		case errors.As(err, &re) && re.Rejection == iopv1.RegisterRejection_REGISTER_REJECTION_DRAINING:
+			// This node id's previous connection (most likely the
+			// process this one replaces) is finishing its work: it
+			// ends when that does, and the node's capacity is back only
+			// once this one registers, so retry soon, not on a
+			// backoff that grew while the old one drained.
+			delay = bo.Soon(drainingRetry)
+			rt.log.Info("registration deferred: this node's previous connection is draining; retrying soon", "delay", delay)
+		case re != nil:
+			delay = bo.Next()
 			rt.log.Warn("registration rejected; retrying", "rejection", re.Rejection.String(), "delay", delay)
-		} else {
+		default:
+			delay = bo.Next()
 			rt.log.Info("connection ended; reconnecting", "error", err, "delay", delay)
 		}
 		t := time.NewTimer(delay)

@@ -363,10 +363,23 @@ func (r *Registry) register(ctx context.Context, sess *wire.Session) *conn {
 	return c
 }
 
+// liveRejection is the refusal of a registration while old, the node id's
+// connection, still answers: DRAINING when its Node is shutting down (the
+// newcomer, most likely its replacement, may retry soon: the connection
+// ends with the work it finishes), DUPLICATE otherwise. r.mu is held.
+func liveRejection(old *conn) iopv1.RegisterRejection {
+	if old.goneAway() {
+		return iopv1.RegisterRejection_REGISTER_REJECTION_DRAINING
+	}
+	return iopv1.RegisterRejection_REGISTER_REJECTION_DUPLICATE
+}
+
 func rejectionNote(r iopv1.RegisterRejection) string {
 	switch r {
 	case iopv1.RegisterRejection_REGISTER_REJECTION_DUPLICATE:
 		return "node id has a live connection"
+	case iopv1.RegisterRejection_REGISTER_REJECTION_DRAINING:
+		return "node id's live connection is draining; retry soon"
 	case iopv1.RegisterRejection_REGISTER_REJECTION_UNAVAILABLE:
 		return "edge unavailable"
 	}
@@ -375,8 +388,10 @@ func rejectionNote(r iopv1.RegisterRejection) string {
 
 // admit decides a registration for c's node id, probing an existing
 // connection first: one that still answers keeps its place and the
-// newcomer is rejected; one that is silent is fenced at once, so a
-// rebooted Node is back without waiting out the heartbeat.
+// newcomer is rejected (as DRAINING when that connection's Node is
+// shutting down, so that its replacement retries soon); one that is
+// silent is fenced at once, so a rebooted Node is back without waiting
+// out the heartbeat.
 func (r *Registry) admit(ctx context.Context, c *conn) (*iopv1.NodeConfig, iopv1.RegisterRejection) {
 	for {
 		r.mu.Lock()
@@ -404,8 +419,9 @@ func (r *Registry) admit(ctx context.Context, c *conn) (*iopv1.NodeConfig, iopv1
 			return payload, 0
 		}
 		if ns.probing {
+			why := liveRejection(old)
 			r.mu.Unlock()
-			return nil, iopv1.RegisterRejection_REGISTER_REJECTION_DUPLICATE
+			return nil, why
 		}
 		ns.probing = true
 		r.mu.Unlock()
@@ -422,9 +438,14 @@ func (r *Registry) admit(ctx context.Context, c *conn) (*iopv1.NodeConfig, iopv1
 			continue // it ended meanwhile; try again
 		}
 		if perr == nil {
+			why := liveRejection(old)
 			r.mu.Unlock()
-			r.log.Warn("duplicate registration rejected; the live connection answered", "node", c.nodeID, "generation", old.gen)
-			return nil, iopv1.RegisterRejection_REGISTER_REJECTION_DUPLICATE
+			if why == iopv1.RegisterRejection_REGISTER_REJECTION_DRAINING {
+				r.log.Info("registration deferred: the node's live connection is draining", "node", c.nodeID, "generation", old.gen)
+			} else {
+				r.log.Warn("duplicate registration rejected; the live connection answered", "node", c.nodeID, "generation", old.gen)
+			}
+			return nil, why
 		}
 		if ctx.Err() != nil {
 			r.mu.Unlock()

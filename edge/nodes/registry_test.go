@@ -177,6 +177,53 @@ func TestDuplicateRejectedWhileOldAnswers(t *testing.T) {
 	}
 }
 
+// TestDrainingConnectionDefersRegistration: a Node started while the
+// process it replaces is draining (that one sent GOAWAY and finishes a
+// run) is refused as DRAINING, not DUPLICATE, and the old connection is
+// left alone; the newcomer retries soon, not on its backoff, and is the
+// node once the old connection ends. Its backoff starts at 20 s, so a
+// retry on the backoff would outlast the wait below.
+func TestDrainingConnectionDefersRegistration(t *testing.T) {
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 1)))})
+	old := executiontest.New("p1", "m1")
+	old.Block = true
+	a, _ := runNode(t, e.addr, "n1", host(old))
+	gen := waitReady(t, e, "n1", 0)
+	waitNodeReady(t, a, gen)
+	run, err := e.reg.StartRun(ctx(t), "n1", gen, &execution.RunRequest{RunID: "r", ProviderID: "p1", Target: "m1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-old.Started()
+	shut := make(chan error, 1)
+	go func() { shut <- a.Shutdown(context.Background()) }()
+	eventually(t, "the old connection draining", func() bool { n1, _ := e.reg.Node("n1"); return n1.Draining })
+
+	b, _ := runNode(t, e.addr, "n1", host(executiontest.New("p1", "m1")), func(c *node.Config) {
+		c.Backoff = node.Backoff{Base: 20 * time.Second}
+	})
+	eventually(t, "draining rejection", func() bool {
+		var re *node.RegistrationError
+		return errors.As(b.Status().LastError, &re) && re.Rejection == iopv1.RegisterRejection_REGISTER_REJECTION_DRAINING
+	})
+	if got, ok := e.reg.Current("n1"); !ok || got != gen {
+		t.Fatalf("draining connection disturbed: current %d/%v, want %d", got, ok, gen)
+	}
+
+	old.Release()
+	if evs := collect(t, run); evs[len(evs)-1].Kind != execution.EventCompleted {
+		t.Fatalf("the draining Node's run ended %+v", evs[len(evs)-1])
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown = %v", err)
+	}
+	newGen := waitReady(t, e, "n1", gen)
+	waitNodeReady(t, b, newGen)
+	if st := b.Status(); st.Connects != 1 {
+		t.Fatalf("replacement status %+v", st)
+	}
+}
+
 // TestSilentConnectionFencedByProbe: a Node whose connection went silent
 // (its machine vanished: the proxy holds every byte) comes back as a new
 // process. The Edge probes the old connection, fences it, and accepts the

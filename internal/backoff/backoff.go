@@ -64,5 +64,13 @@ func (b *Backoff) Next() time.Duration {
 	return time.Duration(min(d, float64(b.cfg.Max)*(1+b.cfg.Jitter)))
 }
 
+// Soon returns the delay before a retry the peer said should succeed
+// shortly: d (at most the policy's Max), with the policy's jitter. It does
+// not advance: a later Next goes on from where the backoff was.
+func (b *Backoff) Soon(d time.Duration) time.Duration {
+	f := float64(min(d, b.cfg.Max))
+	return time.Duration(f * (1 + b.cfg.Jitter*(2*b.rand()-1)))
+}
+
 // Reset starts over from the base delay (after a ready handshake).
 func (b *Backoff) Reset() { b.retries = 0 }

@@ -36,3 +36,27 @@ func TestJitterBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestSoon: a retry the peer expects to succeed shortly takes the asked
+// delay, within Max and jittered, and leaves the schedule where it was.
+func TestSoon(t *testing.T) {
+	b := New(Config{Max: 5 * time.Second})
+	b.rand = func() float64 { return 0.5 } // no jitter
+	b.Next()
+	b.Next() // the schedule is at its third delay
+	if got := b.Soon(time.Second); got != time.Second {
+		t.Errorf("Soon(1s) = %v", got)
+	}
+	if got := b.Soon(time.Minute); got != 5*time.Second {
+		t.Errorf("Soon(1m) with Max 5s = %v, want the Max", got)
+	}
+	if got := b.Next(); got != 2560*time.Millisecond {
+		t.Errorf("Next after Soon = %v, want the third delay, 2.56s", got)
+	}
+	for _, r := range []float64{0, 0.999} {
+		b.rand = func() float64 { return r }
+		if d := b.Soon(time.Second); d < 800*time.Millisecond || d > 1200*time.Millisecond {
+			t.Errorf("rand=%v: Soon(1s) = %v outside 1s +-20%%", r, d)
+		}
+	}
+}

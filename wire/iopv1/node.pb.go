@@ -42,12 +42,20 @@ const (
 	RegisterRejection_REGISTER_REJECTION_UNSPECIFIED RegisterRejection = 0
 	// UNAUTHENTICATED: unknown node id or wrong credential (not told apart).
 	RegisterRejection_REGISTER_REJECTION_UNAUTHENTICATED RegisterRejection = 1
-	// DUPLICATE: the node id has a live ready connection that still answers.
+	// DUPLICATE: the node id has a live ready connection that still answers
+	// and takes work.
 	RegisterRejection_REGISTER_REJECTION_DUPLICATE RegisterRejection = 2
 	// MALFORMED: a required field is missing or invalid.
 	RegisterRejection_REGISTER_REJECTION_MALFORMED RegisterRejection = 3
 	// UNAVAILABLE: the Edge is shutting down.
 	RegisterRejection_REGISTER_REJECTION_UNAVAILABLE RegisterRejection = 4
+	// DRAINING: the node id's live connection still answers but its Node is
+	// shutting down (it sent GOAWAY) and finishes its work in flight. The
+	// connection ends when that work does, so the newcomer (a restarted or
+	// upgraded Node started before the old one stopped) should retry soon
+	// rather than on its growing backoff. A Node that does not know this
+	// value treats it as any other rejection.
+	RegisterRejection_REGISTER_REJECTION_DRAINING RegisterRejection = 5
 )
 
 // Enum value maps for RegisterRejection.
@@ -58,6 +66,7 @@ var (
 		2: "REGISTER_REJECTION_DUPLICATE",
 		3: "REGISTER_REJECTION_MALFORMED",
 		4: "REGISTER_REJECTION_UNAVAILABLE",
+		5: "REGISTER_REJECTION_DRAINING",
 	}
 	RegisterRejection_value = map[string]int32{
 		"REGISTER_REJECTION_UNSPECIFIED":     0,
@@ -65,6 +74,7 @@ var (
 		"REGISTER_REJECTION_DUPLICATE":       2,
 		"REGISTER_REJECTION_MALFORMED":       3,
 		"REGISTER_REJECTION_UNAVAILABLE":     4,
+		"REGISTER_REJECTION_DRAINING":        5,
 	}
 )
 
@@ -2809,13 +2819,14 @@ const file_iop_v1_node_proto_rawDesc = "" +
 	"\x10heartbeats_acked\x18\a \x01(\x04R\x0fheartbeatsAcked\x12\x1f\n" +
 	"\vactive_runs\x18\b \x01(\rR\n" +
 	"activeRuns\x12\x10\n" +
-	"\x03tls\x18\t \x01(\bR\x03tls*\xc7\x01\n" +
+	"\x03tls\x18\t \x01(\bR\x03tls*\xe8\x01\n" +
 	"\x11RegisterRejection\x12\"\n" +
 	"\x1eREGISTER_REJECTION_UNSPECIFIED\x10\x00\x12&\n" +
 	"\"REGISTER_REJECTION_UNAUTHENTICATED\x10\x01\x12 \n" +
 	"\x1cREGISTER_REJECTION_DUPLICATE\x10\x02\x12 \n" +
 	"\x1cREGISTER_REJECTION_MALFORMED\x10\x03\x12\"\n" +
-	"\x1eREGISTER_REJECTION_UNAVAILABLE\x10\x04*\x88\x01\n" +
+	"\x1eREGISTER_REJECTION_UNAVAILABLE\x10\x04\x12\x1f\n" +
+	"\x1bREGISTER_REJECTION_DRAINING\x10\x05*\x88\x01\n" +
 	"\x10ProviderCategory\x12!\n" +
 	"\x1dPROVIDER_CATEGORY_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PROVIDER_CATEGORY_CLI\x10\x01\x12\x19\n" +
