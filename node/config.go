@@ -45,8 +45,15 @@ type Config struct {
 	// (1 s, x1.6, jitter 0.2, at most 120 s).
 	Backoff Backoff
 	// HealthInterval is how often providers that implement
-	// execution.HealthChecker are checked. Zero means 15 s.
+	// execution.HealthChecker are checked. Zero means 15 s. A provider
+	// is also checked at once when a call to it fails as unavailable
+	// (its upstream could not be reached, or said it is overloaded), so
+	// that the Edge stops sending it work before the next round.
 	HealthInterval time.Duration
+	// UnhealthyInterval is how often a provider found unhealthy is
+	// checked again until it recovers. Zero means the lower of
+	// HealthInterval and 5 s.
+	UnhealthyInterval time.Duration
 	// RegisterTimeout bounds the registration exchange. Zero means 15 s.
 	RegisterTimeout time.Duration
 	// Leases, when set, lets the Node take credential leases: it registers
@@ -130,8 +137,8 @@ func (c *Config) Validate() error {
 	if c.Leases != nil && c.Leases.NodeID() != c.NodeID {
 		errs = append(errs, fmt.Errorf("Leases opens leases for node %q, not %q", c.Leases.NodeID(), c.NodeID))
 	}
-	if c.HealthInterval < 0 || c.RegisterTimeout < 0 {
-		errs = append(errs, errors.New("HealthInterval and RegisterTimeout must not be negative"))
+	if c.HealthInterval < 0 || c.UnhealthyInterval < 0 || c.RegisterTimeout < 0 {
+		errs = append(errs, errors.New("HealthInterval, UnhealthyInterval and RegisterTimeout must not be negative"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("node: config: %w", err)

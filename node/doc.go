@@ -10,11 +10,17 @@
 // streams (Started, the provider's output, exactly one terminal; cancelled
 // only by a CancelRun for that run id, a reset, the hard deadline or the
 // end of the connection), raw provider tunnels (only on the adapter's
-// allowed routes, and for a provider limited to some models only for one
-// of them, named as the body's model), closed node commands, and config
-// updates, which
-// apply to new runs while runs in flight keep the config they started
-// under. Health changes are reported as they happen.
+// allowed routes, and for a provider limited to some models only for one of
+// them, named as the body's model), closed node commands, and config
+// updates, which apply to new runs while runs in flight keep the config
+// they started under. Health changes are reported as they happen: every
+// provider that can report its health is checked each
+// Config.HealthInterval, one found unhealthy each Config.UnhealthyInterval
+// until it recovers, and one whose call just failed as unavailable (its
+// upstream refused the connection, say) at once, so that the Edge stops
+// sending it work after one failed request rather than at the next round.
+// The check decides, not the failure: an upstream that answers it stays
+// healthy.
 //
 // When a connection ends, every run it owns is cancelled, and the runtime
 // reconnects with gRPC's backoff (1 s, x1.6, jitter 0.2, at most 120 s),

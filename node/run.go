@@ -84,7 +84,11 @@ func (s *session) run(st *wire.Stream, m *iopv1.RunRequest) {
 		if err == nil {
 			err = out.err
 		}
-		out.terminal(execution.Event{Kind: execution.EventFailed, Failure: execution.Classify(ctx, err)})
+		f := execution.Classify(ctx, err)
+		if f.Class == execution.FailureUnavailable {
+			s.suspect(req.ProviderID)
+		}
+		out.terminal(execution.Event{Kind: execution.EventFailed, Failure: f})
 	}
 	st.CloseWrite()
 	cancel()

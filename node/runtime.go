@@ -249,4 +249,11 @@ func (rt *Runtime) healthInterval() time.Duration {
 	return rt.cfg.HealthInterval
 }
 
+func (rt *Runtime) unhealthyInterval() time.Duration {
+	if rt.cfg.UnhealthyInterval == 0 {
+		return min(rt.healthInterval(), 5*time.Second)
+	}
+	return rt.cfg.UnhealthyInterval
+}
+
 var hostOS, hostArch = runtime.GOOS, runtime.GOARCH

@@ -25,9 +25,13 @@ type session struct {
 	wg    sync.WaitGroup
 	since time.Time
 
-	mu       sync.Mutex
-	plan     *hostingPlan
-	health   map[string]bool // provider id -> healthy
+	mu     sync.Mutex
+	plan   *hostingPlan
+	health map[string]bool // provider id -> healthy
+	// suspects are healthy providers a call just found unavailable, for
+	// healthLoop to check at once; recheck wakes it for them.
+	suspects map[string]bool
+	recheck  chan struct{}
 	inflight map[string]int
 	runs     map[string]context.CancelFunc
 	// workspaces are the open workspace sessions by request id; they end
@@ -112,6 +116,8 @@ func (rt *Runtime) register(ctx context.Context, sess *wire.Session) (*session, 
 	s := &session{
 		rt: rt, sess: sess, ctl: ctl, gen: resp.GetGeneration(), ctx: sess.Context(), since: time.Now(),
 		health:     map[string]bool{},
+		suspects:   map[string]bool{},
+		recheck:    make(chan struct{}, 1),
 		inflight:   map[string]int{},
 		runs:       map[string]context.CancelFunc{},
 		workspaces: map[string]*workspace.Session{},
@@ -119,7 +125,7 @@ func (rt *Runtime) register(ctx context.Context, sess *wire.Session) (*session, 
 	s.plan = intersect(rt.allow, resp.GetConfig(), rt.cfg.Leases != nil)
 	s.plan.workspaces = acceptWorkspaces(rt.cfg.Workspaces, resp.GetConfig().GetWorkspaces())
 	rt.applyLeasePolicy(resp.GetConfig())
-	s.checkHealth(ctx, s.plan)
+	s.checkHealth(ctx, s.plan, nil)
 	ready := &iopv1.NodeReadyRequest{Generation: s.gen, Revision: s.plan.revision, Providers: s.snapshots(s.plan, nil), Refused: s.plan.refused,
 		Workspaces: acceptedRefs(s.plan.workspaces)}
 	if err := ctl.WriteMessage(nodewire.Msg(ready)); err != nil {
@@ -224,7 +230,7 @@ func (s *session) controlLoop() {
 		plan := intersect(s.rt.allow, up.GetConfig(), s.rt.cfg.Leases != nil)
 		plan.workspaces = acceptWorkspaces(s.rt.cfg.Workspaces, up.GetConfig().GetWorkspaces())
 		s.rt.applyLeasePolicy(up.GetConfig())
-		s.checkHealth(s.ctx, plan)
+		s.checkHealth(s.ctx, plan, nil)
 		s.mu.Lock()
 		s.plan = plan
 		snaps := s.snapshotsLocked(plan, nil)
@@ -245,18 +251,31 @@ func (s *session) writeCtl(body any) {
 	s.ctl.WriteMessage(nodewire.Msg(body))
 }
 
-// checkHealth checks every provider of plan that can report its health,
-// concurrently, and records the results.
-func (s *session) checkHealth(ctx context.Context, plan *hostingPlan) map[string]bool {
+// checker returns h's health check, or nil when it has none to run: a
+// leased provider has no credential between calls to probe with, so it is
+// healthy until a call says otherwise.
+func (h *hosted) checker() execution.HealthChecker {
+	hc, ok := h.p.(execution.HealthChecker)
+	if !ok || h.credID != "" {
+		return nil
+	}
+	return hc
+}
+
+// checkHealth checks the providers of plan that can report their health
+// (those in only; every one when only is nil), concurrently, and records
+// the results. It returns the providers whose health changed.
+func (s *session) checkHealth(ctx context.Context, plan *hostingPlan, only map[string]bool) map[string]bool {
 	results := make(map[string]bool, len(plan.order))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, id := range plan.order {
+		if only != nil && !only[id] {
+			continue
+		}
 		h := plan.providers[id]
-		hc, ok := h.p.(execution.HealthChecker)
-		// A leased provider has no credential between calls to probe
-		// with; it is healthy until a call says otherwise.
-		if !ok || h.credID != "" {
+		hc := h.checker()
+		if hc == nil {
 			results[id] = true
 			continue
 		}
@@ -282,29 +301,97 @@ func (s *session) checkHealth(ctx context.Context, plan *hostingPlan) map[string
 	return changed
 }
 
-// healthLoop re-checks provider health and reports changes to the Edge.
+// minRecheck spaces the checks that failed calls ask for (suspect): a
+// burst of failures costs a provider one probe a second at most.
+const minRecheck = time.Second
+
+// healthLoop re-checks provider health and reports changes to the Edge:
+// every provider each HealthInterval, the unhealthy ones each
+// UnhealthyInterval (so that a recovered provider is back soon), and a
+// provider a call found unavailable at once, at most one such check each
+// minRecheck.
 func (s *session) healthLoop() {
-	t := time.NewTicker(s.rt.healthInterval())
-	defer t.Stop()
+	every := time.NewTicker(s.rt.healthInterval())
+	defer every.Stop()
+	again := time.NewTicker(s.rt.unhealthyInterval())
+	defer again.Stop()
+	held := time.NewTimer(minRecheck)
+	held.Stop()
+	defer held.Stop()
+	recheck := s.recheck // nil while the checks calls ask for are held back
 	for {
+		var only map[string]bool // nil: every provider
+		asked := false
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-t.C:
+		case <-every.C:
+		case <-again.C:
+			only = s.unhealthy()
+		case <-recheck:
+			only, asked = s.takeSuspects(), true
+		case <-held.C:
+			recheck = s.recheck // a request that came meanwhile is still there
+			continue
+		}
+		if only != nil && len(only) == 0 {
+			continue
+		}
+		if asked {
+			recheck = nil
+			held.Reset(minRecheck)
 		}
 		s.mu.Lock()
 		plan := s.plan
 		s.mu.Unlock()
-		changed := s.checkHealth(s.ctx, plan)
-		if len(changed) == 0 {
-			continue
+		if changed := s.checkHealth(s.ctx, plan, only); len(changed) > 0 {
+			s.mu.Lock()
+			snaps := s.snapshotsLocked(plan, changed)
+			s.mu.Unlock()
+			s.rt.log.Info("provider health changed", "providers", len(changed), "after_failed_call", asked)
+			s.writeCtl(&iopv1.ProviderSnapshotUpdate{Generation: s.gen, Providers: snaps})
 		}
-		s.mu.Lock()
-		snaps := s.snapshotsLocked(plan, changed)
-		s.mu.Unlock()
-		s.rt.log.Info("provider health changed", "providers", len(changed))
-		s.writeCtl(&iopv1.ProviderSnapshotUpdate{Generation: s.gen, Providers: snaps})
 	}
+}
+
+// suspect has provider id checked at once (by healthLoop): a call to it
+// failed as unavailable. The check decides, not the failure: a provider
+// that answers it stays healthy. One already unhealthy is checked on its
+// own schedule.
+func (s *session) suspect(id string) {
+	s.mu.Lock()
+	h := s.plan.providers[id]
+	if h == nil || h.checker() == nil || !s.health[id] || s.suspects[id] {
+		s.mu.Unlock()
+		return
+	}
+	s.suspects[id] = true
+	s.mu.Unlock()
+	select {
+	case s.recheck <- struct{}{}:
+	default: // a check is due already; it takes this one too
+	}
+}
+
+func (s *session) takeSuspects() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.suspects
+	s.suspects = map[string]bool{}
+	return out
+}
+
+// unhealthy returns the hosted providers last found unhealthy.
+func (s *session) unhealthy() map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]bool{}
+	for _, id := range s.plan.order {
+		if ok, seen := s.health[id]; seen && !ok {
+			out[id] = true
+		}
+	}
+	return out
 }
 
 func (s *session) snapshots(plan *hostingPlan, only map[string]bool) []*iopv1.ProviderSnapshot {

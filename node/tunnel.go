@@ -115,7 +115,11 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 		out.finish(&iopv1.ProviderTunnelEnd{Ok: true})
 		return
 	}
-	out.end(tunnelCode(ctx, err, out.headSent()), failureNote(err))
+	code := tunnelCode(ctx, err, out.headSent())
+	if code == iopv1.TunnelError_TUNNEL_ERROR_UPSTREAM_UNREACHABLE {
+		s.suspect(m.GetProviderId())
+	}
+	out.end(code, failureNote(err))
 }
 
 const noteAtCapacity = "provider at capacity"

@@ -596,6 +596,63 @@ func TestProviderHealthChanges(t *testing.T) {
 	}
 }
 
+// TestFailedCallChecksProviderAtOnce: a run that fails as unavailable has
+// its provider checked at once, not at the next round (an hour here). The
+// check decides, not the failure: a provider that passes it stays
+// healthy; one that fails it is reported unhealthy, so the Edge admits
+// nothing more to it, and the shorter recheck of an unhealthy provider
+// reports it back once it passes.
+func TestFailedCallChecksProviderAtOnce(t *testing.T) {
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 2)))})
+	sub := e.reg.Subscribe()
+	defer sub.Close()
+	p := executiontest.New("p1", "m1")
+	p.Fail = execution.Failf(execution.FailureUnavailable, "upstream unreachable")
+	runNode(t, e.addr, "n1", host(p), func(c *node.Config) {
+		c.HealthInterval = time.Hour
+		c.UnhealthyInterval = 20 * time.Millisecond
+	})
+	gen := waitReady(t, e, "n1", 0)
+	nextEvent(t, sub) // ready
+	checks := p.Checks()
+	fail := func(id string) {
+		t.Helper()
+		run, err := e.reg.StartRun(ctx(t), "n1", gen, &execution.RunRequest{RunID: id, ProviderID: "p1", Target: "m1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := collect(t, run)
+		if last := evs[len(evs)-1]; last.Kind != execution.EventFailed || last.Failure.Class != execution.FailureUnavailable {
+			t.Fatalf("run %s ended %+v", id, last)
+		}
+	}
+
+	// The call failed, but the provider answers its check: still healthy.
+	fail("r1")
+	eventually(t, "a check after the failed run", func() bool { return p.Checks() > checks })
+	if ev, err := sub.Poll(); !errors.Is(err, nodes.ErrNoEvent) {
+		t.Fatalf("a failed call whose check passed produced %+v %v", ev, err)
+	}
+
+	// Now the upstream is down: the next failed call has it reported.
+	p.SetHealthy(false)
+	fail("r2")
+	if ev := nextEvent(t, sub); ev.Kind != nodes.EventProviderHealth || ev.Provider.ID != "p1" || ev.Provider.Health != nodes.HealthUnhealthy {
+		t.Fatalf("event %+v (%+v), want p1 unhealthy", ev, ev.Provider)
+	}
+	if _, _, ok := e.reg.Admission("n1", "p1", "m1"); ok {
+		t.Fatal("an unhealthy provider is still admitted")
+	}
+
+	p.SetHealthy(true)
+	if ev := nextEvent(t, sub); ev.Kind != nodes.EventProviderHealth || ev.Provider.ID != "p1" || ev.Provider.Health != nodes.HealthHealthy {
+		t.Fatalf("event %+v (%+v), want p1 healthy again", ev, ev.Provider)
+	}
+	if _, _, ok := e.reg.Admission("n1", "p1", "m1"); !ok {
+		t.Fatal("a recovered provider is not admitted")
+	}
+}
+
 // rogue emits a Started event, which only the host may do.
 type rogue struct{ *executiontest.Provider }
 

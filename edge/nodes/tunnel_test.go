@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -511,5 +512,72 @@ func TestTunnelEnforcesTheNodesModels(t *testing.T) {
 	c := calls(srv)
 	if len(c) != 2 || c[1].Prompt != long {
 		t.Fatalf("upstream saw %d calls (the long prompt whole: %v)", len(c), len(c) == 2 && c[1].Prompt == long)
+	}
+}
+
+// TestUnreachableUpstreamCheckedAtOnce: the upstream process dies (its
+// port refuses connections). The next tunnel fails as upstream_unreachable
+// and has its provider checked at once, not at the next round (an hour
+// here): the Edge hears it is unhealthy and admits nothing more to it. When
+// the upstream is back on its address, the shorter recheck of an unhealthy
+// provider finds it, and tunnels flow again.
+func TestUnreachableUpstreamCheckedAtOnce(t *testing.T) {
+	up := upstreamtest.New(upstreamtest.Config{Models: []string{"m1"}})
+	url := up.Start()
+	t.Cleanup(up.Close)
+	a, err := openai.New(openai.Config{ID: "llm", BaseURL: url, Models: []string{"m1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", nodes.ProviderSpec{ID: "llm", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"m1"}, Capacity: 2}))})
+	sub := e.reg.Subscribe()
+	defer sub.Close()
+	runNode(t, e.addr, "n1", []node.Hosted{{Provider: a}}, func(c *node.Config) {
+		c.HealthInterval = time.Hour
+		c.UnhealthyInterval = 20 * time.Millisecond
+	})
+	gen := waitReady(t, e, "n1", 0)
+	nextEvent(t, sub) // ready
+	exchange := func() error {
+		t.Helper()
+		tn, err := e.reg.OpenTunnel(ctx(t), "n1", gen, chatTunnel("hi", false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tn.Close()
+		if _, _, err = tn.Response(ctx(t)); err == nil {
+			_, err = io.Copy(io.Discard, tn)
+		}
+		return err
+	}
+	if err := exchange(); err != nil {
+		t.Fatalf("before the upstream died: %v", err)
+	}
+
+	up.Close()
+	a.CloseIdleConnections() // no pooled connection to find dead: the next call dials
+	var te *nodes.TunnelError
+	if err := exchange(); !errors.As(err, &te) || te.Code != nodes.TunnelUpstreamUnreachable {
+		t.Fatalf("tunnel to a dead upstream = %v, want upstream_unreachable", err)
+	}
+	if ev := nextEvent(t, sub); ev.Kind != nodes.EventProviderHealth || ev.Provider.ID != "llm" || ev.Provider.Health != nodes.HealthUnhealthy {
+		t.Fatalf("event %+v (%+v), want llm unhealthy", ev, ev.Provider)
+	}
+	if _, _, ok := e.reg.Admission("n1", "llm", "m1"); ok {
+		t.Fatal("a provider whose upstream is gone is still admitted")
+	}
+
+	ln, err := net.Listen("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatalf("the upstream's address cannot be served again: %v", err)
+	}
+	back := &http.Server{Handler: up}
+	go back.Serve(ln)
+	t.Cleanup(func() { back.Close() })
+	if ev := nextEvent(t, sub); ev.Kind != nodes.EventProviderHealth || ev.Provider.ID != "llm" || ev.Provider.Health != nodes.HealthHealthy {
+		t.Fatalf("event %+v (%+v), want llm healthy again", ev, ev.Provider)
+	}
+	if err := exchange(); err != nil {
+		t.Fatalf("after the upstream came back: %v", err)
 	}
 }

@@ -34,6 +34,7 @@ type Provider struct {
 
 	mu        sync.Mutex
 	unhealthy bool
+	checks    int
 	started   chan *execution.RunRequest
 	ended     chan error
 	release   chan struct{}
@@ -108,10 +109,18 @@ func (p *Provider) Runs() int {
 // ErrUnhealthy is what CheckHealth returns after SetHealthy(false).
 var ErrUnhealthy = errors.New("executiontest: provider unhealthy")
 
+// Checks is how many times CheckHealth was called.
+func (p *Provider) Checks() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.checks
+}
+
 // CheckHealth implements execution.HealthChecker.
 func (p *Provider) CheckHealth(context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.checks++
 	if p.unhealthy {
 		return ErrUnhealthy
 	}

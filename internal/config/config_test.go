@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/iop-dev/iop/credentiallease"
 )
@@ -203,14 +204,22 @@ providers:
 	if cfg.Token != "node-token-0123456789abcdef" || len(cfg.Providers) != 3 {
 		t.Fatalf("node config %+v", cfg)
 	}
+	nf, err = ParseNode([]byte(doc+"health_interval: 30s\nunhealthy_interval: 2s\n"), dir)
+	if err == nil {
+		cfg, err = nf.Config()
+	}
+	if err != nil || cfg.HealthInterval != 30*time.Second || cfg.UnhealthyInterval != 2*time.Second {
+		t.Fatalf("health intervals: %v, %v %v", err, cfg.HealthInterval, cfg.UnhealthyInterval)
+	}
 	bad := map[string]string{
-		"no tls nor plaintext": strings.Replace(doc, "plaintext: true\n", "", 1),
-		"cli field on openai":  strings.Replace(doc, `models: [m]}`, `models: [m], argv: [/bin/sh]}`, 1),
-		"unknown adapter":      strings.Replace(doc, "adapter: openai", "adapter: gpt", 1),
-		"relative argv":        strings.Replace(doc, "argv: [/bin/cat]", "argv: [cat]", 1),
-		"api_path on cli":      strings.Replace(doc, "argv: [/bin/cat]", "argv: [/bin/cat], api_path: /v1", 1),
-		"api_path escapes":     strings.Replace(doc, "api_path: /v1beta/openai", "api_path: /v1beta/../admin", 1),
-		"unknown key":          doc + "gpu: true\n",
+		"negative unhealthy_interval": doc + "unhealthy_interval: -1s\n",
+		"no tls nor plaintext":        strings.Replace(doc, "plaintext: true\n", "", 1),
+		"cli field on openai":         strings.Replace(doc, `models: [m]}`, `models: [m], argv: [/bin/sh]}`, 1),
+		"unknown adapter":             strings.Replace(doc, "adapter: openai", "adapter: gpt", 1),
+		"relative argv":               strings.Replace(doc, "argv: [/bin/cat]", "argv: [cat]", 1),
+		"api_path on cli":             strings.Replace(doc, "argv: [/bin/cat]", "argv: [/bin/cat], api_path: /v1", 1),
+		"api_path escapes":            strings.Replace(doc, "api_path: /v1beta/openai", "api_path: /v1beta/../admin", 1),
+		"unknown key":                 doc + "gpu: true\n",
 	}
 	for name, d := range bad {
 		nf, err := ParseNode([]byte(d), dir)

@@ -31,8 +31,12 @@ type NodeFile struct {
 		TrustDomain string `yaml:"trust_domain"`
 		EdgeID      string `yaml:"edge_id"`
 	} `yaml:"edge_identity"`
-	Plaintext      bool          `yaml:"plaintext"`
-	HealthInterval time.Duration `yaml:"health_interval"`
+	Plaintext bool `yaml:"plaintext"`
+	// HealthInterval and UnhealthyInterval are node.Config's: how often
+	// every provider is checked (15s), and one found unhealthy (the lower
+	// of health_interval and 5s).
+	HealthInterval    time.Duration `yaml:"health_interval"`
+	UnhealthyInterval time.Duration `yaml:"unhealthy_interval"`
 	// Leases lets the Node take credential leases from its Edge.
 	Leases *struct {
 		// KeyFile holds the Node's lease encryption key (created, 0600,
@@ -131,7 +135,7 @@ func (f *NodeFile) Check() (node.Config, error) { return f.build(false) }
 // build is Config; open says whether the lease key and replay file are
 // opened (and so may be written).
 func (f *NodeFile) build(open bool) (node.Config, error) {
-	cfg := node.Config{EdgeAddr: f.Edge, NodeID: f.NodeID, HealthInterval: f.HealthInterval}
+	cfg := node.Config{EdgeAddr: f.Edge, NodeID: f.NodeID, HealthInterval: f.HealthInterval, UnhealthyInterval: f.UnhealthyInterval}
 	tok, err := f.Token.read(f.dir)
 	if err != nil {
 		return cfg, fmt.Errorf("token: %w", err)
