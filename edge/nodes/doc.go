@@ -15,7 +15,9 @@
 //     after they disconnect, with Connected false and their providers
 //     unavailable and offline.
 //   - A registration for a node id whose connection still answers a ping is
-//     rejected and the live connection is left alone; if the old
+//     rejected and the live connection is left alone (as DRAINING when
+//     that connection's Node is shutting down, which its replacement
+//     retries within a second, DUPLICATE otherwise); if the old
 //     connection stays silent for ProbeTimeout it is fenced at once, so a
 //     rebooted Node does not wait out the heartbeat.
 //   - Closing a rejected or already fenced connection never produces an
