@@ -3,14 +3,20 @@ package faulttest
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution"
+	oaadapter "github.com/iop-dev/iop/execution/adapters/openai"
 	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/node"
 	"github.com/iop-dev/iop/wire"
 )
 
@@ -358,4 +364,136 @@ func TestAnthropicClientFaults(t *testing.T) {
 		t.Fatalf("%d leases leaked", leaked)
 	}
 	record(t, RowOf("Anthropic client, translated path: failures and a reset", &all, leaked, strings.Join(notes, "; ")))
+}
+
+// TestUpstreamDied: the first of a route's two providers (first free
+// wins, so it takes every request) loses its upstream process: its port
+// refuses connections. The Node checks that provider after its first
+// failed call instead of at its next health round (a minute here, so
+// only that check can find it) and reports it unhealthy; from then on
+// the Edge sends everything to the second provider. When the upstream is
+// back on its address, the recheck of an unhealthy provider (each 500 ms
+// here) restores the first, and it takes the work again.
+func TestUpstreamDied(t *testing.T) {
+	const model = "up-model"
+	upA := upstreamtest.New(upstreamtest.Config{Models: []string{model}})
+	urlA := upA.Start()
+	defer upA.Close()
+	upB := upstreamtest.New(upstreamtest.Config{Models: []string{model}})
+	urlB := upB.Start()
+	defer upB.Close()
+	a, _ := oaadapter.New(oaadapter.Config{ID: "a", BaseURL: urlA, Models: []string{model}})
+	b, _ := oaadapter.New(oaadapter.Config{ID: "b", BaseURL: urlB, Models: []string{model}})
+	spec := func(id string) nodes.ProviderSpec {
+		return nodes.ProviderSpec{ID: id, Adapter: "openai", Category: execution.CategoryLocal, Models: []string{model}, Capacity: 8}
+	}
+	srv, err := edge.New(edge.Config{Epoch: 1,
+		Nodes:   []nodes.Record{{ID: "n1", TokenHash: nodes.HashToken(nodeToken), Providers: []nodes.ProviderSpec{spec("a"), spec("b")}}},
+		APIKeys: []edge.APIKey{{Name: "load", Hash: edge.HashKey(apiKey), Models: []string{"*"}}},
+		Routes:  []edge.Route{{Model: "m", Targets: []edge.Target{{ProviderID: "a", Model: model}, {ProviderID: "b", Model: model}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	nodeLn, _ := net.Listen("tcp", "127.0.0.1:0")
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer srv.Close()
+	wg.Go(func() { srv.Serve(apiLn) })
+	wg.Go(func() { srv.ServeNodes(nodeLn) })
+	rt, err := node.New(node.Config{EdgeAddr: nodeLn.Addr().String(), NodeID: "n1", Token: nodeToken,
+		Providers: []node.Hosted{{Provider: a}, {Provider: b}}, HealthInterval: time.Minute, UnhealthyInterval: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	nodeDone := make(chan struct{})
+	go func() { defer close(nodeDone); rt.Run(ctx) }()
+	defer func() { cancel(); <-nodeDone }()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer client.CloseIdleConnections()
+	reg := srv.Registry()
+	available := func(id string) bool { _, ok := reg.Available("n1", id); return ok }
+	waitUntil(t, "both providers available", func() bool { return available("a") && available("b") })
+
+	var all Tally
+	batch := func(n int, what string) *Tally {
+		var tally Tally
+		var bw sync.WaitGroup
+		for i := range n {
+			bw.Go(func() {
+				rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer rcancel()
+				tally.Add(Chat(rctx, client, "http://"+apiLn.Addr().String(), apiKey, "m", fmt.Sprintf("%s %d", what, i), i%2 == 0, 0))
+			})
+			if (i+1)%8 == 0 {
+				bw.Wait() // eight at a time
+			}
+		}
+		bw.Wait()
+		checkTally(t, what, &tally)
+		all.Merge(&tally)
+		return &tally
+	}
+	served := func(up *upstreamtest.Server) int { // chat calls; health checks list models
+		n := 0
+		for _, q := range up.Requests() {
+			if q.API == "chat" {
+				n++
+			}
+		}
+		return n
+	}
+
+	if tally := batch(16, "before"); tally.ByOutcome[Complete] != 16 || served(upA) != 16 {
+		t.Fatalf("before: %v, a served %d of 16", tally.Statuses, served(upA))
+	}
+
+	upA.Close()
+	a.CloseIdleConnections() // the next call dials, and is refused
+	var down Tally
+	for available("a") {
+		if down.Requests >= 1000 {
+			t.Fatalf("a still admitted after %d requests to its dead upstream: %v", down.Requests, down.Statuses)
+		}
+		rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		down.Add(Chat(rctx, client, "http://"+apiLn.Addr().String(), apiKey, "m", fmt.Sprintf("down %d", down.Requests), false, 0))
+		rcancel()
+	}
+	checkTally(t, "down", &down)
+	all.Merge(&down)
+	if down.ByOutcome[Refused] == 0 {
+		t.Fatalf("a was reported unhealthy before any call failed: %v", down.Statuses)
+	}
+	bBefore := served(upB)
+	if tally := batch(40, "after"); tally.ByOutcome[Complete] != 40 || served(upB)-bBefore != 40 {
+		t.Fatalf("after a was reported: %v, b served %d of 40", tally.Statuses, served(upB)-bBefore)
+	}
+
+	ln, err := net.Listen("tcp", strings.TrimPrefix(urlA, "http://"))
+	if err != nil {
+		t.Fatalf("a's address cannot be served again: %v", err)
+	}
+	back := &http.Server{Handler: upA}
+	wg.Go(func() { back.Serve(ln) })
+	defer back.Close()
+	waitUntil(t, "a available again", func() bool { return available("a") })
+	aBefore := served(upA)
+	if tally := batch(16, "back"); tally.ByOutcome[Complete] != 16 || served(upA)-aBefore != 16 {
+		t.Fatalf("after a came back: %v, a served %d of 16", tally.Statuses, served(upA)-aBefore)
+	}
+
+	leaked := 0
+	waitUntil(t, "leases released", func() bool {
+		n, _ := reg.Node("n1")
+		leaked = srv.PoolStats().Queued
+		for _, p := range n.Providers {
+			leaked += p.InFlight
+		}
+		return leaked == 0
+	})
+	record(t, RowOf("one of two upstreams died, came back", &all, leaked,
+		fmt.Sprintf("a's upstream closed: %d request(s) failed %v before the Node reported a unhealthy (its first failed call checked it); then 40/40 served by b; a's upstream back on its address: a healthy again (rechecked each 500ms) and served 16/16",
+			down.Requests, down.Statuses)))
 }
