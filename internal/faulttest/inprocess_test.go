@@ -418,20 +418,12 @@ func TestUpstreamDied(t *testing.T) {
 	waitUntil(t, "both providers available", func() bool { return available("a") && available("b") })
 
 	var all Tally
-	batch := func(n int, what string) *Tally {
+	loader := &rig{t: t, url: "http://" + apiLn.Addr().String(), client: client}
+	batch := func(n int, what string) *Tally { // eight at a time, streamed and not in turn
 		var tally Tally
-		var bw sync.WaitGroup
-		for i := range n {
-			bw.Go(func() {
-				rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer rcancel()
-				tally.Add(Chat(rctx, client, "http://"+apiLn.Addr().String(), apiKey, "m", fmt.Sprintf("%s %d", what, i), i%2 == 0, 0))
-			})
-			if (i+1)%8 == 0 {
-				bw.Wait() // eight at a time
-			}
+		for k := range n / 8 {
+			tally.Merge(loader.load(8, k%2 == 0, apiKey, prompt(fmt.Sprint(what, k))))
 		}
-		bw.Wait()
 		checkTally(t, what, &tally)
 		all.Merge(&tally)
 		return &tally
@@ -457,9 +449,7 @@ func TestUpstreamDied(t *testing.T) {
 		if down.Requests >= 1000 {
 			t.Fatalf("a still admitted after %d requests to its dead upstream: %v", down.Requests, down.Statuses)
 		}
-		rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
-		down.Add(Chat(rctx, client, "http://"+apiLn.Addr().String(), apiKey, "m", fmt.Sprintf("down %d", down.Requests), false, 0))
-		rcancel()
+		down.Merge(loader.load(1, false, apiKey, prompt(fmt.Sprint("down ", down.Requests))))
 	}
 	checkTally(t, "down", &down)
 	all.Merge(&down)
