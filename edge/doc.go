@@ -85,6 +85,14 @@
 // (its GOAWAY crossed the dispatch) never reached it and is admitted
 // again, at most three times within its queue timeout.
 //
+// A provider that says "not now" cools: one whose upstream answers 429,
+// 503 or 529 (rate limited, overloaded, a model still loading), or whose
+// run fails as rate limited, gets no free slot for its Retry-After in
+// seconds (one second without one, at most a minute). The refused request
+// gets the provider's answer, as always; the requests after it go to the
+// route's other providers, or wait in the queue for this one until its
+// cooldown ends, rather than meet the same refusal.
+//
 // Operators see requests through Prometheus metrics (Config.Metrics, on
 // /metrics; bounded labels), /healthz and /readyz, and, with
 // Config.AccessLog, one log line per request as it ends (request ids,

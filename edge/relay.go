@@ -82,6 +82,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		s.tunnelRefused(ctx, w, req, err)
 		return
 	}
+	s.noteRefusal(req, x, status, hdr)
 	req.providerRID = providerRequestID(hdr)
 	ct := hdr.Get("Content-Type")
 	isSSE := sse.Streamed(ct, false)
@@ -744,6 +745,10 @@ func (s *Server) holdRun(ctx context.Context, w http.ResponseWriter, req *reques
 			case ctx.Err() != nil:
 				// The client left.
 			default:
+				if ev.Failure != nil && ev.Failure.Class == execution.FailureRateLimited {
+					s.cool.start(x.target.ProviderID, defaultCooldown, time.Now())
+					s.log.Info("provider rate limited: cooling", "request_id", req.rid, "provider", x.target.ProviderID, "for", defaultCooldown)
+				}
 				s.runRefused(w, req, ev.Failure)
 			}
 			return nil, false
@@ -778,6 +783,7 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 		s.tunnelRefused(ctx, w, req, err)
 		return
 	}
+	s.noteRefusal(req, x, status, hdr)
 	req.providerRID = providerRequestID(hdr)
 	if status != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(tn, 64<<10))
@@ -877,6 +883,18 @@ func (s *Server) keepAnswerID(req *request, x *exchange, rend llmapi.Renderer, i
 	if req.api == apiResponses {
 		s.rememberResponse(req, x, id)
 	}
+}
+
+// noteRefusal cools the provider of x when its upstream answered "not
+// now": 429 (rate limited), 503 or 529 (overloaded, or a model still
+// loading), for its Retry-After within the cooldown's bounds.
+func (s *Server) noteRefusal(req *request, x *exchange, status int, hdr http.Header) {
+	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable && status != 529 {
+		return
+	}
+	d := cooldownFor(hdr.Get("Retry-After"))
+	s.cool.start(x.target.ProviderID, d, time.Now())
+	s.log.Info("provider refused for now: cooling", "request_id", req.rid, "provider", x.target.ProviderID, "status", status, "for", d)
 }
 
 // maxRetryAfter bounds the delay a provider's Retry-After passes on.

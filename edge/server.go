@@ -55,6 +55,7 @@ type Server struct {
 	reg2      *prometheus.Registry
 	closing   atomic.Bool
 	responses responseIndex
+	cool      cooldown                      // providers that said "not now", out of admission for a while
 	configRev atomic.Uint64                 // configuration loads: 1 at New
 	source    func() (Config, error)        // Config.ConfigSource
 	reloadMu  sync.Mutex                    // one reload (Reload or config.refresh) at a time
@@ -160,6 +161,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
 	s := &Server{log: log, access: log.Named("access"), reg: reg, pool: pool.New(), servers: map[*http.Server]struct{}{}, reg2: cfg.Metrics, maxDecoded: maxDecoded}
+	s.cool.kick = s.pool.Kick
 	s.pool.AgingStep = cfg.AgingStep
 	s.source = cfg.ConfigSource
 	if l := cfg.Leases; l != nil {
@@ -384,6 +386,7 @@ func (s *Server) stop() []*http.Server {
 }
 
 func (s *Server) finish() {
+	s.cool.close()
 	s.pool.Close()
 	s.sub.Close()
 	s.watch.Wait()

@@ -136,18 +136,24 @@ func TestServeTLSWithoutConfig(t *testing.T) {
 // for a listener (-1 when absent).
 func listenerExpiry(t *testing.T, reg *prometheus.Registry, listener string) int64 {
 	t.Helper()
+	return int64(gauge(t, reg, "iop_edge_tls_certificate_expiry_timestamp_seconds", "listener", listener))
+}
+
+// gauge reads the gauge name whose label has value (-1 when absent).
+func gauge(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "iop_edge_tls_certificate_expiry_timestamp_seconds" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "listener" && l.GetValue() == listener {
-					return int64(m.GetGauge().GetValue())
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetGauge().GetValue()
 				}
 			}
 		}

@@ -1,0 +1,124 @@
+package edge_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/iop-dev/iop/edge"
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution"
+	oaadapter "github.com/iop-dev/iop/execution/adapters/openai"
+	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/node"
+)
+
+// chatCalls counts the Chat Completions calls an upstream received.
+func chatCalls(up *upstreamtest.Server, prefix string) int {
+	n := 0
+	for _, q := range up.Requests() {
+		if q.API == "chat" && strings.HasPrefix(q.Prompt, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRateLimitedProviderCools: the first provider of a route answers 429
+// with Retry-After: 30. That request gets the provider's 429 (nothing is
+// replayed), and for the next thirty seconds the provider has no free slot:
+// the requests after it go to the route's other provider, and none reaches
+// the one that said "not now".
+func TestRateLimitedProviderCools(t *testing.T) {
+	spareUp := upstreamtest.New(upstreamtest.Config{Models: []string{"up-model"}})
+	spareURL := spareUp.Start()
+	t.Cleanup(spareUp.Close)
+	spare, err := oaadapter.New(oaadapter.Config{ID: "spare", BaseURL: spareURL, Models: []string{"up-model"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	r := newRig(t, rigOpts{
+		hosted: []node.Hosted{{Provider: spare}},
+		reply: func(q *upstreamtest.Request) upstreamtest.Script {
+			if strings.HasPrefix(q.Prompt, "limited") {
+				return upstreamtest.Script{Status: http.StatusTooManyRequests, RetryAfter: "30"}
+			}
+			return upstreamtest.Echo(q)
+		},
+		mutate: func(cfg *edge.Config) {
+			cfg.Nodes[0].Providers = append(cfg.Nodes[0].Providers, nodes.ProviderSpec{ID: "spare", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"up-model"}, Capacity: 8})
+			cfg.Routes = append(cfg.Routes, edge.Route{Model: "pair", Targets: []edge.Target{{ProviderID: "local", Model: "up-model"}, {ProviderID: "spare", Model: "up-model"}}})
+			cfg.Metrics = reg
+		},
+	})
+	status, hdr, body := r.post(t, apiKey, chatJSON("pair", "limited 0"))
+	if status != http.StatusTooManyRequests || hdr.Get("Retry-After") != "30" {
+		t.Fatalf("the refused request: %d Retry-After %q\n%s", status, hdr.Get("Retry-After"), body)
+	}
+	if local, other := gauge(t, reg, "iop_edge_provider_cooling", "provider", "local"), gauge(t, reg, "iop_edge_provider_cooling", "provider", "spare"); local != 1 || other != 0 {
+		t.Fatalf("iop_edge_provider_cooling: local %v, spare %v; want 1, 0", local, other)
+	}
+	for i := 1; i <= 10; i++ {
+		if status, _, body := r.post(t, apiKey, chatJSON("pair", fmt.Sprint("limited ", i))); status != http.StatusOK {
+			t.Fatalf("request %d while the first provider cools: %d\n%s", i, status, body)
+		}
+	}
+	if got := chatCalls(r.upstream, "limited"); got != 1 {
+		t.Fatalf("the rate-limited upstream got %d calls, want only the first", got)
+	}
+	if got := chatCalls(spareUp, "limited"); got != 10 {
+		t.Fatalf("the other provider served %d of 10", got)
+	}
+	r.settled()
+}
+
+// TestOverloadedProviderCoolsAndQueues: a route's only provider answers
+// 503 with Retry-After: 2 (a model still loading, say). The next request
+// is not sent to it at once, to meet the same refusal: it waits in the
+// queue until the cooldown ends and is then served.
+func TestOverloadedProviderCoolsAndQueues(t *testing.T) {
+	var calls atomic.Int32
+	r := newRig(t, rigOpts{
+		queueTimeout: 20 * time.Second,
+		reply: func(q *upstreamtest.Request) upstreamtest.Script {
+			if calls.Add(1) == 1 {
+				return upstreamtest.Script{Status: http.StatusServiceUnavailable, RetryAfter: "2"}
+			}
+			return upstreamtest.Echo(q)
+		},
+	})
+	if status, hdr, body := r.post(t, apiKey, chatJSON("gpt-local", "loading")); status != http.StatusServiceUnavailable || hdr.Get("Retry-After") != "2" {
+		t.Fatalf("the refused request: %d Retry-After %q\n%s", status, hdr.Get("Retry-After"), body)
+	}
+	done := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", r.url+"/v1/chat/completions", strings.NewReader(chatJSON("gpt-local", "after")))
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	waitUntil(t, "the next request queued while the provider cools", func() bool { return r.srv.PoolStats().Queued == 1 })
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the upstream got %d calls while it cooled", n)
+	}
+	if status := <-done; status != http.StatusOK {
+		t.Fatalf("the queued request: %d", status)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("the upstream got %d calls, want 2", n)
+	}
+	r.settled()
+}
