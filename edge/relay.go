@@ -746,8 +746,7 @@ func (s *Server) holdRun(ctx context.Context, w http.ResponseWriter, req *reques
 				// The client left.
 			default:
 				if ev.Failure != nil && ev.Failure.Class == execution.FailureRateLimited {
-					s.cool.start(x.target.ProviderID, defaultCooldown, time.Now())
-					s.log.Info("provider rate limited: cooling", "request_id", req.rid, "provider", x.target.ProviderID, "for", defaultCooldown)
+					s.coolDown(req, x, http.StatusTooManyRequests, defaultCooldown)
 				}
 				s.runRefused(w, req, ev.Failure)
 			}
@@ -892,7 +891,12 @@ func (s *Server) noteRefusal(req *request, x *exchange, status int, hdr http.Hea
 	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable && status != 529 {
 		return
 	}
-	d := cooldownFor(hdr.Get("Retry-After"))
+	s.coolDown(req, x, status, cooldownFor(hdr.Get("Retry-After")))
+}
+
+// coolDown keeps x's provider out of admission for d: it refused req with
+// status (a run failed as rate limited counts as 429).
+func (s *Server) coolDown(req *request, x *exchange, status int, d time.Duration) {
 	s.cool.start(x.target.ProviderID, d, time.Now())
 	s.log.Info("provider refused for now: cooling", "request_id", req.rid, "provider", x.target.ProviderID, "status", status, "for", d)
 }
