@@ -146,12 +146,11 @@ func (rt *Runtime) Run(ctx context.Context) error {
 			bo.Reset()
 		}
 		rt.setStatus(func(s *Status) { s.State = StateBackoff; s.LastError = err; s.Generation = 0 })
-		var (
-			re    *RegistrationError
-			delay time.Duration
-		)
+		var re *RegistrationError
+		errors.As(err, &re)
+		var delay time.Duration
 		switch {
-		case errors.As(err, &re) && re.Rejection == iopv1.RegisterRejection_REGISTER_REJECTION_DRAINING:
+		case re != nil && re.Rejection == iopv1.RegisterRejection_REGISTER_REJECTION_DRAINING:
 			// This node id's previous connection (most likely the
 			// process this one replaces) is finishing its work: it
 			// ends when that does, and the node's capacity is back only
