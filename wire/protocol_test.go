@@ -677,3 +677,23 @@ func TestFreedSlotIsNotRefused(t *testing.T) {
 		t.Fatalf("%d peer streams counted after all ended, want 0", n)
 	}
 }
+
+// TestGoAwayLeavesBeforeClose: a GOAWAY sent right before a graceful
+// close reaches the peer before the close, also when the writer had not
+// taken it yet: the peer learns which of its streams were never
+// processed (those above the GOAWAY's last), which it may send
+// elsewhere, instead of seeing them end with the session.
+func TestGoAwayLeavesBeforeClose(t *testing.T) {
+	for i := range 50 {
+		client, server := pair(t, nil, nil)
+		server.GoAway("shutting down")
+		server.Close()
+		<-client.Done()
+		select {
+		case <-client.RemoteGoAway():
+		default:
+			t.Fatalf("round %d: the session closed (%v) without the GOAWAY before it", i, client.Err())
+		}
+		wantReason(t, client, ReasonNormal, true)
+	}
+}

@@ -509,7 +509,10 @@ func (s *Session) writeBatch() (more bool, err error) {
 
 // finish is the writer's last act: for a local close it sends the reason,
 // half-closes, and waits (bounded by CloseLinger) for the peer to close its
-// side; then it closes the connection.
+// side; then it closes the connection. A GOAWAY still queued leaves
+// before a graceful close's reason: the peer learns from it which of its
+// streams were never processed (those above its last), which it may send
+// elsewhere, where the close alone would end them as if cut off.
 func (s *Session) finish() {
 	// A caller's inline batch may still be on the wire (closeWith set a
 	// deadline that bounds it); the close frame must not cut into it.
@@ -517,8 +520,14 @@ func (s *Session) finish() {
 	defer s.wsem.Unlock()
 	e := s.closeErr // set before closing was closed
 	if !e.Remote && e.Reason != ReasonTransportError && e.Reason != ReasonWriteTimeout {
-		var scratch [maxControlPayload + headerSize]byte
-		if _, err := s.conn.Write(encodeControl(scratch[:0], 0, ctlClose(e.Reason, e.Detail))); err == nil {
+		var scratch [2 * (maxControlPayload + headerSize)]byte
+		b := scratch[:0]
+		if e.Reason == ReasonNormal {
+			if ga := s.queuedGoAway(); ga != nil {
+				b = encodeControl(b, 0, ga)
+			}
+		}
+		if _, err := s.conn.Write(encodeControl(b, 0, ctlClose(e.Reason, e.Detail))); err == nil {
 			if cw, ok := s.conn.(interface{ CloseWrite() error }); ok {
 				cw.CloseWrite()
 			}
@@ -532,4 +541,16 @@ func (s *Session) finish() {
 		}
 	}
 	s.conn.Close()
+}
+
+// queuedGoAway returns the GOAWAY queued and not yet written, if any.
+func (s *Session) queuedGoAway() *iopv1.Control {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for _, it := range s.ctrlQ {
+		if it.typ == frameControl && it.ctl.GetGoAway() != nil {
+			return it.ctl
+		}
+	}
+	return nil
 }
