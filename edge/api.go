@@ -21,7 +21,6 @@ import (
 	"github.com/iop-dev/iop/internal/httpauth"
 	"github.com/iop-dev/iop/internal/httpmux"
 	"github.com/iop-dev/iop/internal/llmapi"
-	"github.com/iop-dev/iop/wire"
 )
 
 // api is a client API the Edge serves.
@@ -717,10 +716,10 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 		}
 		x, status, err := s.open(ctx, req, lease)
 		if notStarted(err) && attempt < maxAdmissions {
-			// The Node is shutting down: its GOAWAY came between the
-			// lease and the stream, which never ran there, so the
-			// request is admitted again (the registry no longer offers
-			// that Node).
+			// The Node is shutting down or gone: its GOAWAY or its
+			// connection's end came between the lease and the stream,
+			// which never ran there, so the request is admitted again
+			// (the registry no longer offers that connection).
 			continue
 		}
 		return x, status, err
@@ -728,19 +727,20 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 }
 
 // maxAdmissions bounds how often one request is admitted: a lease whose
-// Node refuses the stream before it runs (its GOAWAY) sends the request
-// back to admission, at most this many times in all.
+// Node refuses the stream before it runs (its GOAWAY), or whose
+// connection ended before the request left, sends the request back to
+// admission, at most this many times in all.
 const maxAdmissions = 3
 
 // notStarted reports whether err says that a dispatch never reached its
-// Node: the stream was not opened (the Node's GOAWAY had come) or the
-// Node refused it unopened. Only such a request may be admitted again.
+// Node: the lease's connection or provider was gone when the stream was
+// to open, the stream was not opened or its request not sent (the Node's
+// GOAWAY had come, the connection ended), or the Node refused it
+// unopened (its GOAWAY crossed the stream). Only such a request may be
+// admitted again.
 func notStarted(err error) bool {
-	if err == nil {
-		return false // the common case, without the target errors.As allocates
-	}
-	var te *nodes.TunnelError
-	return errors.Is(err, wire.ErrGoAway) || errors.As(err, &te) && te.Code == nodes.TunnelNotStarted
+	return err != nil && (errors.Is(err, nodes.ErrNotStarted) ||
+		errors.Is(err, nodes.ErrStaleGeneration) || errors.Is(err, nodes.ErrNotReady) || errors.Is(err, nodes.ErrProviderUnavailable))
 }
 
 // open starts the tunnel or the run of an admitted request on its lease's
@@ -823,6 +823,14 @@ func (s *Server) open(ctx context.Context, req *request, lease *pool.Lease) (*ex
 		Input: in, Options: opts, Deadline: deadline, Grant: g,
 	})
 	if err != nil {
+		lease.Release()
+		return nil, http.StatusServiceUnavailable, err
+	}
+	// As a tunnel's head, the run's first event is awaited here (the
+	// relay holds the answer for it anyway): a Node that refused the
+	// stream unopened sends the request back to admission.
+	if err := run.Started(ctx); notStarted(err) {
+		run.Close()
 		lease.Release()
 		return nil, http.StatusServiceUnavailable, err
 	}

@@ -81,9 +81,12 @@
 // daemon on SIGTERM) sends GOAWAY: from then on nothing new is admitted to
 // it (it reports draining, as an operator's drain does) and queued
 // requests go to the route's other providers at once, while the work it
-// has runs to its end. A request whose stream the Node refused unopened
-// (its GOAWAY crossed the dispatch) never reached it and is admitted
-// again, at most three times within its queue timeout.
+// has runs to its end. A request that never reached the Node (its GOAWAY
+// crossed the dispatch, or its connection ended before the request left)
+// is admitted again, at most three times within its queue timeout; so is
+// a run (command-line providers), whose first event the dispatch awaits
+// as it awaits a tunnel's head. Once a Node has the request, it is never
+// sent elsewhere.
 //
 // A provider that says "not now" cools: one whose upstream answers 429,
 // 503 or 529 (rate limited, overloaded, a model still loading), or whose

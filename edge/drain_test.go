@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/execution/adapters/cli"
 	oaadapter "github.com/iop-dev/iop/execution/adapters/openai"
 	"github.com/iop-dev/iop/execution/upstreamtest"
 	"github.com/iop-dev/iop/node"
@@ -31,6 +34,9 @@ type drainRig struct {
 	rt       map[string]*node.Runtime
 	runErr   map[string]*runResult
 	nodeAddr string
+	// cat, when set, is cat(1): each Node hosts it as a command-line
+	// provider instead, which serves normalized runs, not tunnels.
+	cat string
 }
 
 // runResult is what a Node's Run returned, read once by whoever asks
@@ -48,14 +54,37 @@ func (x *runResult) get() error {
 
 func newDrainRig(t *testing.T, reply func(*upstreamtest.Request) upstreamtest.Script, nodeIDs ...string) *drainRig {
 	t.Helper()
-	r := &drainRig{t: t, up: map[string]*upstreamtest.Server{}, rt: map[string]*node.Runtime{}, runErr: map[string]*runResult{}}
+	return newDrainRigOf(t, "", reply, nodeIDs...)
+}
+
+// newRunDrainRig is a drainRig whose Nodes host cat(1) as their
+// command-line provider: every request is a normalized run.
+func newRunDrainRig(t *testing.T, nodeIDs ...string) *drainRig {
+	t.Helper()
+	if runtime.GOOS == "windows" {
+		t.Skip("cli providers need a Unix host")
+	}
+	cat, err := exec.LookPath("cat")
+	if err != nil {
+		t.Skip("no cat")
+	}
+	return newDrainRigOf(t, cat, func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{} }, nodeIDs...)
+}
+
+func newDrainRigOf(t *testing.T, cat string, reply func(*upstreamtest.Request) upstreamtest.Script, nodeIDs ...string) *drainRig {
+	t.Helper()
+	r := &drainRig{t: t, up: map[string]*upstreamtest.Server{}, rt: map[string]*node.Runtime{}, runErr: map[string]*runResult{}, cat: cat}
+	adapter, category := "openai", execution.CategoryLocal
+	if cat != "" {
+		adapter, category = "cli", execution.CategoryCLI
+	}
 	cfg := edge.Config{Epoch: 1, QueueTimeout: 10 * time.Second,
 		APIKeys: []edge.APIKey{{Name: "alice", Hash: edge.HashKey(apiKey), Models: []string{"*"}}}}
 	route := edge.Route{Model: "m"}
 	for i, id := range nodeIDs {
 		p := fmt.Sprintf("p%d", i+1)
 		cfg.Nodes = append(cfg.Nodes, nodes.Record{ID: id, TokenHash: nodes.HashToken(nodeToken), Providers: []nodes.ProviderSpec{
-			{ID: p, Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"up-model"}, Capacity: 8}}})
+			{ID: p, Adapter: adapter, Category: category, Models: []string{"up-model"}, Capacity: 8}}})
 		route.Targets = append(route.Targets, edge.Target{ProviderID: p, Model: "up-model"})
 		up := upstreamtest.New(upstreamtest.Config{Models: []string{"up-model"}, Reply: reply})
 		up.Start()
@@ -73,7 +102,16 @@ func newDrainRig(t *testing.T, reply func(*upstreamtest.Request) upstreamtest.Sc
 // startNode runs the Node id until cleanup (or its Shutdown).
 func (r *drainRig) startNode(id, provider string) {
 	r.t.Helper()
-	p, _ := oaadapter.New(oaadapter.Config{ID: provider, BaseURL: r.up[id].URL(), Models: []string{"up-model"}})
+	var p execution.Provider
+	var err error
+	if r.cat != "" {
+		p, err = cli.New(cli.Config{ID: provider, Argv: []string{r.cat}, Models: []string{"up-model"}})
+	} else {
+		p, err = oaadapter.New(oaadapter.Config{ID: provider, BaseURL: r.up[id].URL(), Models: []string{"up-model"}})
+	}
+	if err != nil {
+		r.t.Fatal(err)
+	}
 	rt, err := node.New(node.Config{EdgeAddr: r.nodeAddr, NodeID: id, Token: nodeToken, Providers: []node.Hosted{{Provider: p}},
 		Backoff: node.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
 	if err != nil {
@@ -140,40 +178,7 @@ func TestNodeShutdownDrains(t *testing.T) {
 	waitUntil(t, "3 streams held at n1's upstream", func() bool { return r.served("n1", true) == 3 })
 
 	// Requests keep coming while n1 shuts down: every one is served.
-	var failed atomic.Int64
-	var failures sync.Map
-	stop := make(chan struct{})
-	var load sync.WaitGroup
-	for range 4 {
-		load.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if s, b, err := r.chat(false); err != nil || s != 200 {
-					failed.Add(1)
-					failures.Store(fmt.Sprintf("%d %v %s", s, err, b), true)
-				}
-			}
-		})
-	}
-	shutdownErr := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		shutdownErr <- r.rt["n1"].Shutdown(ctx)
-	}()
-	waitUntil(t, "n1 draining at the Edge", func() bool { n, _ := r.srv.Registry().Node("n1"); return n.Draining })
-	time.Sleep(50 * time.Millisecond) // more load across the shutdown
-	close(stop)
-	load.Wait()
-	if n := failed.Load(); n > 0 {
-		var list []string
-		failures.Range(func(k, _ any) bool { list = append(list, k.(string)); return true })
-		t.Fatalf("%d requests failed while n1 shut down: %v", n, list)
-	}
+	shutdownErr := r.shutdownUnderLoad("n1")
 	if st := r.rt["n1"].Status().State; st != node.StateDraining {
 		t.Fatalf("n1's state while draining: %s", st)
 	}
@@ -212,6 +217,69 @@ func TestNodeShutdownDrains(t *testing.T) {
 		t.Fatalf("Run after Shutdown: %v", err)
 	}
 	waitUntil(t, "n1 disconnected", func() bool { n, _ := r.srv.Registry().Node("n1"); return !n.Connected })
+}
+
+// shutdownUnderLoad shuts Node id down while four clients send
+// non-streamed requests without pause, and fails the test if any of
+// them is not served. It returns once the Edge saw the Node draining
+// (or gone, if it held no work) and 50 ms more of load went by;
+// Shutdown's result arrives on the channel.
+func (r *drainRig) shutdownUnderLoad(id string) <-chan error {
+	r.t.Helper()
+	var failed atomic.Int64
+	var failures sync.Map
+	stop := make(chan struct{})
+	var load sync.WaitGroup
+	for range 4 {
+		load.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if s, b, err := r.chat(false); err != nil || s != 200 {
+					failed.Add(1)
+					failures.Store(fmt.Sprintf("%d %v %s", s, err, b), true)
+				}
+			}
+		})
+	}
+	shutdownErr := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		shutdownErr <- r.rt[id].Shutdown(ctx)
+	}()
+	waitUntil(r.t, id+" draining or gone at the Edge", func() bool { n, _ := r.srv.Registry().Node(id); return n.Draining || !n.Connected })
+	time.Sleep(50 * time.Millisecond) // more load across the shutdown
+	close(stop)
+	load.Wait()
+	if n := failed.Load(); n > 0 {
+		var list []string
+		failures.Range(func(k, _ any) bool { list = append(list, k.(string)); return true })
+		r.t.Fatalf("%d requests failed while %s shut down: %v", n, id, list)
+	}
+	return shutdownErr
+}
+
+// TestNodeShutdownDrainsRuns: as TestNodeShutdownDrains for normalized
+// runs (command-line providers): no request racing a Node's shutdown
+// fails, also not one whose run's stream the Node's GOAWAY crossed
+// (which is admitted again, as a tunnel's is), and the Node goes.
+func TestNodeShutdownDrainsRuns(t *testing.T) {
+	r := newRunDrainRig(t, "n1", "n2")
+	if err := <-r.shutdownUnderLoad("n1"); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := r.runErr["n1"].get(); !errors.Is(err, node.ErrShutdown) {
+		t.Fatalf("Run after Shutdown: %v", err)
+	}
+	for range 3 {
+		if s, b, err := r.chat(false); err != nil || s != 200 || !strings.Contains(b, "hi") {
+			t.Fatalf("after n1 went: %d %v %s", s, err, b)
+		}
+	}
 }
 
 // TestNodeShutdownGraceEnds: work still running when the grace ends is

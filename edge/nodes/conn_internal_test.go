@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -82,5 +83,34 @@ func TestReadyResponseBeforePush(t *testing.T) {
 	}
 	if up := read().GetConfigUpdate(); up == nil || up.GetConfig().GetProviders()[0].GetCapacity() != 2 {
 		t.Fatalf("the push after the ready response: %v", up)
+	}
+}
+
+// TestDispatchErr: a failure to open a dispatch's stream or write its
+// request matches ErrNotStarted when it comes of the Node's GOAWAY or
+// refusal or of the connection's end (the request never left), and not
+// when it is the caller's own (ctx, a message too large) or a reset for
+// another reason; the cause stays matchable.
+func TestDispatchErr(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{wire.ErrGoAway, true},
+		{&wire.StreamError{Code: wire.ResetRefused, Remote: true}, true},
+		{&wire.CloseError{Reason: wire.ReasonNormal, Remote: true}, true},
+		{&wire.CloseError{Reason: wire.ReasonTransportError}, true},
+		{context.Canceled, false},
+		{wire.ErrMessageTooLarge, false},
+		{&wire.StreamError{Code: wire.ResetRefused}, false}, // this side's own reset
+		{&wire.StreamError{Code: wire.ResetCancel, Remote: true}, false},
+	} {
+		err := dispatchErr("start run", c.err)
+		if got := errors.Is(err, ErrNotStarted); got != c.want {
+			t.Errorf("%v: matches ErrNotStarted %v, want %v", c.err, got, c.want)
+		}
+		if !errors.Is(err, c.err) {
+			t.Errorf("%v: the cause is lost: %v", c.err, err)
+		}
 	}
 }

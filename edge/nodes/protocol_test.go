@@ -3,6 +3,7 @@ package nodes_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/internal/nodewire"
 	"github.com/iop-dev/iop/wire"
 	"github.com/iop-dev/iop/wire/iopv1"
@@ -342,6 +344,106 @@ func TestShutdownDrains(t *testing.T) {
 		}
 		cancel()
 		endedBy(t, sess, wire.ReasonNormal)
+	}
+}
+
+// TestRefusedUnopenedIsNotStarted: a run or tunnel whose stream the Node
+// refused before it ran (its GOAWAY crossed the stream) fails with an
+// error matching ErrNotStarted at whichever step meets the refusal (the
+// open, the request's write, the run's first event, the tunnel's head),
+// and its claim on the provider is given back. A stream the Node took, or
+// reset for another reason, is not ErrNotStarted.
+func TestRefusedUnopenedIsNotStarted(t *testing.T) {
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 4)))})
+	sess, gen := readyRaw(t, e, "n1")
+	startRun := func(id string) (*nodes.Run, *wire.Stream) {
+		t.Helper()
+		run, err := e.reg.StartRun(ctx(t), "n1", gen, &execution.RunRequest{RunID: id, ProviderID: "p1", Target: "m1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := sess.AcceptStream(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env, err := rs.ReadMessage(ctx(t)); err != nil || env.GetRunRequest() == nil {
+			t.Fatalf("run request %v %v", env, err)
+		}
+		return run, rs
+	}
+	inFlight := func() int {
+		n, _ := e.reg.Node("n1")
+		return n.Providers[0].InFlight
+	}
+
+	// Refused: Started says so, and Next has the transport failure.
+	run, rs := startRun("refused")
+	rs.Reset(wire.ResetRefused)
+	if err := run.Started(ctx(t)); !errors.Is(err, nodes.ErrNotStarted) {
+		t.Fatalf("Started on a refused run = %v, want ErrNotStarted", err)
+	}
+	if ev, err := run.Next(ctx(t)); err != nil || ev.Kind != execution.EventFailed || ev.Failure.Class != execution.FailureTransport {
+		t.Fatalf("refused run's event %+v %v, want its transport failure", ev, err)
+	}
+	run.Close()
+
+	// Taken: Started returns, and Next returns the event it read.
+	run, rs = startRun("taken")
+	rs.WriteMessage(nodewire.Msg(&iopv1.RunEvent{RunId: "taken", Event: &iopv1.RunEvent_Started{Started: &iopv1.RunStarted{Model: "m1"}}}))
+	if err := run.Started(ctx(t)); err != nil {
+		t.Fatalf("Started on a run the Node took = %v", err)
+	}
+	if err := run.Started(ctx(t)); err != nil {
+		t.Fatalf("Started again = %v", err)
+	}
+	if ev, err := run.Next(ctx(t)); err != nil || ev.Kind != execution.EventStarted || ev.Model != "m1" {
+		t.Fatalf("first event after Started %+v %v", ev, err)
+	}
+	run.Close()
+
+	// Reset for another reason: not a refusal.
+	run, rs = startRun("cancelled")
+	rs.Reset(wire.ResetCancel)
+	if err := run.Started(ctx(t)); err != nil {
+		t.Fatalf("Started on a run reset as cancelled = %v, want nil (Next has the failure)", err)
+	}
+	if ev, _ := run.Next(ctx(t)); ev.Kind != execution.EventFailed {
+		t.Fatalf("cancelled run's event %+v", ev)
+	}
+	run.Close()
+
+	// A tunnel's head.
+	tn, ts := rawTunnel(t, e, sess, "n1", gen)
+	ts.Reset(wire.ResetRefused)
+	var te *nodes.TunnelError
+	if _, _, err := tn.Response(ctx(t)); !errors.Is(err, nodes.ErrNotStarted) || !errors.As(err, &te) || te.Code != nodes.TunnelNotStarted {
+		t.Fatalf("refused tunnel's head: %v, want ErrNotStarted as TunnelNotStarted", err)
+	}
+	tn.Close()
+
+	// After the Node's GOAWAY, every dispatch is refused, at the open,
+	// the write or the first read, whichever the GOAWAY crosses.
+	sess.GoAway("shutting down")
+	for i := range 20 {
+		run, err := e.reg.StartRun(ctx(t), "n1", gen, &execution.RunRequest{RunID: fmt.Sprint("late-", i), ProviderID: "p1", Target: "m1"})
+		if err == nil {
+			err = run.Started(ctx(t))
+			run.Close()
+		}
+		if !errors.Is(err, nodes.ErrNotStarted) {
+			t.Fatalf("run %d after GOAWAY: %v, want ErrNotStarted", i, err)
+		}
+		tn, err := e.reg.OpenTunnel(ctx(t), "n1", gen, &nodes.TunnelRequest{ProviderID: "p1", Method: "POST", Path: "/v1/chat/completions"})
+		if err == nil {
+			_, _, err = tn.Response(ctx(t))
+			tn.Close()
+		}
+		if !errors.Is(err, nodes.ErrNotStarted) {
+			t.Fatalf("tunnel %d after GOAWAY: %v, want ErrNotStarted", i, err)
+		}
+	}
+	if n := inFlight(); n != 0 {
+		t.Fatalf("in flight after every dispatch ended: %d", n)
 	}
 }
 

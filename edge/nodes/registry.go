@@ -78,7 +78,30 @@ var (
 	ErrUnknownProvider = errors.New("nodes: unknown provider")
 	// ErrClosed is returned by Serve after Close or Shutdown.
 	ErrClosed = errors.New("nodes: registry closed")
+	// ErrNotStarted: a run or tunnel never reached its Node, or the
+	// Node refused it before it ran: the Node is shutting down and its
+	// GOAWAY crossed the stream (or it was at its stream limit), or the
+	// connection ended before the request left. Nothing reached the
+	// provider, so the work may be sent elsewhere. StartRun, Run.Started,
+	// OpenTunnel and Tunnel.Response return it (a Tunnel's as a
+	// *TunnelError with TunnelNotStarted, which matches it with
+	// errors.Is).
+	ErrNotStarted = errors.New("nodes: the work never reached the node")
 )
+
+// dispatchErr wraps a failure to open a dispatch's stream or to write its
+// request. Either means the request never reached the Node (OpenStream
+// sends nothing; a message the stream did not take was not sent, and a
+// part of one is never decoded), so one that comes of the Node's GOAWAY
+// or refusal, or of the connection's end, also matches ErrNotStarted; a
+// local error (ctx, a message too large) does not.
+func dispatchErr(op string, err error) error {
+	var ce *wire.CloseError
+	if errors.Is(err, wire.ErrGoAway) || wire.IsRefused(err) || errors.As(err, &ce) {
+		return fmt.Errorf("nodes: %s: %w: %w", op, ErrNotStarted, err)
+	}
+	return fmt.Errorf("nodes: %s: %w", op, err)
+}
 
 // Registry is the Edge's registry of Nodes: it accepts Node sessions,
 // authenticates and registers them with a connection generation, tracks

@@ -38,6 +38,9 @@ type Run struct {
 	mu      sync.Mutex
 	ended   bool
 	started bool
+	// first is the event Started read, which Next returns next.
+	first    execution.Event
+	hasFirst bool
 }
 
 // StartRun dispatches req to the node's connection of generation gen. It
@@ -55,13 +58,13 @@ func (r *Registry) StartRun(ctx context.Context, nodeID string, gen uint64, req 
 	st, err := c.sess.OpenStream(ctx)
 	if err != nil {
 		run.release()
-		return nil, fmt.Errorf("nodes: start run: %w", err)
+		return nil, dispatchErr("start run", err)
 	}
 	run.st = st
 	if err := st.WriteMessage(nodewire.Msg(nodewire.RunRequest(req, gen, revision))); err != nil {
 		st.Reset(wire.ResetCancel)
 		run.release()
-		return nil, fmt.Errorf("nodes: start run: %w", err)
+		return nil, dispatchErr("start run", err)
 	}
 	return run, nil
 }
@@ -115,23 +118,63 @@ func (run *Run) release() {
 func (run *Run) Next(ctx context.Context) (execution.Event, error) {
 	run.mu.Lock()
 	defer run.mu.Unlock()
+	if run.hasFirst {
+		ev := run.first
+		run.first, run.hasFirst = execution.Event{}, false
+		return ev, nil
+	}
+	ev, _, err := run.nextLocked(ctx)
+	return ev, err
+}
+
+// Started waits until the Node has taken the run: its first event came
+// (EventStarted, or the run's failure), which Next returns next. It
+// returns an error matching ErrNotStarted when the Node refused the
+// run's stream before it ran (its GOAWAY crossed the stream): nothing
+// reached the provider, so the work may go elsewhere, and the run has
+// ended (Next returns its transport failure). If ctx ends first it
+// returns ctx's error and the run goes on.
+func (run *Run) Started(ctx context.Context) error {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if run.started || run.ended || run.hasFirst {
+		return nil
+	}
+	ev, refused, err := run.nextLocked(ctx)
+	if err != nil {
+		return err
+	}
+	run.first, run.hasFirst = ev, true
+	if refused != nil {
+		return dispatchErr("start run", refused)
+	}
+	return nil
+}
+
+// nextLocked reads the run's next event. refused is the stream's error
+// when the Node refused it unopened (the event is then the run's
+// transport failure).
+func (run *Run) nextLocked(ctx context.Context) (ev execution.Event, refused, err error) {
 	if run.ended {
-		return execution.Event{}, io.EOF
+		return execution.Event{}, nil, io.EOF
 	}
 	env, err := run.st.ReadMessage(ctx)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return execution.Event{}, err
+			return execution.Event{}, nil, err
 		}
 		if run.closed.Load() {
-			return run.endLocked(errAbandoned()), nil
+			return run.endLocked(errAbandoned()), nil, nil
 		}
-		return run.endLocked(transportFailure(err)), nil
+		if wire.IsRefused(err) {
+			refused = err
+		}
+		return run.endLocked(transportFailure(err)), refused, nil
 	}
 	m := env.GetRunEvent()
 	if m == nil || m.GetRunId() != run.ID {
 		run.st.Reset(wire.ResetProtocolError)
-		return run.endLocked(execution.Failf(execution.FailureInternal, "node sent a malformed run event")), nil
+		return run.endLocked(execution.Failf(execution.FailureInternal, "node sent a malformed run event")), nil, nil
 	}
 	ev, ok := nodewire.EventFrom(m)
 	switch {
@@ -139,7 +182,7 @@ func (run *Run) Next(ctx context.Context) (execution.Event, error) {
 		ev.Kind == execution.EventStarted && run.started,
 		!run.started && ev.Kind != execution.EventStarted && !ev.Kind.Terminal():
 		run.st.Reset(wire.ResetProtocolError)
-		return run.endLocked(execution.Failf(execution.FailureInternal, "node sent an out-of-order run event")), nil
+		return run.endLocked(execution.Failf(execution.FailureInternal, "node sent an out-of-order run event")), nil, nil
 	}
 	if ev.Kind == execution.EventStarted {
 		run.started = true
@@ -149,7 +192,7 @@ func (run *Run) Next(ctx context.Context) (execution.Event, error) {
 		run.st.CloseWrite()
 		run.release()
 	}
-	return ev, nil
+	return ev, nil, nil
 }
 
 func transportFailure(err error) *execution.Failure {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -106,6 +105,11 @@ func (e *TunnelError) Error() string {
 	return "nodes: tunnel: " + e.Code.String() + ": " + e.Message
 }
 
+// Is reports a TunnelNotStarted error as ErrNotStarted.
+func (e *TunnelError) Is(target error) bool {
+	return target == ErrNotStarted && e.Code == TunnelNotStarted
+}
+
 func tunnelCodeFrom(c iopv1.TunnelError) TunnelCode {
 	switch c {
 	case iopv1.TunnelError_TUNNEL_ERROR_REFUSED:
@@ -160,7 +164,7 @@ func (r *Registry) OpenTunnel(ctx context.Context, nodeID string, gen uint64, re
 	st, err := c.sess.OpenStream(ctx)
 	if err != nil {
 		t.claim.release()
-		return nil, fmt.Errorf("nodes: open tunnel: %w", err)
+		return nil, dispatchErr("open tunnel", err)
 	}
 	t.st = st
 	m := &iopv1.ProviderTunnelRequest{Generation: gen, ProviderId: req.ProviderID, Method: req.Method, Path: req.Path,
@@ -177,7 +181,7 @@ func (r *Registry) OpenTunnel(ctx context.Context, nodeID string, gen uint64, re
 		if err := st.WriteMessage(nodewire.Msg(m)); err != nil {
 			st.Reset(wire.ResetCancel)
 			t.claim.release()
-			return nil, fmt.Errorf("nodes: open tunnel: %w", err)
+			return nil, dispatchErr("open tunnel", err)
 		}
 		st.CloseWrite()
 		return t, nil
@@ -185,7 +189,7 @@ func (r *Registry) OpenTunnel(ctx context.Context, nodeID string, gen uint64, re
 	if err := st.WriteMessage(nodewire.Msg(m)); err != nil {
 		st.Reset(wire.ResetCancel)
 		t.claim.release()
-		return nil, fmt.Errorf("nodes: open tunnel: %w", err)
+		return nil, dispatchErr("open tunnel", err)
 	}
 	go func() {
 		// Owned by the tunnel: it ends with the body or with the stream.
