@@ -45,8 +45,15 @@ func unixMs(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
+// maxUnixMs is the last millisecond of year 9999, the latest time RFC
+// 3339, and so the operator's JSON, can carry.
+const maxUnixMs = 253402300799999
+
+// fromUnixMs reads a time an Edge sent: nil when it is absent (0), or
+// one no JSON text carries, which would make the whole status refuse to
+// encode.
 func fromUnixMs(ms int64) *time.Time {
-	if ms <= 0 {
+	if ms <= 0 || ms > maxUnixMs {
 		return nil
 	}
 	t := time.UnixMilli(ms).UTC()

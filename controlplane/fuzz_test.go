@@ -2,12 +2,15 @@ package controlplane
 
 import (
 	"bytes"
+	"encoding/json"
+	"math"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/wire/iopv1"
 )
 
 // FuzzReadSnapshots feeds the status stream decoder the bytes an Edge (or
@@ -23,10 +26,18 @@ func FuzzReadSnapshots(f *testing.F) {
 	f.Add(good, uint16(2))
 	f.Add(good, uint16(3))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f}, uint16(1))
+	// Times no RFC 3339 text can carry (JSON would refuse the whole
+	// status): read as absent.
+	far, _ := proto.Marshal(&iopv1.EdgeNodeSnapshot{NodeId: "n", ConnectedUnixMs: math.MaxInt64, CertificateExpiryUnixMs: 253402300800000})
+	f.Add(append(protowire.AppendVarint(nil, uint64(len(far))), far...), uint16(1))
 	f.Fuzz(func(t *testing.T, data []byte, n uint16) {
 		nodes, err := readSnapshots(bytes.NewReader(data), int(n))
 		if err == nil && len(nodes) != int(n) {
 			t.Fatalf("%d nodes for %d announced", len(nodes), n)
+		}
+		// What was read is what the operator's API serves: it encodes.
+		if _, err := json.Marshal(nodes); err != nil {
+			t.Fatalf("the Nodes read do not encode as JSON: %v", err)
 		}
 	})
 }
