@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/iop-dev/iop/controlplane"
+	"github.com/iop-dev/iop/execution/upstreamtest"
 )
 
 // TestStatusPageInBrowser loads the status page in a real headless
@@ -33,8 +36,12 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Skip("no chromium on PATH (set IOP_REQUIRE_BROWSER=1 to fail instead)")
 	}
 	h := startHub(t, "", nil)
-	// Over mutual TLS, with the Node's certificate two days from its end.
-	e1 := startEdge(t, "e1", h.addr, nil, withNodeCertificate(48*time.Hour))
+	// Over mutual TLS, with the Node's certificate two days from its end;
+	// its upstream refuses every call as rate limited for a minute.
+	limited := func(*upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{Status: http.StatusTooManyRequests, RetryAfter: "60"}
+	}
+	e1 := startEdge(t, "e1", h.addr, limited, withNodeCertificate(48*time.Hour))
 	e1.startNode()
 	waitFor(t, "n-e1 online at the hub", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return n.Connected })
 
@@ -48,6 +55,21 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if u := b.url(); strings.Contains(u, "token") {
 		t.Fatalf("the sign-in token stayed in the address bar: %q", u)
 	}
+	// The provider cools after its 429: the operator's API says until
+	// when, and the page names it.
+	before := time.Now()
+	if code := chat(t, e1.url); code != http.StatusTooManyRequests {
+		t.Fatalf("a chat to the rate-limited upstream: %d", code)
+	}
+	a := do(t, http.DefaultClient, h.url, apiCall{method: "GET", path: "/api/edges/e1?refresh=1", header: bearer(operatorToken)})
+	var view struct{ Nodes []controlplane.NodeView }
+	if err := json.Unmarshal([]byte(a.body), &view); err != nil || len(view.Nodes) != 1 || len(view.Nodes[0].Providers) != 1 {
+		t.Fatalf("the Edge's view: %d %v\n%s", a.status, err, a.body)
+	}
+	if until := view.Nodes[0].Providers[0].CoolingUntil; until == nil || until.Before(before.Add(59*time.Second)) || until.After(time.Now().Add(61*time.Second)) {
+		t.Fatalf("p-e1 cooling until %v, want a minute from now\n%s", until, a.body)
+	}
+	waitTitle(t, b, "p-e1 cooling in the page", "e1/n-e1:online (certificate expiring) (cooling p-e1)")
 	e1.stopNodeRuntime()
 	waitTitle(t, b, "n-e1 offline in the page", "e1/n-e1:offline")
 }

@@ -97,6 +97,7 @@ func providerToWire(p nodes.ProviderSnapshot) *iopv1.ProviderSnapshot {
 		LongContextInFlight: u32(p.LongContextInFlight),
 		Queued:              u32(p.Queued),
 		Models:              p.Models,
+		CoolingUntilUnixMs:  unixMs(p.CoolingUntil),
 	}
 }
 
@@ -180,6 +181,9 @@ type ProviderView struct {
 	InFlight            int      `json:"in_flight"`
 	LongContextInFlight int      `json:"long_context_in_flight"`
 	Queued              int      `json:"queued"`
+	// CoolingUntil is when a provider that answered "not now" (429, 503,
+	// 529) gets admission's slots again (absent when it does not cool).
+	CoolingUntil *time.Time `json:"cooling_until,omitempty"`
 }
 
 func nodeFromWire(m *iopv1.EdgeNodeSnapshot) NodeView {
@@ -222,6 +226,7 @@ func providerFromWire(p *iopv1.ProviderSnapshot) ProviderView {
 		InFlight:            int(p.GetInFlight()),
 		LongContextInFlight: int(p.GetLongContextInFlight()),
 		Queued:              int(p.GetQueued()),
+		CoolingUntil:        fromUnixMs(p.GetCoolingUntilUnixMs()),
 	}
 }
 

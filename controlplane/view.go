@@ -259,6 +259,7 @@ func applyToView(v *EdgeView, ev *iopv1.EdgeNodeEvent) {
 			p := &n.Providers[j]
 			p.Status, p.Health = "unavailable", "offline"
 			p.Capacity, p.LongContextCapacity, p.InFlight, p.LongContextInFlight, p.Queued = 0, 0, 0, 0, 0
+			p.CoolingUntil = nil
 		}
 	case iopv1.EdgeNodeEventKind_EDGE_NODE_EVENT_KIND_PROVIDER_CHANGED:
 		if ev.GetProvider() == nil {
@@ -266,6 +267,9 @@ func applyToView(v *EdgeView, ev *iopv1.EdgeNodeEvent) {
 		}
 		pv := providerFromWire(ev.GetProvider())
 		if j := slices.IndexFunc(n.Providers, func(p ProviderView) bool { return p.ID == pv.ID }); j >= 0 {
+			// A registry event does not carry admission's cooldown: the
+			// last status's stands until the next.
+			pv.CoolingUntil = cmp.Or(pv.CoolingUntil, n.Providers[j].CoolingUntil)
 			n.Providers[j] = pv
 		}
 	case iopv1.EdgeNodeEventKind_EDGE_NODE_EVENT_KIND_CONFIG_APPLIED:

@@ -297,9 +297,10 @@ func (s *Server) nodeInFlight(nodeID string) int {
 }
 
 // addPressure fills the admission figures into registry snapshots: online
-// providers report the lease in-flight and queue pressure; providers on a
-// node that is not connected keep zeros.
+// providers report the lease in-flight and queue pressure and their
+// cooldown; providers on a node that is not connected keep zeros.
 func (s *Server) addPressure(snaps []nodes.NodeSnapshot) {
+	now := time.Now()
 	for i := range snaps {
 		n := &snaps[i]
 		for j := range n.Providers {
@@ -310,6 +311,7 @@ func (s *Server) addPressure(snaps []nodes.NodeSnapshot) {
 			}
 			load := s.pool.Load(pool.Key{NodeID: n.ID, ProviderID: p.ID}, n.Generation)
 			p.InFlight, p.LongContextInFlight, p.Queued = load.InFlight, load.LongContextInFlight, load.Queued
+			p.CoolingUntil = s.cool.endAt(p.ID, now)
 		}
 	}
 }

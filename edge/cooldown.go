@@ -78,12 +78,23 @@ func (c *cooldown) cooling(id string) bool {
 	return c.coolingAt(id, time.Now())
 }
 
-// coolingAt reports whether provider id cools at now.
-func (c *cooldown) coolingAt(id string, now time.Time) bool {
+// endAt returns when provider id's cooldown ends, or the zero time when
+// it does not cool at now.
+func (c *cooldown) endAt(id string, now time.Time) time.Time {
+	if c.n.Load() == 0 {
+		return time.Time{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	end, ok := c.until[id]
-	return ok && now.Before(end)
+	if end, ok := c.until[id]; ok && now.Before(end) {
+		return end
+	}
+	return time.Time{}
+}
+
+// coolingAt reports whether provider id cools at now.
+func (c *cooldown) coolingAt(id string, now time.Time) bool {
+	return !c.endAt(id, now).IsZero()
 }
 
 // scheduleLocked sets the timer to the earliest end after now.

@@ -58,12 +58,24 @@ func TestRateLimitedProviderCools(t *testing.T) {
 			cfg.Metrics = reg
 		},
 	})
+	before := time.Now()
 	status, hdr, body := r.post(t, apiKey, chatJSON("pair", "limited 0"))
+	after := time.Now()
 	if status != http.StatusTooManyRequests || hdr.Get("Retry-After") != "30" {
 		t.Fatalf("the refused request: %d Retry-After %q\n%s", status, hdr.Get("Retry-After"), body)
 	}
 	if local, other := gauge(t, reg, "iop_edge_provider_cooling", "provider", "local"), gauge(t, reg, "iop_edge_provider_cooling", "provider", "spare"); local != 1 || other != 0 {
 		t.Fatalf("iop_edge_provider_cooling: local %v, spare %v; want 1, 0", local, other)
+	}
+	// The operator's view (what the Edge reports to the Hub) says until
+	// when.
+	for _, p := range r.srv.Status().Nodes[0].Providers {
+		switch until := p.CoolingUntil; {
+		case p.ID == "local" && (until.Before(before.Add(30*time.Second)) || until.After(after.Add(30*time.Second))):
+			t.Errorf("local cools until %v, want 30 s after the refusal (%v..%v)", until, before, after)
+		case p.ID != "local" && !until.IsZero():
+			t.Errorf("%s cools until %v, want not at all", p.ID, until)
+		}
 	}
 	for i := 1; i <= 10; i++ {
 		if status, _, body := r.post(t, apiKey, chatJSON("pair", fmt.Sprint("limited ", i))); status != http.StatusOK {

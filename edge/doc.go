@@ -94,7 +94,10 @@
 // seconds (one second without one, at most a minute). The refused request
 // gets the provider's answer, as always; the requests after it go to the
 // route's other providers, or wait in the queue for this one until its
-// cooldown ends, rather than meet the same refusal.
+// cooldown ends, rather than meet the same refusal. Server.Nodes and the
+// status the Edge reports to its Hub carry each provider's
+// ProviderSnapshot.CoolingUntil; the iop_edge_provider_cooling gauge
+// says which cool.
 //
 // Operators see requests through Prometheus metrics (Config.Metrics, on
 // /metrics; bounded labels), /healthz and /readyz, and, with

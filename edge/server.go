@@ -393,7 +393,7 @@ func (s *Server) finish() {
 }
 
 // Nodes returns every configured Node with its providers, the pressure
-// figures (in flight, queued) coming from admission.
+// figures (in flight, queued) and cooldowns coming from admission.
 func (s *Server) Nodes() []nodes.NodeSnapshot {
 	snaps := s.reg.Snapshot()
 	s.addPressure(snaps)

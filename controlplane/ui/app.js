@@ -109,7 +109,11 @@ async function render() {
       // renewed it yet (a Node presents a renewed one when it reconnects).
       const certEnding = node.certificate_expiry && Date.parse(node.certificate_expiry) - Date.now() < certWarning;
       if (node.connected) online++;
-      states.push(`${edge.id}/${node.id}:${state}` + (certEnding ? " (certificate expiring)" : ""));
+      // Providers that answered "not now" (429, 503, 529) and get no
+      // slot until their cooldown ends.
+      const cooling = node.providers.filter((p) => p.cooling_until && Date.parse(p.cooling_until) > Date.now()).map((p) => p.id);
+      states.push(`${edge.id}/${node.id}:${state}` + (certEnding ? " (certificate expiring)" : "") +
+        (cooling.length ? ` (cooling ${cooling.join(",")})` : ""));
       const provs = node.providers.length ? node.providers : [null];
       provs.forEach((p, i) => {
         const tr = el("tr", i === 0 ? { "data-node": `${edge.id}/${node.id}`, "data-state": state } : {});
@@ -120,8 +124,15 @@ async function render() {
         }
         tr.append(el("td", {}, i === 0 ? node.id : ""), stateCell);
         if (p) {
+          // A provider that answered "not now" (429, 503, 529) gets no
+          // slot until its cooldown ends.
+          const statusCell = el("td", {}, p.status);
+          if (p.cooling_until && Date.parse(p.cooling_until) > Date.now()) {
+            statusCell.append(el("div", { class: "muted", "data-cooling-until": p.cooling_until },
+              "cooling until " + new Date(p.cooling_until).toLocaleTimeString()));
+          }
           tr.append(el("td", {}, p.id), el("td", {}, p.adapter), el("td", {}, p.category),
-            el("td", {}, p.status), el("td", {}, p.health), el("td", {}, p.capacity),
+            statusCell, el("td", {}, p.health), el("td", {}, p.capacity),
             el("td", {}, p.in_flight), el("td", {}, `${p.long_context_in_flight}/${p.long_context_capacity}`), el("td", {}, p.queued));
         }
         table.append(tr);

@@ -79,6 +79,11 @@ type ProviderSnapshot struct {
 	InFlight            int
 	LongContextInFlight int
 	Queued              int
+	// CoolingUntil is when a provider that answered "not now" (429, 503,
+	// 529) gets admission's slots again; zero when it does not cool. The
+	// registry leaves it zero: the Edge's admission fills it, as it does
+	// the pressure figures (edge.Server.Nodes).
+	CoolingUntil time.Time
 }
 
 func (p ProviderSnapshot) clone() ProviderSnapshot {

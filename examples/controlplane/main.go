@@ -427,7 +427,11 @@ func (c *client) edge(ctx context.Context, id string, refresh bool) error {
 			if i > 0 {
 				name, st = "", ""
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%d/%d\t%d\n", name, st, p.ID, p.Adapter, p.Status, p.Health,
+			status := p.Status
+			if p.CoolingUntil != nil && p.CoolingUntil.After(time.Now()) {
+				status += " (cooling until " + p.CoolingUntil.Local().Format(time.TimeOnly) + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%d/%d\t%d\n", name, st, p.ID, p.Adapter, status, p.Health,
 				p.InFlight, p.Capacity, p.LongContextInFlight, p.LongContextCapacity, p.Queued)
 		}
 	}

@@ -1243,8 +1243,12 @@ type ProviderSnapshot struct {
 	LongContextInFlight uint32                 `protobuf:"varint,9,opt,name=long_context_in_flight,json=longContextInFlight,proto3" json:"long_context_in_flight,omitempty"`
 	Queued              uint32                 `protobuf:"varint,10,opt,name=queued,proto3" json:"queued,omitempty"`
 	Models              []string               `protobuf:"bytes,11,rep,name=models,proto3" json:"models,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// cooling_until_unix_ms is the Edge's, for the Hub: until when the
+	// provider cools after answering 429, 503 or 529 (admission gives it no
+	// slot meanwhile); 0 when it does not. The Edge ignores a Node's.
+	CoolingUntilUnixMs int64 `protobuf:"varint,12,opt,name=cooling_until_unix_ms,json=coolingUntilUnixMs,proto3" json:"cooling_until_unix_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ProviderSnapshot) Reset() {
@@ -1352,6 +1356,13 @@ func (x *ProviderSnapshot) GetModels() []string {
 		return x.Models
 	}
 	return nil
+}
+
+func (x *ProviderSnapshot) GetCoolingUntilUnixMs() int64 {
+	if x != nil {
+		return x.CoolingUntilUnixMs
+	}
+	return 0
 }
 
 // RunRequest starts one normalized run on the Node.
@@ -2702,7 +2713,7 @@ const file_iop_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x126\n" +
-	"\tproviders\x18\x02 \x03(\v2\x18.iop.v1.ProviderSnapshotR\tproviders\"\xb5\x03\n" +
+	"\tproviders\x18\x02 \x03(\v2\x18.iop.v1.ProviderSnapshotR\tproviders\"\xe8\x03\n" +
 	"\x10ProviderSnapshot\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x18\n" +
@@ -2716,7 +2727,8 @@ const file_iop_v1_node_proto_rawDesc = "" +
 	"\x16long_context_in_flight\x18\t \x01(\rR\x13longContextInFlight\x12\x16\n" +
 	"\x06queued\x18\n" +
 	" \x01(\rR\x06queued\x12\x16\n" +
-	"\x06models\x18\v \x03(\tR\x06models\"\xee\x02\n" +
+	"\x06models\x18\v \x03(\tR\x06models\x121\n" +
+	"\x15cooling_until_unix_ms\x18\f \x01(\x03R\x12coolingUntilUnixMs\"\xee\x02\n" +
 	"\n" +
 	"RunRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1e\n" +
