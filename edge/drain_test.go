@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,14 +59,7 @@ func newDrainRig(t *testing.T, reply func(*upstreamtest.Request) upstreamtest.Sc
 // command-line provider: every request is a normalized run.
 func newRunDrainRig(t *testing.T, nodeIDs ...string) *drainRig {
 	t.Helper()
-	if runtime.GOOS == "windows" {
-		t.Skip("cli providers need a Unix host")
-	}
-	cat, err := exec.LookPath("cat")
-	if err != nil {
-		t.Skip("no cat")
-	}
-	return newDrainRigOf(t, cat, func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{} }, nodeIDs...)
+	return newDrainRigOf(t, unixTool(t, "cat"), func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{} }, nodeIDs...)
 }
 
 func newDrainRigOf(t *testing.T, cat string, reply func(*upstreamtest.Request) upstreamtest.Script, nodeIDs ...string) *drainRig {

@@ -38,20 +38,24 @@ func cliRig(t *testing.T, wait time.Duration, mutate func(*edge.Config)) *rig {
 	return newRig(t, withCLI(t, wait, rigOpts{mutate: mutate}))
 }
 
-// withCLI adds cliRig's providers and routes to o.
-func withCLI(t *testing.T, wait time.Duration, o rigOpts) rigOpts {
+// unixTool returns the path of a Unix command a command-line provider
+// runs, or skips the test where there is none.
+func unixTool(t *testing.T, name string) string {
 	t.Helper()
 	if runtime.GOOS == "windows" {
 		t.Skip("cli providers need a Unix host")
 	}
-	sh, err := exec.LookPath("sh")
+	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Skip("no sh")
+		t.Skip("no " + name)
 	}
-	cat, err := exec.LookPath("cat")
-	if err != nil {
-		t.Skip("no cat")
-	}
+	return p
+}
+
+// withCLI adds cliRig's providers and routes to o.
+func withCLI(t *testing.T, wait time.Duration, o rigOpts) rigOpts {
+	t.Helper()
+	sh, cat := unixTool(t, "sh"), unixTool(t, "cat")
 	broken := filepath.Join(t.TempDir(), "broken")
 	if err := os.WriteFile(broken, []byte("#!/nonexistent/iop-test-interpreter\n"), 0o755); err != nil {
 		t.Fatal(err)
