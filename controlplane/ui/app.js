@@ -23,6 +23,12 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// cooling reports whether provider p answered "not now" (429, 503, 529)
+// and gets no slot from admission until its cooldown ends.
+function cooling(p) {
+  return Boolean(p.cooling_until) && Date.parse(p.cooling_until) > Date.now();
+}
+
 async function api(path, opts = {}) {
   opts.credentials = "same-origin";
   opts.headers = Object.assign({}, opts.headers || {});
@@ -109,11 +115,9 @@ async function render() {
       // renewed it yet (a Node presents a renewed one when it reconnects).
       const certEnding = node.certificate_expiry && Date.parse(node.certificate_expiry) - Date.now() < certWarning;
       if (node.connected) online++;
-      // Providers that answered "not now" (429, 503, 529) and get no
-      // slot until their cooldown ends.
-      const cooling = node.providers.filter((p) => p.cooling_until && Date.parse(p.cooling_until) > Date.now()).map((p) => p.id);
+      const coolingIDs = node.providers.filter(cooling).map((p) => p.id);
       states.push(`${edge.id}/${node.id}:${state}` + (certEnding ? " (certificate expiring)" : "") +
-        (cooling.length ? ` (cooling ${cooling.join(",")})` : ""));
+        (coolingIDs.length ? ` (cooling ${coolingIDs.join(",")})` : ""));
       const provs = node.providers.length ? node.providers : [null];
       provs.forEach((p, i) => {
         const tr = el("tr", i === 0 ? { "data-node": `${edge.id}/${node.id}`, "data-state": state } : {});
@@ -124,10 +128,8 @@ async function render() {
         }
         tr.append(el("td", {}, i === 0 ? node.id : ""), stateCell);
         if (p) {
-          // A provider that answered "not now" (429, 503, 529) gets no
-          // slot until its cooldown ends.
           const statusCell = el("td", {}, p.status);
-          if (p.cooling_until && Date.parse(p.cooling_until) > Date.now()) {
+          if (cooling(p)) {
             statusCell.append(el("div", { class: "muted", "data-cooling-until": p.cooling_until },
               "cooling until " + new Date(p.cooling_until).toLocaleTimeString()));
           }
