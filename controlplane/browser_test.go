@@ -55,8 +55,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if u := b.url(); strings.Contains(u, "token") {
 		t.Fatalf("the sign-in token stayed in the address bar: %q", u)
 	}
-	// The provider cools after its 429: the operator's API says until
-	// when, and the page names it.
+	// The model cools after its 429: the operator's API says until when,
+	// and the page names it.
 	before := time.Now()
 	if code := chat(t, e1.url); code != http.StatusTooManyRequests {
 		t.Fatalf("a chat to the rate-limited upstream: %d", code)
@@ -66,10 +66,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if err := json.Unmarshal([]byte(a.body), &view); err != nil || len(view.Nodes) != 1 || len(view.Nodes[0].Providers) != 1 {
 		t.Fatalf("the Edge's view: %d %v\n%s", a.status, err, a.body)
 	}
-	if until := view.Nodes[0].Providers[0].CoolingUntil; until == nil || until.Before(before.Add(59*time.Second)) || until.After(time.Now().Add(61*time.Second)) {
-		t.Fatalf("p-e1 cooling until %v, want a minute from now\n%s", until, a.body)
+	if until, ok := view.Nodes[0].Providers[0].CoolingModels["up-model"]; !ok || until.Before(before.Add(59*time.Second)) || until.After(time.Now().Add(61*time.Second)) {
+		t.Fatalf("p-e1's up-model cooling until %v, want a minute from now\n%s", until, a.body)
 	}
-	waitTitle(t, b, "p-e1 cooling in the page", "e1/n-e1:online (certificate expiring) (cooling p-e1)")
+	waitTitle(t, b, "p-e1's up-model cooling in the page", "e1/n-e1:online (certificate expiring) (cooling p-e1/up-model)")
 	e1.stopNodeRuntime()
 	waitTitle(t, b, "n-e1 offline in the page", "e1/n-e1:offline")
 }

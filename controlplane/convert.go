@@ -98,7 +98,19 @@ func providerToWire(p nodes.ProviderSnapshot) *iopv1.ProviderSnapshot {
 		Queued:              u32(p.Queued),
 		Models:              p.Models,
 		CoolingUntilUnixMs:  unixMs(p.CoolingUntil),
+		CoolingModelsUnixMs: coolingToWire(p.CoolingModels),
 	}
+}
+
+func coolingToWire(models map[string]time.Time) map[string]int64 {
+	if len(models) == 0 {
+		return nil
+	}
+	out := make(map[string]int64, len(models))
+	for m, t := range models {
+		out[m] = unixMs(t)
+	}
+	return out
 }
 
 func statusToWire(s nodes.ProviderStatus) iopv1.ProviderStatus {
@@ -181,9 +193,12 @@ type ProviderView struct {
 	InFlight            int      `json:"in_flight"`
 	LongContextInFlight int      `json:"long_context_in_flight"`
 	Queued              int      `json:"queued"`
-	// CoolingUntil is when a provider that answered "not now" (429, 503,
-	// 529) gets admission's slots again (absent when it does not cool).
-	CoolingUntil *time.Time `json:"cooling_until,omitempty"`
+	// CoolingUntil is when a provider that answered "not now" as a whole
+	// (503, 529) gets admission's slots again (absent when it does not
+	// cool); CoolingModels, by model, when each model that answered 429
+	// does.
+	CoolingUntil  *time.Time           `json:"cooling_until,omitempty"`
+	CoolingModels map[string]time.Time `json:"cooling_models,omitempty"`
 }
 
 func nodeFromWire(m *iopv1.EdgeNodeSnapshot) NodeView {
@@ -227,7 +242,25 @@ func providerFromWire(p *iopv1.ProviderSnapshot) ProviderView {
 		LongContextInFlight: int(p.GetLongContextInFlight()),
 		Queued:              int(p.GetQueued()),
 		CoolingUntil:        fromUnixMs(p.GetCoolingUntilUnixMs()),
+		CoolingModels:       coolingFromWire(p.GetCoolingModelsUnixMs()),
 	}
+}
+
+// coolingFromWire reads the models an Edge says cool; one without a name,
+// or with a time JSON cannot carry, is left out.
+func coolingFromWire(models map[string]int64) map[string]time.Time {
+	var out map[string]time.Time
+	for m, ms := range models {
+		t := fromUnixMs(ms)
+		if t == nil || m == "" {
+			continue
+		}
+		if out == nil {
+			out = map[string]time.Time{}
+		}
+		out[m] = *t
+	}
+	return out
 }
 
 // enumName turns PROVIDER_STATUS_AVAILABLE into "available"; a value this

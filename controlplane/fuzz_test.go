@@ -29,7 +29,8 @@ func FuzzReadSnapshots(f *testing.F) {
 	// Times no RFC 3339 text can carry (JSON would refuse the whole
 	// status): read as absent.
 	far, _ := proto.Marshal(&iopv1.EdgeNodeSnapshot{NodeId: "n", ConnectedUnixMs: math.MaxInt64, CertificateExpiryUnixMs: 253402300800000,
-		ProviderSnapshots: []*iopv1.ProviderSnapshot{{ProviderId: "p", CoolingUntilUnixMs: math.MaxInt64}}})
+		ProviderSnapshots: []*iopv1.ProviderSnapshot{{ProviderId: "p", CoolingUntilUnixMs: math.MaxInt64,
+			CoolingModelsUnixMs: map[string]int64{"m": math.MaxInt64, "": 1, "ok": 1}}}})
 	f.Add(append(protowire.AppendVarint(nil, uint64(len(far))), far...), uint16(1))
 	f.Fuzz(func(t *testing.T, data []byte, n uint16) {
 		nodes, err := readSnapshots(bytes.NewReader(data), int(n))

@@ -259,7 +259,7 @@ func applyToView(v *EdgeView, ev *iopv1.EdgeNodeEvent) {
 			p := &n.Providers[j]
 			p.Status, p.Health = "unavailable", "offline"
 			p.Capacity, p.LongContextCapacity, p.InFlight, p.LongContextInFlight, p.Queued = 0, 0, 0, 0, 0
-			p.CoolingUntil = nil
+			p.CoolingUntil, p.CoolingModels = nil, nil
 		}
 	case iopv1.EdgeNodeEventKind_EDGE_NODE_EVENT_KIND_PROVIDER_CHANGED:
 		if ev.GetProvider() == nil {
@@ -270,6 +270,9 @@ func applyToView(v *EdgeView, ev *iopv1.EdgeNodeEvent) {
 			// A registry event does not carry admission's cooldown: the
 			// last status's stands until the next.
 			pv.CoolingUntil = cmp.Or(pv.CoolingUntil, n.Providers[j].CoolingUntil)
+			if pv.CoolingModels == nil {
+				pv.CoolingModels = n.Providers[j].CoolingModels
+			}
 			n.Providers[j] = pv
 		}
 	case iopv1.EdgeNodeEventKind_EDGE_NODE_EVENT_KIND_CONFIG_APPLIED:

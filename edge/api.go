@@ -684,10 +684,10 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			if applied.Held {
 				capacity = 0
 			}
-			// A provider that refused with "not now" (cooldown) has no
-			// free slot until its delay ends: the request goes to
-			// another candidate, or waits for this one.
-			if s.cool.cooling(t.ProviderID) {
+			// A provider (or this model of it) that refused with "not
+			// now" (cooldown) has no free slot until its delay ends: the
+			// request goes to another candidate, or waits for this one.
+			if s.cool.cooling(t.ProviderID, t.Model) {
 				capacity = 0
 			}
 			out = append(out, pool.Candidate{Key: pool.Key{NodeID: pi.nodeID, ProviderID: t.ProviderID}, Generation: gen,

@@ -311,7 +311,7 @@ func (s *Server) addPressure(snaps []nodes.NodeSnapshot) {
 			}
 			load := s.pool.Load(pool.Key{NodeID: n.ID, ProviderID: p.ID}, n.Generation)
 			p.InFlight, p.LongContextInFlight, p.Queued = load.InFlight, load.LongContextInFlight, load.Queued
-			p.CoolingUntil = s.cool.endAt(p.ID, now)
+			p.CoolingUntil, p.CoolingModels = s.cool.ends(p.ID, now)
 		}
 	}
 }

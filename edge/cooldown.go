@@ -8,24 +8,30 @@ import (
 )
 
 // cooldown keeps providers that said "not now" out of admission for the
-// delay they asked for. A provider whose upstream answered 429, 503 or
-// 529 (rate limited, overloaded, a model still loading), or whose run
-// failed as rate limited, cools: while it does, admission gives it no
-// free slot, so the requests after the refused one go to the route's
-// other providers or wait in the queue for it (within their queue
-// timeout) instead of meeting the same refusal. The refused request
-// itself is answered with the provider's refusal, as before: nothing is
-// replayed. When a cooldown ends, admission re-evaluates its queue.
+// delay they asked for. A provider whose upstream answered 503 or 529
+// (overloaded, a model still loading) cools as a whole; one that answered
+// 429 (rate limited), or whose run failed as rate limited, cools for the
+// model it was asked for only, since hosted APIs limit each model on its
+// own. While a provider or model cools, admission gives it no free slot,
+// so the requests after the refused one go to the route's other providers
+// or wait in the queue for it (within their queue timeout) instead of
+// meeting the same refusal. The refused request itself is answered with
+// the provider's refusal, as before: nothing is replayed. When a cooldown
+// ends, admission re-evaluates its queue.
 type cooldown struct {
 	n    atomic.Int32 // entries in until: admission's check is free while 0
 	kick func()       // re-evaluates admission's queue
 
 	mu      sync.Mutex
-	until   map[string]time.Time // provider id -> end of its cooldown
-	timer   *time.Timer          // fires at the earliest end
+	until   map[coolKey]time.Time // end of each cooldown
+	timer   *time.Timer           // fires at the earliest end
 	closed  bool
 	running sync.WaitGroup // timer callbacks under way
 }
+
+// coolKey is what cools: one model of a provider (the upstream's model
+// name, from the configuration), or the whole provider (model "").
+type coolKey struct{ provider, model string }
 
 // Cooldown bounds: a refusal without Retry-After cools its provider for
 // defaultCooldown; a longer Retry-After is honoured up to maxCooldown, so
@@ -49,52 +55,71 @@ func cooldownFor(retryAfter string) time.Duration {
 	return max(time.Duration(n)*time.Second, defaultCooldown)
 }
 
-// start cools provider id until now+d, or leaves a later end in place.
-func (c *cooldown) start(id string, d time.Duration, now time.Time) {
+// start cools k until now+d, or leaves a later end in place.
+func (c *cooldown) start(k coolKey, d time.Duration, now time.Time) {
 	end := now.Add(d)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return
 	}
-	if cur, ok := c.until[id]; ok && !cur.Before(end) {
+	if cur, ok := c.until[k]; ok && !cur.Before(end) {
 		return
 	}
 	if c.until == nil {
-		c.until = map[string]time.Time{}
+		c.until = map[coolKey]time.Time{}
 	}
-	if _, ok := c.until[id]; !ok {
+	if _, ok := c.until[k]; !ok {
 		c.n.Add(1)
 	}
-	c.until[id] = end
+	c.until[k] = end
 	c.scheduleLocked(now)
 }
 
-// cooling reports whether provider id cools now.
-func (c *cooldown) cooling(id string) bool {
+// cooling reports whether provider cools now, as a whole or for model.
+func (c *cooldown) cooling(provider, model string) bool {
 	if c.n.Load() == 0 {
 		return false // the usual case: no clock read, no lock
 	}
-	return c.coolingAt(id, time.Now())
+	return c.coolingAt(provider, model, time.Now())
 }
 
-// endAt returns when provider id's cooldown ends, or the zero time when
-// it does not cool at now.
-func (c *cooldown) endAt(id string, now time.Time) time.Time {
+// coolingAt reports whether provider cools at now, as a whole or for
+// model.
+func (c *cooldown) coolingAt(provider, model string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return now.Before(c.until[coolKey{provider, ""}]) || now.Before(c.until[coolKey{provider, model}])
+}
+
+// ends returns provider's cooldowns at now: when the whole provider's
+// ends (zero when it does not cool) and, for each model cooling on its
+// own, when that one ends (nil when none does).
+func (c *cooldown) ends(provider string, now time.Time) (whole time.Time, models map[string]time.Time) {
 	if c.n.Load() == 0 {
-		return time.Time{}
+		return time.Time{}, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if end, ok := c.until[id]; ok && now.Before(end) {
-		return end
+	for k, end := range c.until {
+		switch {
+		case k.provider != provider || !now.Before(end):
+		case k.model == "":
+			whole = end
+		default:
+			if models == nil {
+				models = map[string]time.Time{}
+			}
+			models[k.model] = end
+		}
 	}
-	return time.Time{}
+	return whole, models
 }
 
-// coolingAt reports whether provider id cools at now.
-func (c *cooldown) coolingAt(id string, now time.Time) bool {
-	return !c.endAt(id, now).IsZero()
+// any reports whether provider cools now, as a whole or for any model.
+func (c *cooldown) any(provider string) bool {
+	whole, models := c.ends(provider, time.Now())
+	return !whole.IsZero() || len(models) > 0
 }
 
 // scheduleLocked sets the timer to the earliest end after now.
@@ -128,9 +153,9 @@ func (c *cooldown) expire() {
 	defer c.running.Done()
 	now := time.Now()
 	ended := false
-	for id, end := range c.until {
+	for k, end := range c.until {
 		if !now.Before(end) {
-			delete(c.until, id)
+			delete(c.until, k)
 			c.n.Add(-1)
 			ended = true
 		}

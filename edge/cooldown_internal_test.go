@@ -25,38 +25,53 @@ func TestCooldownFor(t *testing.T) {
 }
 
 // TestCooldown: a cooldown lasts until its end, a shorter one never cuts
-// a longer one short, an ended one lets admission re-evaluate (kick) and
-// is forgotten, and nothing is kicked after close.
+// a longer one short, a model's cools that model only while a whole
+// provider's cools every model of it, an ended one lets admission
+// re-evaluate (kick) and is forgotten, and nothing is kicked after close.
 func TestCooldown(t *testing.T) {
 	kicks := make(chan struct{}, 16)
 	var c cooldown
 	c.kick = func() { kicks <- struct{}{} }
 	t0 := time.Now()
-	if c.cooling("a") {
+	if c.cooling("a", "m1") {
 		t.Fatal("cooling before any refusal")
 	}
-	c.start("a", time.Hour, t0)
-	c.start("a", time.Second, t0) // shorter: the hour stays
-	if !c.coolingAt("a", t0.Add(30*time.Minute)) || c.coolingAt("a", t0.Add(time.Hour)) || c.cooling("b") {
+	c.start(coolKey{"a", ""}, time.Hour, t0)
+	c.start(coolKey{"a", ""}, time.Second, t0) // shorter: the hour stays
+	if !c.coolingAt("a", "m1", t0.Add(30*time.Minute)) || c.coolingAt("a", "m1", t0.Add(time.Hour)) || c.cooling("b", "m1") {
 		t.Fatal("cooldown of a: wrong span, or b cooling")
 	}
-	c.start("b", 20*time.Millisecond, time.Now())
+	c.start(coolKey{"b", "m1"}, time.Hour, t0)
+	if !c.coolingAt("b", "m1", t0) || c.coolingAt("b", "m2", t0) {
+		t.Fatal("b's m1 rate limited: m1 must cool, m2 not")
+	}
+	whole, models := c.ends("b", t0)
+	if !whole.IsZero() || len(models) != 1 || !models["m1"].Equal(t0.Add(time.Hour)) {
+		t.Fatalf("b's ends: whole %v, models %v; want none and m1 in an hour", whole, models)
+	}
+	if whole, models := c.ends("a", t0); !whole.Equal(t0.Add(time.Hour)) || models != nil {
+		t.Fatalf("a's ends: whole %v, models %v; want an hour and none", whole, models)
+	}
+	if !c.any("b") || c.any("c") {
+		t.Fatal("any: b has a model cooling, c nothing")
+	}
+	c.start(coolKey{"c", "m1"}, 20*time.Millisecond, time.Now())
 	select {
 	case <-kicks:
 	case <-time.After(10 * time.Second):
-		t.Fatal("no kick when b's cooldown ended")
+		t.Fatal("no kick when c's cooldown ended")
 	}
-	if c.cooling("b") || !c.cooling("a") {
-		t.Fatal("after b's end: b still cooling, or a not")
+	if c.cooling("c", "m1") || !c.cooling("a", "m1") {
+		t.Fatal("after c's end: c still cooling, or a not")
 	}
 	c.mu.Lock()
 	n, entries := c.n.Load(), len(c.until)
 	c.mu.Unlock()
-	if n != 1 || entries != 1 {
-		t.Fatalf("after b's end: count %d, entries %d, want 1 (a)", n, entries)
+	if n != 2 || entries != 2 {
+		t.Fatalf("after c's end: count %d, entries %d, want 2 (a, b's m1)", n, entries)
 	}
 	c.close()
-	c.start("c", time.Nanosecond, time.Now())
+	c.start(coolKey{"d", ""}, time.Nanosecond, time.Now())
 	time.Sleep(10 * time.Millisecond)
 	select {
 	case <-kicks:

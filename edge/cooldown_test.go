@@ -67,14 +67,17 @@ func TestRateLimitedProviderCools(t *testing.T) {
 	if local, other := gauge(t, reg, "iop_edge_provider_cooling", "provider", "local"), gauge(t, reg, "iop_edge_provider_cooling", "provider", "spare"); local != 1 || other != 0 {
 		t.Fatalf("iop_edge_provider_cooling: local %v, spare %v; want 1, 0", local, other)
 	}
-	// The operator's view (what the Edge reports to the Hub) says until
-	// when.
+	// The operator's view (what the Edge reports to the Hub) says what
+	// cools until when: the model rate limited, not the whole provider.
 	for _, p := range r.srv.Status().Nodes[0].Providers {
-		switch until := p.CoolingUntil; {
-		case p.ID == "local" && (until.Before(before.Add(30*time.Second)) || until.After(after.Add(30*time.Second))):
-			t.Errorf("local cools until %v, want 30 s after the refusal (%v..%v)", until, before, after)
-		case p.ID != "local" && !until.IsZero():
-			t.Errorf("%s cools until %v, want not at all", p.ID, until)
+		until := p.CoolingModels["up-model"]
+		switch {
+		case !p.CoolingUntil.IsZero():
+			t.Errorf("%s cools as a whole until %v, want not at all", p.ID, p.CoolingUntil)
+		case p.ID == "local" && (len(p.CoolingModels) != 1 || until.Before(before.Add(30*time.Second)) || until.After(after.Add(30*time.Second))):
+			t.Errorf("local's models cool %v, want up-model 30 s after the refusal (%v..%v)", p.CoolingModels, before, after)
+		case p.ID != "local" && p.CoolingModels != nil:
+			t.Errorf("%s's models cool %v, want none", p.ID, p.CoolingModels)
 		}
 	}
 	for i := 1; i <= 10; i++ {
@@ -87,6 +90,49 @@ func TestRateLimitedProviderCools(t *testing.T) {
 	}
 	if got := chatCalls(spareUp, "limited"); got != 10 {
 		t.Fatalf("the other provider served %d of 10", got)
+	}
+	r.settled()
+}
+
+// TestRateLimitedModelCoolsAlone: a rate limit is the upstream's for one
+// model (hosted APIs limit each on its own), so a 429 for one model of a
+// provider leaves its other models in admission: their requests are
+// served at once, not queued behind the cooldown.
+func TestRateLimitedModelCoolsAlone(t *testing.T) {
+	r := newRig(t, rigOpts{
+		nodeModels:   []string{"up-model", "up-model-2"},
+		queueTimeout: 300 * time.Millisecond, // a request held by the cooldown fails fast
+		reply: func(q *upstreamtest.Request) upstreamtest.Script {
+			if q.Model == "up-model" {
+				return upstreamtest.Script{Status: http.StatusTooManyRequests, RetryAfter: "30"}
+			}
+			return upstreamtest.Echo(q)
+		},
+		mutate: func(cfg *edge.Config) {
+			cfg.Nodes[0].Providers[0].Models = []string{"up-model", "up-model-2"}
+			cfg.Routes = append(cfg.Routes,
+				edge.Route{Model: "limited", Targets: []edge.Target{{ProviderID: "local", Model: "up-model"}}},
+				edge.Route{Model: "spare", Targets: []edge.Target{{ProviderID: "local", Model: "up-model-2"}}})
+		},
+	})
+	if status, _, body := r.post(t, apiKey, chatJSON("limited", "first")); status != http.StatusTooManyRequests {
+		t.Fatalf("the rate-limited model: %d\n%s", status, body)
+	}
+	for i := range 5 {
+		if status, _, body := r.post(t, apiKey, chatJSON("spare", fmt.Sprint("other ", i))); status != http.StatusOK {
+			t.Fatalf("request %d to the provider's other model: %d\n%s", i, status, body)
+		}
+	}
+	if got := chatCalls(r.upstream, "other"); got != 5 {
+		t.Fatalf("the other model's upstream calls: %d, want 5", got)
+	}
+	// The limited model itself waits out its cooldown: within a queue
+	// timeout shorter than it, it is refused as overloaded, never sent.
+	if status, _, body := r.post(t, apiKey, chatJSON("limited", "second")); status != http.StatusServiceUnavailable {
+		t.Fatalf("the cooling model: %d, want 503 from the queue\n%s", status, body)
+	}
+	if got := chatCalls(r.upstream, "second"); got != 0 {
+		t.Fatalf("the cooling model was called %d times", got)
 	}
 	r.settled()
 }

@@ -88,16 +88,18 @@
 // as it awaits a tunnel's head. Once a Node has the request, it is never
 // sent elsewhere.
 //
-// A provider that says "not now" cools: one whose upstream answers 429,
-// 503 or 529 (rate limited, overloaded, a model still loading), or whose
-// run fails as rate limited, gets no free slot for its Retry-After in
-// seconds (one second without one, at most a minute). The refused request
+// A provider that says "not now" cools: one whose upstream answers 503 or
+// 529 (overloaded, a model still loading) gets no free slot for its
+// Retry-After in seconds (one second without one, at most a minute); one
+// that answers 429 (rate limited), or whose run fails as rate limited,
+// gets none for the model it was asked for, since hosted APIs limit each
+// model on its own: its other models are served. The refused request
 // gets the provider's answer, as always; the requests after it go to the
-// route's other providers, or wait in the queue for this one until its
-// cooldown ends, rather than meet the same refusal. Server.Nodes and the
-// status the Edge reports to its Hub carry each provider's
-// ProviderSnapshot.CoolingUntil; the iop_edge_provider_cooling gauge
-// says which cool.
+// route's other providers, or wait in the queue until the cooldown ends,
+// rather than meet the same refusal. Server.Nodes and the status the Edge
+// reports to its Hub carry ProviderSnapshot.CoolingUntil and
+// CoolingModels; the iop_edge_provider_cooling gauge says which providers
+// (or models of them) cool.
 //
 // Operators see requests through Prometheus metrics (Config.Metrics, on
 // /metrics; bounded labels), /healthz and /readyz, and, with

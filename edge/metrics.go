@@ -139,7 +139,7 @@ var (
 	descTLSExpiry  = prometheus.NewDesc("iop_edge_tls_certificate_expiry_timestamp_seconds", "When the certificate a listener serves expires (Unix seconds), by listener (api: Config.APITLS, nodes: Config.NodeTLS); absent for one chosen per handshake.", []string{"listener"}, nil)
 	descNodeCert   = prometheus.NewDesc("iop_edge_node_certificate_expiry_timestamp_seconds", "When the client certificate a connected node presented expires (Unix seconds).", []string{"node"}, nil)
 	descDraining   = prometheus.NewDesc("iop_edge_node_draining", "1 when nothing new is admitted to the node: an operator drains it, or it is shutting down and finishing its work.", []string{"node"}, nil)
-	descCooling    = prometheus.NewDesc("iop_edge_provider_cooling", "1 while a provider that answered 429, 503 or 529 is kept out of admission for its Retry-After.", []string{"node", "provider"}, nil)
+	descCooling    = prometheus.NewDesc("iop_edge_provider_cooling", "1 while a provider that answered 429, 503 or 529, or one of its models (429), is kept out of admission for its Retry-After.", []string{"node", "provider"}, nil)
 	descKeyReqs    = prometheus.NewDesc("iop_edge_key_requests_total", "Requests admitted per API key.", []string{"key"}, nil)
 	descKeyEst     = prometheus.NewDesc("iop_edge_key_estimated_tokens_total", "Tokens charged to API keys' token budgets by estimate, for answers that ended without reported usage.", []string{"key"}, nil)
 )
@@ -176,7 +176,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(p.InFlight), n.ID, p.ID)
 			ch <- prometheus.MustNewConstMetric(descProvQueued, prometheus.GaugeValue, float64(p.Queued), n.ID, p.ID)
 			cooling := 0.0
-			if c.s.cool.cooling(p.ID) {
+			if c.s.cool.any(p.ID) {
 				cooling = 1
 			}
 			ch <- prometheus.MustNewConstMetric(descCooling, prometheus.GaugeValue, cooling, n.ID, p.ID)

@@ -885,8 +885,9 @@ func (s *Server) keepAnswerID(req *request, x *exchange, rend llmapi.Renderer, i
 }
 
 // noteRefusal cools the provider of x when its upstream answered "not
-// now": 429 (rate limited), 503 or 529 (overloaded, or a model still
-// loading), for its Retry-After within the cooldown's bounds.
+// now": 429 (rate limited: the model asked for), 503 or 529 (overloaded,
+// or a model still loading: the whole provider), for its Retry-After
+// within the cooldown's bounds.
 func (s *Server) noteRefusal(req *request, x *exchange, status int, hdr http.Header) {
 	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable && status != 529 {
 		return
@@ -895,10 +896,17 @@ func (s *Server) noteRefusal(req *request, x *exchange, status int, hdr http.Hea
 }
 
 // coolDown keeps x's provider out of admission for d: it refused req with
-// status (a run failed as rate limited counts as 429).
+// status (a run failed as rate limited counts as 429). A rate limit is
+// the upstream's for the model asked for (hosted APIs limit each model on
+// its own), so only that model cools; an overloaded provider (503, 529)
+// cools as a whole.
 func (s *Server) coolDown(req *request, x *exchange, status int, d time.Duration) {
-	s.cool.start(x.target.ProviderID, d, time.Now())
-	s.log.Info("provider refused for now: cooling", "request_id", req.rid, "provider", x.target.ProviderID, "status", status, "for", d)
+	k := coolKey{provider: x.target.ProviderID}
+	if status == http.StatusTooManyRequests {
+		k.model = x.target.Model
+	}
+	s.cool.start(k, d, time.Now())
+	s.log.Info("provider refused for now: cooling", "request_id", req.rid, "provider", k.provider, "model", k.model, "status", status, "for", d)
 }
 
 // maxRetryAfter bounds the delay a provider's Retry-After passes on.

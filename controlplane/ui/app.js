@@ -23,10 +23,18 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
-// cooling reports whether provider p answered "not now" (429, 503, 529)
-// and gets no slot from admission until its cooldown ends.
+// cooling returns what of provider p answered "not now" and gets no slot
+// from admission until its cooldown ends, as [model, until] pairs: model
+// "" for the whole provider (503, 529), a model's name for one rate
+// limited on its own (429).
 function cooling(p) {
-  return Boolean(p.cooling_until) && Date.parse(p.cooling_until) > Date.now();
+  const now = Date.now();
+  const out = [];
+  if (p.cooling_until && Date.parse(p.cooling_until) > now) out.push(["", p.cooling_until]);
+  for (const [model, until] of Object.entries(p.cooling_models || {})) {
+    if (Date.parse(until) > now) out.push([model, until]);
+  }
+  return out;
 }
 
 async function api(path, opts = {}) {
@@ -115,7 +123,7 @@ async function render() {
       // renewed it yet (a Node presents a renewed one when it reconnects).
       const certEnding = node.certificate_expiry && Date.parse(node.certificate_expiry) - Date.now() < certWarning;
       if (node.connected) online++;
-      const coolingIDs = node.providers.filter(cooling).map((p) => p.id);
+      const coolingIDs = node.providers.flatMap((p) => cooling(p).map(([model]) => (model ? `${p.id}/${model}` : p.id)));
       states.push(`${edge.id}/${node.id}:${state}` + (certEnding ? " (certificate expiring)" : "") +
         (coolingIDs.length ? ` (cooling ${coolingIDs.join(",")})` : ""));
       const provs = node.providers.length ? node.providers : [null];
@@ -129,9 +137,9 @@ async function render() {
         tr.append(el("td", {}, i === 0 ? node.id : ""), stateCell);
         if (p) {
           const statusCell = el("td", {}, p.status);
-          if (cooling(p)) {
-            statusCell.append(el("div", { class: "muted", "data-cooling-until": p.cooling_until },
-              "cooling until " + new Date(p.cooling_until).toLocaleTimeString()));
+          for (const [model, until] of cooling(p)) {
+            statusCell.append(el("div", { class: "muted", "data-cooling-until": until },
+              (model ? model + " " : "") + "cooling until " + new Date(until).toLocaleTimeString()));
           }
           tr.append(el("td", {}, p.id), el("td", {}, p.adapter), el("td", {}, p.category),
             statusCell, el("td", {}, p.health), el("td", {}, p.capacity),

@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -79,14 +80,18 @@ type ProviderSnapshot struct {
 	InFlight            int
 	LongContextInFlight int
 	Queued              int
-	// CoolingUntil is when a provider that answered "not now" (429, 503,
-	// 529) gets admission's slots again; zero when it does not cool. The
-	// registry leaves it zero: the Edge's admission fills it, as it does
-	// the pressure figures (edge.Server.Nodes).
-	CoolingUntil time.Time
+	// CoolingUntil is when a provider that answered "not now" as a whole
+	// (503, 529: overloaded, a model loading) gets admission's slots
+	// again; zero when it does not cool. CoolingModels are the models
+	// cooling on their own (429: rate limited), each with its end. The
+	// registry leaves both empty: the Edge's admission fills them, as it
+	// does the pressure figures (edge.Server.Nodes).
+	CoolingUntil  time.Time
+	CoolingModels map[string]time.Time
 }
 
 func (p ProviderSnapshot) clone() ProviderSnapshot {
 	p.Models = slices.Clone(p.Models)
+	p.CoolingModels = maps.Clone(p.CoolingModels)
 	return p
 }

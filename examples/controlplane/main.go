@@ -31,11 +31,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -401,6 +403,26 @@ func (c *client) edges(ctx context.Context) error {
 	return tw.Flush()
 }
 
+// cooling describes what of provider p cools at now (answered "not now"
+// and gets no slot until then): " (cooling until 15:04:05)" for the whole
+// provider, " (gpt-4o cooling until 15:04:05)" for a model; "" when
+// nothing does.
+func cooling(p controlplane.ProviderView, now time.Time) string {
+	var parts []string
+	if p.CoolingUntil != nil && p.CoolingUntil.After(now) {
+		parts = append(parts, "cooling until "+p.CoolingUntil.Local().Format(time.TimeOnly))
+	}
+	for _, m := range slices.Sorted(maps.Keys(p.CoolingModels)) {
+		if until := p.CoolingModels[m]; until.After(now) {
+			parts = append(parts, m+" cooling until "+until.Local().Format(time.TimeOnly))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
+}
+
 func (c *client) edge(ctx context.Context, id string, refresh bool) error {
 	path := "/api/edges/" + url.PathEscape(id)
 	if refresh {
@@ -427,10 +449,7 @@ func (c *client) edge(ctx context.Context, id string, refresh bool) error {
 			if i > 0 {
 				name, st = "", ""
 			}
-			status := p.Status
-			if p.CoolingUntil != nil && p.CoolingUntil.After(time.Now()) {
-				status += " (cooling until " + p.CoolingUntil.Local().Format(time.TimeOnly) + ")"
-			}
+			status := p.Status + cooling(p, time.Now())
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%d/%d\t%d\n", name, st, p.ID, p.Adapter, status, p.Health,
 				p.InFlight, p.Capacity, p.LongContextInFlight, p.LongContextCapacity, p.Queued)
 		}

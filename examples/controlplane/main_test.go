@@ -168,3 +168,24 @@ operators:
 		t.Errorf("check with the path but no -config: %v, want a usage error", err)
 	}
 }
+
+// TestCooling: the edge view's status column names what of a provider
+// cools (the whole provider, models by name, in order) and until when;
+// an ended cooldown is not shown.
+func TestCooling(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.Local)
+	soon, past := now.Add(90*time.Second), now.Add(-time.Second)
+	for _, c := range []struct {
+		p    controlplane.ProviderView
+		want string
+	}{
+		{controlplane.ProviderView{}, ""},
+		{controlplane.ProviderView{CoolingUntil: &past, CoolingModels: map[string]time.Time{"m": past}}, ""},
+		{controlplane.ProviderView{CoolingUntil: &soon}, " (cooling until 12:01:30)"},
+		{controlplane.ProviderView{CoolingModels: map[string]time.Time{"b": soon, "a": soon, "old": past}}, " (a cooling until 12:01:30; b cooling until 12:01:30)"},
+	} {
+		if got := cooling(c.p, now); got != c.want {
+			t.Errorf("cooling(%+v) = %q, want %q", c.p, got, c.want)
+		}
+	}
+}

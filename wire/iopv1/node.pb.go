@@ -1243,12 +1243,15 @@ type ProviderSnapshot struct {
 	LongContextInFlight uint32                 `protobuf:"varint,9,opt,name=long_context_in_flight,json=longContextInFlight,proto3" json:"long_context_in_flight,omitempty"`
 	Queued              uint32                 `protobuf:"varint,10,opt,name=queued,proto3" json:"queued,omitempty"`
 	Models              []string               `protobuf:"bytes,11,rep,name=models,proto3" json:"models,omitempty"`
-	// cooling_until_unix_ms is the Edge's, for the Hub: until when the
-	// provider cools after answering 429, 503 or 529 (admission gives it no
-	// slot meanwhile); 0 when it does not. The Edge ignores a Node's.
-	CoolingUntilUnixMs int64 `protobuf:"varint,12,opt,name=cooling_until_unix_ms,json=coolingUntilUnixMs,proto3" json:"cooling_until_unix_ms,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// cooling_until_unix_ms and cooling_models_unix_ms are the Edge's, for
+	// the Hub (the Edge ignores a Node's): until when the provider cools as
+	// a whole after answering 503 or 529 (0 when it does not), and until
+	// when each model cools on its own after a 429. Admission gives what
+	// cools no slot meanwhile.
+	CoolingUntilUnixMs  int64            `protobuf:"varint,12,opt,name=cooling_until_unix_ms,json=coolingUntilUnixMs,proto3" json:"cooling_until_unix_ms,omitempty"`
+	CoolingModelsUnixMs map[string]int64 `protobuf:"bytes,13,rep,name=cooling_models_unix_ms,json=coolingModelsUnixMs,proto3" json:"cooling_models_unix_ms,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ProviderSnapshot) Reset() {
@@ -1363,6 +1366,13 @@ func (x *ProviderSnapshot) GetCoolingUntilUnixMs() int64 {
 		return x.CoolingUntilUnixMs
 	}
 	return 0
+}
+
+func (x *ProviderSnapshot) GetCoolingModelsUnixMs() map[string]int64 {
+	if x != nil {
+		return x.CoolingModelsUnixMs
+	}
+	return nil
 }
 
 // RunRequest starts one normalized run on the Node.
@@ -2713,7 +2723,7 @@ const file_iop_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x126\n" +
-	"\tproviders\x18\x02 \x03(\v2\x18.iop.v1.ProviderSnapshotR\tproviders\"\xe8\x03\n" +
+	"\tproviders\x18\x02 \x03(\v2\x18.iop.v1.ProviderSnapshotR\tproviders\"\x98\x05\n" +
 	"\x10ProviderSnapshot\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\x12\x18\n" +
@@ -2728,7 +2738,11 @@ const file_iop_v1_node_proto_rawDesc = "" +
 	"\x06queued\x18\n" +
 	" \x01(\rR\x06queued\x12\x16\n" +
 	"\x06models\x18\v \x03(\tR\x06models\x121\n" +
-	"\x15cooling_until_unix_ms\x18\f \x01(\x03R\x12coolingUntilUnixMs\"\xee\x02\n" +
+	"\x15cooling_until_unix_ms\x18\f \x01(\x03R\x12coolingUntilUnixMs\x12f\n" +
+	"\x16cooling_models_unix_ms\x18\r \x03(\v21.iop.v1.ProviderSnapshot.CoolingModelsUnixMsEntryR\x13coolingModelsUnixMs\x1aF\n" +
+	"\x18CoolingModelsUnixMsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xee\x02\n" +
 	"\n" +
 	"RunRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1e\n" +
@@ -2892,7 +2906,7 @@ func file_iop_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_iop_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_iop_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_iop_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_iop_v1_node_proto_goTypes = []any{
 	(RegisterRejection)(0),         // 0: iop.v1.RegisterRejection
 	(ProviderCategory)(0),          // 1: iop.v1.ProviderCategory
@@ -2931,14 +2945,15 @@ var file_iop_v1_node_proto_goTypes = []any{
 	(*Capabilities)(nil),           // 34: iop.v1.Capabilities
 	(*TransportStatus)(nil),        // 35: iop.v1.TransportStatus
 	nil,                            // 36: iop.v1.LeasePolicy.MinRevisionsEntry
-	(*WorkspaceGrant)(nil),         // 37: iop.v1.WorkspaceGrant
+	nil,                            // 37: iop.v1.ProviderSnapshot.CoolingModelsUnixMsEntry
+	(*WorkspaceGrant)(nil),         // 38: iop.v1.WorkspaceGrant
 }
 var file_iop_v1_node_proto_depIdxs = []int32{
 	0,  // 0: iop.v1.RegisterResponse.rejection:type_name -> iop.v1.RegisterRejection
 	9,  // 1: iop.v1.RegisterResponse.config:type_name -> iop.v1.NodeConfig
 	11, // 2: iop.v1.NodeConfig.providers:type_name -> iop.v1.ProviderConfig
 	10, // 3: iop.v1.NodeConfig.lease_policy:type_name -> iop.v1.LeasePolicy
-	37, // 4: iop.v1.NodeConfig.workspaces:type_name -> iop.v1.WorkspaceGrant
+	38, // 4: iop.v1.NodeConfig.workspaces:type_name -> iop.v1.WorkspaceGrant
 	36, // 5: iop.v1.LeasePolicy.min_revisions:type_name -> iop.v1.LeasePolicy.MinRevisionsEntry
 	1,  // 6: iop.v1.ProviderConfig.category:type_name -> iop.v1.ProviderCategory
 	9,  // 7: iop.v1.ConfigUpdate.config:type_name -> iop.v1.NodeConfig
@@ -2951,28 +2966,29 @@ var file_iop_v1_node_proto_depIdxs = []int32{
 	1,  // 14: iop.v1.ProviderSnapshot.category:type_name -> iop.v1.ProviderCategory
 	3,  // 15: iop.v1.ProviderSnapshot.status:type_name -> iop.v1.ProviderStatus
 	4,  // 16: iop.v1.ProviderSnapshot.health:type_name -> iop.v1.ProviderHealth
-	21, // 17: iop.v1.RunRequest.input:type_name -> iop.v1.RunInput
-	23, // 18: iop.v1.RunRequest.options:type_name -> iop.v1.RunOptions
-	20, // 19: iop.v1.RunRequest.grant:type_name -> iop.v1.CredentialGrant
-	22, // 20: iop.v1.RunInput.messages:type_name -> iop.v1.RunMessage
-	25, // 21: iop.v1.RunEvent.started:type_name -> iop.v1.RunStarted
-	26, // 22: iop.v1.RunEvent.delta:type_name -> iop.v1.OutputDelta
-	27, // 23: iop.v1.RunEvent.tool_call:type_name -> iop.v1.ToolCall
-	28, // 24: iop.v1.RunEvent.usage:type_name -> iop.v1.Usage
-	29, // 25: iop.v1.RunEvent.completed:type_name -> iop.v1.RunCompleted
-	30, // 26: iop.v1.RunEvent.failed:type_name -> iop.v1.RunFailed
-	5,  // 27: iop.v1.RunFailed.class:type_name -> iop.v1.FailureClass
-	6,  // 28: iop.v1.NodeCommandRequest.command:type_name -> iop.v1.NodeCommand
-	6,  // 29: iop.v1.NodeCommandResult.command:type_name -> iop.v1.NodeCommand
-	34, // 30: iop.v1.NodeCommandResult.capabilities:type_name -> iop.v1.Capabilities
-	35, // 31: iop.v1.NodeCommandResult.transport_status:type_name -> iop.v1.TransportStatus
-	18, // 32: iop.v1.Capabilities.providers:type_name -> iop.v1.ProviderSnapshot
-	6,  // 33: iop.v1.Capabilities.commands:type_name -> iop.v1.NodeCommand
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	37, // 17: iop.v1.ProviderSnapshot.cooling_models_unix_ms:type_name -> iop.v1.ProviderSnapshot.CoolingModelsUnixMsEntry
+	21, // 18: iop.v1.RunRequest.input:type_name -> iop.v1.RunInput
+	23, // 19: iop.v1.RunRequest.options:type_name -> iop.v1.RunOptions
+	20, // 20: iop.v1.RunRequest.grant:type_name -> iop.v1.CredentialGrant
+	22, // 21: iop.v1.RunInput.messages:type_name -> iop.v1.RunMessage
+	25, // 22: iop.v1.RunEvent.started:type_name -> iop.v1.RunStarted
+	26, // 23: iop.v1.RunEvent.delta:type_name -> iop.v1.OutputDelta
+	27, // 24: iop.v1.RunEvent.tool_call:type_name -> iop.v1.ToolCall
+	28, // 25: iop.v1.RunEvent.usage:type_name -> iop.v1.Usage
+	29, // 26: iop.v1.RunEvent.completed:type_name -> iop.v1.RunCompleted
+	30, // 27: iop.v1.RunEvent.failed:type_name -> iop.v1.RunFailed
+	5,  // 28: iop.v1.RunFailed.class:type_name -> iop.v1.FailureClass
+	6,  // 29: iop.v1.NodeCommandRequest.command:type_name -> iop.v1.NodeCommand
+	6,  // 30: iop.v1.NodeCommandResult.command:type_name -> iop.v1.NodeCommand
+	34, // 31: iop.v1.NodeCommandResult.capabilities:type_name -> iop.v1.Capabilities
+	35, // 32: iop.v1.NodeCommandResult.transport_status:type_name -> iop.v1.TransportStatus
+	18, // 33: iop.v1.Capabilities.providers:type_name -> iop.v1.ProviderSnapshot
+	6,  // 34: iop.v1.Capabilities.commands:type_name -> iop.v1.NodeCommand
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_iop_v1_node_proto_init() }
@@ -3001,7 +3017,7 @@ func file_iop_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_iop_v1_node_proto_rawDesc), len(file_iop_v1_node_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
