@@ -2,6 +2,7 @@ package nodes_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -52,6 +53,15 @@ func Example() {
 		RunID: "run-1", ProviderID: "local-llm", Target: "qwen",
 		Input: execution.Input{Messages: []execution.Message{{Role: "user", Content: "hi"}}},
 	})
+	if err == nil {
+		// The Node has taken the run once its first event came; one it
+		// refused unopened (it is shutting down) may go elsewhere.
+		err = run.Started(ctx)
+	}
+	if errors.Is(err, nodes.ErrNotStarted) {
+		fmt.Println("not started: admit it again elsewhere")
+		return
+	}
 	if err != nil {
 		fmt.Println(err)
 		return
