@@ -24,6 +24,16 @@ type Backend interface {
 	Command(cmd Command) (Operation, error)
 }
 
+// StatusWatcher is implemented by a Backend whose status also changes
+// between lifecycle events (edge.Server: admission's cooldowns). A
+// Connector watches it while linked and tells the Hub, which takes a fresh
+// status at once instead of at its next StatusInterval.
+type StatusWatcher interface {
+	// WatchStatus calls notify after each such change until stop is
+	// called. notify must not block; calls may come from any goroutine.
+	WatchStatus(notify func()) (stop func())
+}
+
 // Operation is an accepted command. It runs once, reports intermediate
 // progress through report, and returns a node command's result (nil for
 // Edge operations) or the error that failed it. It must return when ctx

@@ -189,6 +189,9 @@ func (c *Connector) connectOnce(ctx context.Context) (bool, error) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { c.relayEvents(sess.Context(), ctl, sub) })
+	if w, ok := c.backend.(StatusWatcher); ok {
+		wg.Go(func() { c.relayStatusChanges(sess.Context(), ctl, w) })
+	}
 	select {
 	case <-ctx.Done():
 		sess.CloseWithReason(wire.ReasonNormal, "edge stopping")
@@ -218,6 +221,32 @@ func (c *Connector) relayEvents(ctx context.Context, ctl *wire.Stream, sub *node
 		if out == nil {
 			continue
 		}
+		if err := ctl.WriteMessage(msg(out)); err != nil {
+			return
+		}
+	}
+}
+
+// relayStatusChanges tells the Hub, on the control stream, when the
+// Backend's status changed between lifecycle events. Changes that come
+// while one notice is being written make one more notice, not one each:
+// the Hub takes a whole status, not a diff.
+func (c *Connector) relayStatusChanges(ctx context.Context, ctl *wire.Stream, w StatusWatcher) {
+	changed := make(chan struct{}, 1)
+	stop := w.WatchStatus(func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	})
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		out := &iopv1.EdgeNodeEvent{Kind: iopv1.EdgeNodeEventKind_EDGE_NODE_EVENT_KIND_STATUS_CHANGED, TimeUnixMs: time.Now().UnixMilli()}
 		if err := ctl.WriteMessage(msg(out)); err != nil {
 			return
 		}

@@ -13,6 +13,9 @@
 //     made the transition, each with a sequence number so that a status and
 //     the events around it merge without going back in time; a gap makes
 //     the Hub take a fresh status;
+//   - takes a fresh status at once when the Edge says its status changed
+//     between lifecycle events (a [StatusWatcher] Backend: admission's
+//     cooldowns), rather than at its next StatusInterval;
 //   - relays operator commands from a closed set ([Operations]): the Edge
 //     resolves the selector, accepts or rejects with a typed [Rejection],
 //     then reports ordered phases (accepted, running, progress, succeeded

@@ -349,6 +349,42 @@ func TestHubOutageResync(t *testing.T) {
 	waitFor(t, "n-e1 online again", func() bool { n, _ := nodeView(h2.hub, "e1", "n-e1"); return onlineWithCapacity(n) })
 }
 
+// TestCoolingReachesTheHubAtOnce: a model's cooldown after a 429, and its
+// end, reach the Hub's view without waiting for the status poll (an hour
+// here): the Edge tells the Hub its status changed, and the Hub takes one.
+func TestCoolingReachesTheHubAtOnce(t *testing.T) {
+	h := startHub(t, "", func(c *controlplane.Config) { c.StatusInterval = time.Hour })
+	var calls atomic.Int32
+	firstLimited := func(*upstreamtest.Request) upstreamtest.Script {
+		if calls.Add(1) == 1 {
+			return upstreamtest.Script{Status: http.StatusTooManyRequests, RetryAfter: "4"}
+		}
+		return upstreamtest.Script{}
+	}
+	e1 := startEdge(t, "e1", h.addr, firstLimited)
+	e1.startNode()
+	waitFor(t, "n-e1 online", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return onlineWithCapacity(n) })
+	cooling := func() bool {
+		n, _ := nodeView(h.hub, "e1", "n-e1")
+		if len(n.Providers) != 1 {
+			return false
+		}
+		_, ok := n.Providers[0].CoolingModels["up-model"]
+		return ok
+	}
+	if cooling() {
+		t.Fatal("cooling before any 429")
+	}
+	if code := chat(t, e1.url); code != http.StatusTooManyRequests {
+		t.Fatalf("the first chat: %d, want the upstream's 429", code)
+	}
+	waitFor(t, "up-model cooling at the hub", cooling)
+	waitFor(t, "the cooldown's end at the hub", func() bool { return !cooling() })
+	if code := chat(t, e1.url); code != http.StatusOK {
+		t.Fatalf("a chat after the cooldown: %d", code)
+	}
+}
+
 // TestServeEdgesOutlastsDescriptorExhaustion: an Edge listener whose Accept
 // runs out of descriptors (the process's, EMFILE, or the system's, ENFILE)
 // or buffers keeps serving, and the Edge that dialled meanwhile connects

@@ -200,8 +200,13 @@ const maxReapply = 4096
 
 // applyEvent applies and publishes one relayed lifecycle event.
 func (h *Hub) applyEvent(c *edgeConn, ev *iopv1.EdgeNodeEvent) {
-	if ev.GetKind() == iopv1.EdgeNodeEventKind_EDGE_NODE_EVENT_KIND_RESYNC {
+	switch ev.GetKind() {
+	case iopv1.EdgeNodeEventKind_EDGE_NODE_EVENT_KIND_RESYNC:
 		h.events.publish(Event{Kind: EventEdgeResync, EdgeID: c.edgeID, Generation: c.gen})
+		c.askStatus()
+		return
+	case iopv1.EdgeNodeEventKind_EDGE_NODE_EVENT_KIND_STATUS_CHANGED:
+		// Admission's state (a cooldown) changed: the status carries it.
 		c.askStatus()
 		return
 	}

@@ -19,8 +19,9 @@ import (
 // the provider's refusal, as before: nothing is replayed. When a cooldown
 // ends, admission re-evaluates its queue.
 type cooldown struct {
-	n    atomic.Int32 // entries in until: admission's check is free while 0
-	kick func()       // re-evaluates admission's queue
+	n       atomic.Int32 // entries in until: admission's check is free while 0
+	kick    func()       // re-evaluates admission's queue
+	changed func()       // told when a key begins cooling or a cooldown ends; nil: no one
 
 	mu      sync.Mutex
 	until   map[coolKey]time.Time // end of each cooldown
@@ -55,25 +56,33 @@ func cooldownFor(retryAfter string) time.Duration {
 	return max(time.Duration(n)*time.Second, defaultCooldown)
 }
 
-// start cools k until now+d, or leaves a later end in place.
+// start cools k until now+d, or leaves a later end in place. A key that
+// was not cooling at now is a change (changed is called); a later end for
+// one already cooling is not.
 func (c *cooldown) start(k coolKey, d time.Duration, now time.Time) {
 	end := now.Add(d)
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return
 	}
-	if cur, ok := c.until[k]; ok && !cur.Before(end) {
+	cur, ok := c.until[k]
+	if ok && !cur.Before(end) {
+		c.mu.Unlock()
 		return
 	}
 	if c.until == nil {
 		c.until = map[coolKey]time.Time{}
 	}
-	if _, ok := c.until[k]; !ok {
+	if !ok {
 		c.n.Add(1)
 	}
 	c.until[k] = end
 	c.scheduleLocked(now)
+	c.mu.Unlock()
+	if (!ok || !now.Before(cur)) && c.changed != nil {
+		c.changed()
+	}
 }
 
 // cooling reports whether provider cools now, as a whole or for model.
@@ -164,6 +173,9 @@ func (c *cooldown) expire() {
 	c.mu.Unlock()
 	if ended {
 		c.kick()
+		if c.changed != nil {
+			c.changed()
+		}
 	}
 }
 

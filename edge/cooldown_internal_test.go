@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -28,20 +29,33 @@ func TestCooldownFor(t *testing.T) {
 // a longer one short, a model's cools that model only while a whole
 // provider's cools every model of it, an ended one lets admission
 // re-evaluate (kick) and is forgotten, and nothing is kicked after close.
+// Watchers are told when a key begins cooling and when cooldowns end, not
+// when one only lengthens.
 func TestCooldown(t *testing.T) {
 	kicks := make(chan struct{}, 16)
+	var changes atomic.Int32
 	var c cooldown
 	c.kick = func() { kicks <- struct{}{} }
+	c.changed = func() { changes.Add(1) }
+	wantChanges := func(when string, n int32) {
+		t.Helper()
+		if got := changes.Load(); got != n {
+			t.Fatalf("%s: %d changes reported, want %d", when, got, n)
+		}
+	}
 	t0 := time.Now()
 	if c.cooling("a", "m1") {
 		t.Fatal("cooling before any refusal")
 	}
 	c.start(coolKey{"a", ""}, time.Hour, t0)
 	c.start(coolKey{"a", ""}, time.Second, t0) // shorter: the hour stays
+	wantChanges("a began cooling", 1)
 	if !c.coolingAt("a", "m1", t0.Add(30*time.Minute)) || c.coolingAt("a", "m1", t0.Add(time.Hour)) || c.cooling("b", "m1") {
 		t.Fatal("cooldown of a: wrong span, or b cooling")
 	}
-	c.start(coolKey{"b", "m1"}, time.Hour, t0)
+	c.start(coolKey{"b", "m1"}, time.Minute, t0)
+	c.start(coolKey{"b", "m1"}, time.Hour, t0) // longer: not a change
+	wantChanges("b's m1 began cooling, then lengthened", 2)
 	if !c.coolingAt("b", "m1", t0) || c.coolingAt("b", "m2", t0) {
 		t.Fatal("b's m1 rate limited: m1 must cool, m2 not")
 	}
@@ -61,6 +75,11 @@ func TestCooldown(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no kick when c's cooldown ended")
 	}
+	// The end is reported beside the kick, not before it.
+	for deadline := time.Now().Add(10 * time.Second); changes.Load() < 4 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	wantChanges("c's m1 began and ended", 4)
 	if c.cooling("c", "m1") || !c.cooling("a", "m1") {
 		t.Fatal("after c's end: c still cooling, or a not")
 	}
@@ -78,4 +97,5 @@ func TestCooldown(t *testing.T) {
 		t.Fatal("kicked after close")
 	default:
 	}
+	wantChanges("after close", 4)
 }

@@ -98,8 +98,9 @@
 // route's other providers, or wait in the queue until the cooldown ends,
 // rather than meet the same refusal. Server.Nodes and the status the Edge
 // reports to its Hub carry ProviderSnapshot.CoolingUntil and
-// CoolingModels; the iop_edge_provider_cooling gauge says which providers
-// (or models of them) cool.
+// CoolingModels, and a linked Hub is told at once when a cooldown begins
+// or ends (Server.WatchStatus); the iop_edge_provider_cooling gauge says
+// which providers (or models of them) cool.
 //
 // Operators see requests through Prometheus metrics (Config.Metrics, on
 // /metrics; bounded labels), /healthz and /readyz, and, with

@@ -106,6 +106,11 @@ const (
 	// RESYNC: the Edge's own event feed fell behind; the Hub must take a
 	// fresh status before trusting its view again.
 	EdgeNodeEventKind_EDGE_NODE_EVENT_KIND_RESYNC EdgeNodeEventKind = 5
+	// STATUS_CHANGED: the Edge's status changed in a way no lifecycle event
+	// carries (a provider or model began cooling, or a cooldown ended); the
+	// Hub takes a fresh status. It names no Node and has no seq: it is a
+	// hint, and a Hub that does not know it waits for the next status.
+	EdgeNodeEventKind_EDGE_NODE_EVENT_KIND_STATUS_CHANGED EdgeNodeEventKind = 6
 )
 
 // Enum value maps for EdgeNodeEventKind.
@@ -117,6 +122,7 @@ var (
 		3: "EDGE_NODE_EVENT_KIND_PROVIDER_CHANGED",
 		4: "EDGE_NODE_EVENT_KIND_CONFIG_APPLIED",
 		5: "EDGE_NODE_EVENT_KIND_RESYNC",
+		6: "EDGE_NODE_EVENT_KIND_STATUS_CHANGED",
 	}
 	EdgeNodeEventKind_value = map[string]int32{
 		"EDGE_NODE_EVENT_KIND_UNSPECIFIED":      0,
@@ -125,6 +131,7 @@ var (
 		"EDGE_NODE_EVENT_KIND_PROVIDER_CHANGED": 3,
 		"EDGE_NODE_EVENT_KIND_CONFIG_APPLIED":   4,
 		"EDGE_NODE_EVENT_KIND_RESYNC":           5,
+		"EDGE_NODE_EVENT_KIND_STATUS_CHANGED":   6,
 	}
 )
 
@@ -1244,14 +1251,15 @@ const file_iop_v1_control_proto_rawDesc = "" +
 	"$EDGE_HELLO_REJECTION_UNAUTHENTICATED\x10\x02\x12%\n" +
 	"!EDGE_HELLO_REJECTION_UNKNOWN_EDGE\x10\x03\x12\"\n" +
 	"\x1eEDGE_HELLO_REJECTION_DUPLICATE\x10\x04\x12$\n" +
-	" EDGE_HELLO_REJECTION_UNAVAILABLE\x10\x05*\xf5\x01\n" +
+	" EDGE_HELLO_REJECTION_UNAVAILABLE\x10\x05*\x9e\x02\n" +
 	"\x11EdgeNodeEventKind\x12$\n" +
 	" EDGE_NODE_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aEDGE_NODE_EVENT_KIND_READY\x10\x01\x12%\n" +
 	"!EDGE_NODE_EVENT_KIND_DISCONNECTED\x10\x02\x12)\n" +
 	"%EDGE_NODE_EVENT_KIND_PROVIDER_CHANGED\x10\x03\x12'\n" +
 	"#EDGE_NODE_EVENT_KIND_CONFIG_APPLIED\x10\x04\x12\x1f\n" +
-	"\x1bEDGE_NODE_EVENT_KIND_RESYNC\x10\x05*\x97\x02\n" +
+	"\x1bEDGE_NODE_EVENT_KIND_RESYNC\x10\x05\x12'\n" +
+	"#EDGE_NODE_EVENT_KIND_STATUS_CHANGED\x10\x06*\x97\x02\n" +
 	"\x14EdgeCommandRejection\x12&\n" +
 	"\"EDGE_COMMAND_REJECTION_UNSPECIFIED\x10\x00\x12,\n" +
 	"(EDGE_COMMAND_REJECTION_UNKNOWN_OPERATION\x10\x01\x12+\n" +
