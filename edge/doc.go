@@ -65,7 +65,8 @@
 // Anthropic's with 529 overloaded_error when no provider has room. A
 // provider that fails before its answer begins (an upstream error status;
 // a run the Node cannot start, or one that fails before any output, while
-// a stream's head is still held, at most 20 ms) is answered with an HTTP
+// a stream's head is still held: up to the keep-alive interval, since a
+// run's head says nothing until output comes) is answered with an HTTP
 // error status, streamed request or not, so that clients' retry rules see
 // it. Every 429 and 503 (529) the Edge writes carries Retry-After: a key
 // limit's time to its next slot, a translated provider refusal's own

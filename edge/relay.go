@@ -706,18 +706,22 @@ func (s *Server) relayRun(ctx context.Context, w http.ResponseWriter, req *reque
 }
 
 // holdRun holds a run's answer back until the run's first event after
-// Started (a stream's for at most headHold), so that a run the Node
-// refuses, or one that fails before any output, is answered with its
-// failure's HTTP status (and Retry-After where a retry may succeed), as a
-// refused tunnel is: clients' retry rules look at the status, not at an
-// error event inside a 200 stream. It returns the canonical events held;
-// ok is false when the answer was given (or the client left).
+// Started (a stream's for at most the keep-alive interval, after which its
+// head leaves alone and comments follow), so that a run the Node refuses,
+// or one that fails before any output, is answered with its failure's
+// HTTP status (and Retry-After where a retry may succeed), as a refused
+// tunnel is: clients' retry rules look at the status, not at an error
+// event inside a 200 stream. A tunnel's head waits only headHold, since a
+// provider's head is its own answer to pass on; a run's head is the
+// Edge's, says nothing until output comes, and its command may take a
+// while to start (or to fail) on a loaded Node. It returns the canonical
+// events held; ok is false when the answer was given (or the client left).
 func (s *Server) holdRun(ctx context.Context, w http.ResponseWriter, req *request, x *exchange, conv *llmapi.RunEvents) (held []llmapi.Event, ok bool) {
-	until := time.Now().Add(headHold)
+	until := time.Now().Add(req.snap.keepAlive)
 	for {
 		wait := req.snap.keepAlive
 		if req.stream {
-			if wait = min(wait, time.Until(until)); wait <= 0 {
+			if wait = time.Until(until); wait <= 0 {
 				return held, true
 			}
 		}

@@ -30,9 +30,10 @@ import (
 // cliRig is a rig whose Node also hosts command-line providers, which
 // serve normalized runs (no tunnel): every client format is rendered from
 // the run's events. Models: "via-cat" (cat: the answer is the prompt),
-// "via-fail" (exits 7 before any output), "via-sleep" (silent for a
-// minute), "via-late" (silent for wait, then cat), "via-broken" (an
-// executable the kernel cannot start: the Node cannot run it).
+// "via-fail" (exits 7 before any output), "via-slowfail" (the same after
+// 100 ms), "via-sleep" (silent for a minute), "via-late" (silent for wait,
+// then cat), "via-broken" (an executable the kernel cannot start: the Node
+// cannot run it).
 func cliRig(t *testing.T, wait time.Duration, mutate func(*edge.Config)) *rig {
 	t.Helper()
 	return newRig(t, withCLI(t, wait, rigOpts{mutate: mutate}))
@@ -68,6 +69,7 @@ func withCLI(t *testing.T, wait time.Duration, o rigOpts) rigOpts {
 	}{
 		{"cat", []string{cat}},
 		{"fail", []string{sh, "-c", "exit 7"}},
+		{"slowfail", []string{sh, "-c", "sleep 0.1; exit 7"}},
 		{"sleep", []string{sh, "-c", "exec sleep 60"}},
 		{"late", []string{sh, "-c", "sleep " + seconds(wait) + "; exec cat"}},
 		{"broken", []string{broken}},
@@ -170,10 +172,10 @@ func TestRunEveryClientFormat(t *testing.T) {
 
 // TestRunFailure: a run that fails before any output is answered with
 // its failure's HTTP status in the client's format, streamed or not (no
-// 200 stream with an error inside, which clients would not retry), with
-// nothing of the command's own output or exit status in it; a run the
-// Node cannot start is 503 with Retry-After (Anthropic: 529
-// overloaded_error).
+// 200 stream with an error inside, which clients would not retry), also
+// when the command takes a while to fail, with nothing of the command's
+// own output or exit status in it; a run the Node cannot start is 503
+// with Retry-After (Anthropic: 529 overloaded_error).
 func TestRunFailure(t *testing.T) {
 	r := cliRig(t, 0, nil)
 	for _, tc := range []struct {
@@ -185,6 +187,7 @@ func TestRunFailure(t *testing.T) {
 		retryAfter      string
 	}{
 		{"via-fail", http.StatusBadGateway, http.StatusBadGateway, "api_error", ""},
+		{"via-slowfail", http.StatusBadGateway, http.StatusBadGateway, "api_error", ""},
 		{"via-broken", http.StatusServiceUnavailable, 529, "overloaded_error", "1"},
 	} {
 		for _, stream := range []bool{false, true} {
