@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,8 +16,10 @@ import (
 
 // countTokens answers POST /v1/messages/count_tokens. When a provider of
 // the route speaks Anthropic and is available, the request passes through
-// to it; otherwise the answer is an estimate by the Edge's rule (request
-// bytes / 4), marked with the header X-IOP-Token-Count: estimate.
+// to it (the next such provider when a Node refused it unopened, as a
+// draining one does); otherwise the answer is an estimate by the Edge's
+// rule (request bytes / 4), marked with the header X-IOP-Token-Count:
+// estimate.
 func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string) {
 	snap := s.snap.Load()
 	key := s.authFor(w, r, snap, apiMessages)
@@ -58,14 +61,21 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string)
 			Header: http.Header{"Content-Type": {"application/json"}, "Anthropic-Version": {headerOr(r, "Anthropic-Version", "2023-06-01")}},
 			Body:   bytes.NewReader(f.Splice("model", llmapi.Quote(t.Model))), Slot: rid, Target: t.Model, Grant: g,
 		})
+		if errors.Is(err, nodes.ErrNotStarted) {
+			continue // the Node never had it: the next provider may
+		}
 		if err != nil {
+			break
+		}
+		status, hdr, err := tn.Response(ctx)
+		if err != nil {
+			tn.Close()
+			if errors.Is(err, nodes.ErrNotStarted) {
+				continue
+			}
 			break
 		}
 		defer tn.Close()
-		status, hdr, err := tn.Response(ctx)
-		if err != nil {
-			break
-		}
 		for k, vs := range hdr {
 			w.Header()[k] = vs
 		}
@@ -88,7 +98,9 @@ func headerOr(r *http.Request, name, def string) string {
 // getResponse answers GET /v1/responses/{id} by passing it to the provider
 // that produced that response (stateful Responses features work only
 // untranslated, on the same provider). Only the API key that created a
-// response can read it; to any other it does not exist.
+// response can read it; to any other it does not exist. While that
+// provider is unavailable, or its Node refuses the read unopened (a
+// draining Node), the answer is 503 with Retry-After.
 func (s *Server) getResponse(w http.ResponseWriter, r *http.Request, rid string) {
 	snap := s.snap.Load()
 	key := s.authFor(w, r, snap, apiResponses)
@@ -123,6 +135,12 @@ func (s *Server) getResponse(w http.ResponseWriter, r *http.Request, rid string)
 	}
 	defer tn.Close()
 	status, hdr, err := tn.Response(ctx)
+	if errors.Is(err, nodes.ErrNotStarted) {
+		// The Node refused it unopened (a draining one does): worth a
+		// retry once the Node is back.
+		fail(w, apiResponses, http.StatusServiceUnavailable, "overloaded", "The provider is unavailable.", nil)
+		return
+	}
 	if err != nil {
 		fail(w, apiResponses, http.StatusBadGateway, "api_error", "The provider could not answer.", nil)
 		return

@@ -44,6 +44,7 @@ type rig struct {
 	t        testing.TB
 	srv      *edge.Server
 	url      string
+	nodeAddr string // the Edge's Node listener
 	upstream *upstreamtest.Server
 	client   openai.Client
 	// stopNode stops the Node and returns when its Run has.
@@ -162,7 +163,7 @@ func newRig(t testing.TB, o rigOpts) *rig {
 		time.Sleep(2 * time.Millisecond)
 	}
 	url := "http://" + apiLn.Addr().String()
-	return &rig{cfg: cfg, t: t, srv: srv, url: url, upstream: up,
+	return &rig{cfg: cfg, t: t, srv: srv, url: url, nodeAddr: nodeLn.Addr().String(), upstream: up,
 		stopNode: func() { cancel(); _, done := current(); <-done },
 		drainNode: func(grace time.Duration) {
 			cur, done := current()
