@@ -81,6 +81,20 @@ func scriptedNode(t *testing.T, addr, id, provider string, answer func(n int, st
 	return &refused
 }
 
+// waitAvailable waits until the Edge's registry offers provider on node.
+func waitAvailable(t *testing.T, r *rig, node, provider string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, ok := r.srv.Registry().Available(node, provider); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s on %s never became available", provider, node)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 // TestCountTokensSkipsARefusingNode: count_tokens goes to its route's
 // next Anthropic provider when the first one's Node refused the tunnel
 // unopened (the request never reached it), instead of falling back to the
@@ -95,15 +109,7 @@ func TestCountTokensSkipsARefusingNode(t *testing.T) {
 		}})
 	}})
 	refused := refusingNode(t, r.nodeAddr, "refuser", "refused-claude")
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, ok := r.srv.Registry().Available("refuser", "refused-claude"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the refusing Node never became available")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitAvailable(t, r, "refuser", "refused-claude")
 	status, body, h := r.postAnthropic(t, "/v1/messages/count_tokens", apiKey, `{"model":"two-claudes","messages":[{"role":"user","content":"hello"}]}`)
 	var ct struct {
 		InputTokens int `json:"input_tokens"`
@@ -150,15 +156,7 @@ func TestStoredResponseOnARefusingNode(t *testing.T) {
 		st.CloseWrite()
 		return true
 	})
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, ok := r.srv.Registry().Available("scripted", "scripted-oa"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the scripted Node never became available")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitAvailable(t, r, "scripted", "scripted-oa")
 	auth := map[string]string{"Authorization": "Bearer " + apiKey, "Content-Type": "application/json"}
 	resp, body := r.do(t, "POST", "/v1/responses", `{"model":"via-scripted","input":"hello"}`, auth)
 	if resp.StatusCode != 200 || !strings.Contains(body, "resp_scripted") {
