@@ -35,6 +35,7 @@ type EdgeFile struct {
 		MaxBodyBytes      int64         `yaml:"max_body_bytes"`
 		QueueTimeout      time.Duration `yaml:"queue_timeout"`
 		RequestTimeout    time.Duration `yaml:"request_timeout"`
+		KeepAlive         time.Duration `yaml:"keep_alive"`
 		LongContextTokens int           `yaml:"long_context_tokens"`
 		AgingStep         time.Duration `yaml:"aging_step"`
 	} `yaml:"limits"`
@@ -183,6 +184,7 @@ func (f *EdgeFile) build(epoch uint32, create bool) (edge.Config, error) {
 		MaxBodyBytes:      f.Limits.MaxBodyBytes,
 		QueueTimeout:      f.Limits.QueueTimeout,
 		RequestTimeout:    f.Limits.RequestTimeout,
+		KeepAlive:         f.Limits.KeepAlive,
 		LongContextTokens: f.Limits.LongContextTokens,
 		AgingStep:         f.Limits.AgingStep,
 		CORSOrigins:       f.API.CORSOrigins,
