@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -61,7 +60,7 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string)
 			Header: http.Header{"Content-Type": {"application/json"}, "Anthropic-Version": {headerOr(r, "Anthropic-Version", "2023-06-01")}},
 			Body:   bytes.NewReader(f.Splice("model", llmapi.Quote(t.Model))), Slot: rid, Target: t.Model, Grant: g,
 		})
-		if errors.Is(err, nodes.ErrNotStarted) {
+		if notStarted(err) {
 			continue // the Node never had it: the next provider may
 		}
 		if err != nil {
@@ -70,7 +69,7 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string)
 		status, hdr, err := tn.Response(ctx)
 		if err != nil {
 			tn.Close()
-			if errors.Is(err, nodes.ErrNotStarted) {
+			if notStarted(err) {
 				continue
 			}
 			break
@@ -135,7 +134,7 @@ func (s *Server) getResponse(w http.ResponseWriter, r *http.Request, rid string)
 	}
 	defer tn.Close()
 	status, hdr, err := tn.Response(ctx)
-	if errors.Is(err, nodes.ErrNotStarted) {
+	if notStarted(err) {
 		// The Node refused it unopened (a draining one does): worth a
 		// retry once the Node is back.
 		fail(w, apiResponses, http.StatusServiceUnavailable, "overloaded", "The provider is unavailable.", nil)
