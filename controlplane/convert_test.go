@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/iop-dev/iop/edge/nodes"
@@ -43,5 +44,62 @@ func TestProviderCoolingCrossesTheWire(t *testing.T) {
 	applyToView(&v, &iopv1.EdgeNodeEvent{Kind: iopv1.EdgeNodeEventKind_EDGE_NODE_EVENT_KIND_DISCONNECTED, NodeId: "n1"})
 	if p := v.Nodes[0].Providers[0]; p.CoolingUntil != nil || p.CoolingModels != nil {
 		t.Fatalf("after a disconnect: cooling until %v, models %v", p.CoolingUntil, p.CoolingModels)
+	}
+}
+
+// TestCoolingChanges: a cooling event is derived for each provider whose
+// cooling keys changed between two statuses, and only then.
+func TestCoolingChanges(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0).UTC()
+	t1 := t0.Add(time.Minute)
+	prov := func(id string, until *time.Time, models ...string) ProviderView {
+		p := ProviderView{ID: id, CoolingUntil: until}
+		for _, m := range models {
+			if p.CoolingModels == nil {
+				p.CoolingModels = map[string]time.Time{}
+			}
+			p.CoolingModels[m] = t0
+		}
+		return p
+	}
+	node := func(id string, ps ...ProviderView) NodeView { return NodeView{ID: id, Providers: ps} }
+	later := func(p ProviderView) ProviderView { // the same keys, later ends
+		if p.CoolingUntil != nil {
+			p.CoolingUntil = &t1
+		}
+		for m := range p.CoolingModels {
+			p.CoolingModels[m] = t1
+		}
+		return p
+	}
+	tests := []struct {
+		name          string
+		before, after []NodeView
+		want          []string // "node/provider" of each event
+	}{
+		{"nothing cools", []NodeView{node("a", prov("p", nil))}, []NodeView{node("a", prov("p", nil))}, nil},
+		{"a model begins", []NodeView{node("a", prov("p", nil))}, []NodeView{node("a", prov("p", nil, "m"))}, []string{"a/p"}},
+		{"the provider begins", []NodeView{node("a", prov("p", nil, "m"))}, []NodeView{node("a", prov("p", &t0, "m"))}, []string{"a/p"}},
+		{"lengthened only", []NodeView{node("a", prov("p", &t0, "m"))}, []NodeView{node("a", later(prov("p", &t0, "m")))}, nil},
+		{"one model for another", []NodeView{node("a", prov("p", nil, "m"))}, []NodeView{node("a", prov("p", nil, "n"))}, []string{"a/p"}},
+		{"ended", []NodeView{node("a", prov("p", &t0))}, []NodeView{node("a", prov("p", nil))}, []string{"a/p"}},
+		{"a new node already cooling", nil, []NodeView{node("a", prov("p", nil)), node("b", prov("q", &t0))}, []string{"b/q"}},
+		{"a node that left", []NodeView{node("a", prov("p", &t0))}, nil, nil},
+		{"several", []NodeView{node("a", prov("p", nil), prov("q", &t0)), node("c", prov("r", nil))},
+			[]NodeView{node("a", prov("p", nil, "m"), prov("q", nil)), node("b", prov("s", nil)), node("c", prov("r", nil))}, []string{"a/p", "a/q"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, ev := range coolingChanges("e", tt.before, tt.after) {
+				if ev.Kind != EventProviderCooling || ev.EdgeID != "e" || ev.Provider == nil {
+					t.Fatalf("event %+v", ev)
+				}
+				got = append(got, ev.NodeID+"/"+ev.Provider.ID)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -15,7 +15,9 @@
 //     the Hub take a fresh status;
 //   - takes a fresh status at once when the Edge says its status changed
 //     between lifecycle events (a [StatusWatcher] Backend: admission's
-//     cooldowns), rather than at its next StatusInterval;
+//     cooldowns), rather than at its next StatusInterval, and publishes an
+//     [EventProviderCooling] for each provider whose cooldowns began or
+//     ended;
 //   - relays operator commands from a closed set ([Operations]): the Edge
 //     resolves the selector, accepts or rejects with a typed [Rejection],
 //     then reports ordered phases (accepted, running, progress, succeeded

@@ -26,6 +26,15 @@ const (
 	EventNodeDisconnected EventKind = "node_disconnected"
 	EventProviderChanged  EventKind = "provider_changed"
 	EventConfigApplied    EventKind = "config_applied"
+	// EventProviderCooling: a status showed that what of a provider cools
+	// changed: the provider as a whole (it answered 503 or 529) or one of
+	// its models (429) began cooling, or a cooldown ended. Provider
+	// carries what cools now (CoolingUntil, CoolingModels); neither set
+	// means nothing of it cools any more. A cooldown that was only
+	// lengthened is not an event. The Hub derives these from its Edges'
+	// statuses, which a linked Edge sends at once when a cooldown begins
+	// or ends.
+	EventProviderCooling EventKind = "provider_cooling"
 )
 
 func eventKindFrom(k iopv1.EdgeNodeEventKind) (EventKind, bool) {

@@ -354,6 +354,7 @@ func TestHubOutageResync(t *testing.T) {
 // here): the Edge tells the Hub its status changed, and the Hub takes one.
 func TestCoolingReachesTheHubAtOnce(t *testing.T) {
 	h := startHub(t, "", func(c *controlplane.Config) { c.StatusInterval = time.Hour })
+	log := watchEvents(t, h.hub)
 	var calls atomic.Int32
 	firstLimited := func(*upstreamtest.Request) upstreamtest.Script {
 		if calls.Add(1) == 1 {
@@ -382,6 +383,23 @@ func TestCoolingReachesTheHubAtOnce(t *testing.T) {
 	waitFor(t, "the cooldown's end at the hub", func() bool { return !cooling() })
 	if code := chat(t, e1.url); code != http.StatusOK {
 		t.Fatalf("a chat after the cooldown: %d", code)
+	}
+	// Operators are told of both: one event as the model began cooling,
+	// one as it ended.
+	waitFor(t, "two cooling events", func() bool { return len(log.of(controlplane.EventProviderCooling, "e1", "n-e1")) >= 2 })
+	evs := log.of(controlplane.EventProviderCooling, "e1", "n-e1")
+	if len(evs) != 2 {
+		t.Fatalf("%d cooling events, want 2: %+v", len(evs), evs)
+	}
+	began, ended := evs[0].Provider, evs[1].Provider
+	if began == nil || ended == nil {
+		t.Fatalf("a cooling event without its provider: %+v", evs)
+	}
+	if _, ok := began.CoolingModels["up-model"]; !ok || len(began.CoolingModels) != 1 || began.CoolingUntil != nil {
+		t.Errorf("the first cooling event: until %v, models %v; want up-model alone", began.CoolingUntil, began.CoolingModels)
+	}
+	if ended.CoolingUntil != nil || len(ended.CoolingModels) != 0 {
+		t.Errorf("the second cooling event still cools: until %v, models %v", ended.CoolingUntil, ended.CoolingModels)
 	}
 }
 

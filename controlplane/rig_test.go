@@ -353,3 +353,16 @@ func (l *eventLog) count(kind controlplane.EventKind, edgeID, nodeID string) int
 	}
 	return n
 }
+
+// of returns the events of kind for edgeID (and nodeID, unless empty).
+func (l *eventLog) of(kind controlplane.EventKind, edgeID, nodeID string) []controlplane.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []controlplane.Event
+	for _, e := range l.events {
+		if e.Kind == kind && e.EdgeID == edgeID && (nodeID == "" || e.NodeID == nodeID) {
+			out = append(out, e)
+		}
+	}
+	return out
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -174,11 +175,12 @@ func noEOF(err error) error {
 func (h *Hub) applyStatus(c *edgeConn, head *iopv1.EdgeStatusResponse, nodes []NodeView) {
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	es := h.edges[c.edgeID]
 	if es == nil || es.cur != c {
+		h.mu.Unlock()
 		return // a stale connection's answer
 	}
+	before := es.view.Nodes
 	now := time.Now().UTC()
 	es.view.StatusAt = &now
 	es.view.Routes, es.view.Queued, es.view.ConfigRevision = int(head.GetRouteCount()), int(head.GetQueued()), head.GetConfigRevision()
@@ -193,6 +195,53 @@ func (h *Hub) applyStatus(c *edgeConn, head *iopv1.EdgeStatusResponse, nodes []N
 		}
 	}
 	es.recent = kept
+	cooling := coolingChanges(c.edgeID, before, es.view.Nodes)
+	h.mu.Unlock()
+	for _, ev := range cooling {
+		h.events.publish(ev)
+	}
+}
+
+// coolingChanges returns an EventProviderCooling for each provider whose
+// cooling keys (the provider as a whole, and each model) differ between
+// two views of one Edge's Nodes, both sorted by Node id. A provider seen
+// for the first time counts as cooling nothing before; one that left is
+// not reported (its Node's events say why).
+func coolingChanges(edgeID string, before, after []NodeView) []Event {
+	var out []Event
+	for _, n := range after {
+		var old []ProviderView
+		if i, ok := slices.BinarySearchFunc(before, n.ID, func(b NodeView, id string) int { return cmp.Compare(b.ID, id) }); ok {
+			old = before[i].Providers
+		}
+		for _, p := range n.Providers {
+			var was ProviderView
+			if j := slices.IndexFunc(old, func(o ProviderView) bool { return o.ID == p.ID }); j >= 0 {
+				was = old[j]
+			}
+			if sameCoolingKeys(was, p) {
+				continue
+			}
+			pv := p
+			pv.CoolingModels = maps.Clone(p.CoolingModels)
+			out = append(out, Event{Kind: EventProviderCooling, EdgeID: edgeID, NodeID: n.ID, Provider: &pv})
+		}
+	}
+	return out
+}
+
+// sameCoolingKeys reports whether a and b cool the same things, whatever
+// until when.
+func sameCoolingKeys(a, b ProviderView) bool {
+	if (a.CoolingUntil == nil) != (b.CoolingUntil == nil) || len(a.CoolingModels) != len(b.CoolingModels) {
+		return false
+	}
+	for m := range a.CoolingModels {
+		if _, ok := b.CoolingModels[m]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // maxReapply bounds the events kept to re-apply over the next status.

@@ -157,9 +157,24 @@ async function render() {
   document.title = "IOP | " + states.join(" ");
 }
 
+// coolingText says what of provider p a provider_cooling event found
+// cooling, and until when; nothing cooling means its cooldowns ended.
+function coolingText(p) {
+  const parts = [];
+  if (p.cooling_until) parts.push("until " + new Date(p.cooling_until).toLocaleTimeString());
+  for (const [model, until] of Object.entries(p.cooling_models || {})) {
+    parts.push(`${model} until ${new Date(until).toLocaleTimeString()}`);
+  }
+  return parts.length ? "cooling " + parts.join(", ") : "cooling ended";
+}
+
 function addEvent(ev) {
   const list = $("#events");
-  const what = [ev.kind, ev.edge_id, ev.node_id, ev.provider ? `${ev.provider.id} ${ev.provider.status}/${ev.provider.health}` : "", ev.reason || ""].filter(Boolean).join(" ");
+  let prov = "";
+  if (ev.provider) {
+    prov = ev.kind === "provider_cooling" ? `${ev.provider.id} ${coolingText(ev.provider)}` : `${ev.provider.id} ${ev.provider.status}/${ev.provider.health}`;
+  }
+  const what = [ev.kind, ev.edge_id, ev.node_id, prov, ev.reason || ""].filter(Boolean).join(" ");
   list.prepend(el("li", {}, `${new Date(ev.time).toLocaleTimeString()} ${what}`));
   while (list.children.length > 100) list.lastChild.remove();
 }
@@ -173,7 +188,7 @@ async function loadEvents() {
 
 function follow() {
   const es = new EventSource("/api/events/stream");
-  const kinds = ["edge_connected", "edge_disconnected", "edge_resync", "node_ready", "node_disconnected", "provider_changed", "config_applied"];
+  const kinds = ["edge_connected", "edge_disconnected", "edge_resync", "node_ready", "node_disconnected", "provider_changed", "provider_cooling", "config_applied"];
   for (const k of kinds) {
     es.addEventListener(k, (m) => { addEvent(JSON.parse(m.data)); scheduleRender(); });
   }

@@ -540,7 +540,10 @@ func (c *client) events(ctx context.Context) error {
 		if ev.NodeID != "" {
 			line += "/" + ev.NodeID
 		}
-		if ev.Provider != nil {
+		switch {
+		case ev.Provider != nil && ev.Kind == controlplane.EventProviderCooling:
+			line += " " + ev.Provider.ID + " " + coolingText(*ev.Provider)
+		case ev.Provider != nil:
 			line += fmt.Sprintf(" %s %s/%s", ev.Provider.ID, ev.Provider.Status, ev.Provider.Health)
 		}
 		if ev.Reason != "" {
@@ -553,6 +556,23 @@ func (c *client) events(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// coolingText says what of p a provider_cooling event found cooling and
+// until when (models in name order); nothing cooling means its cooldowns
+// ended.
+func coolingText(p controlplane.ProviderView) string {
+	var parts []string
+	if p.CoolingUntil != nil {
+		parts = append(parts, "until "+p.CoolingUntil.Local().Format(time.TimeOnly))
+	}
+	for _, m := range slices.Sorted(maps.Keys(p.CoolingModels)) {
+		parts = append(parts, m+" until "+p.CoolingModels[m].Local().Format(time.TimeOnly))
+	}
+	if len(parts) == 0 {
+		return "cooling ended"
+	}
+	return "cooling " + strings.Join(parts, ", ")
 }
 
 // readSSE calls f for each event of a text/event-stream until f returns

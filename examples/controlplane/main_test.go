@@ -189,3 +189,29 @@ func TestCooling(t *testing.T) {
 		}
 	}
 }
+
+// TestCoolingText: the events command says what a provider_cooling event
+// found cooling (the provider, then its models by name) or that it ended.
+func TestCoolingText(t *testing.T) {
+	at := func(s string) time.Time {
+		v, err := time.ParseInLocation(time.TimeOnly, s, time.Local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	whole := at("10:00:05")
+	for _, tt := range []struct {
+		p    controlplane.ProviderView
+		want string
+	}{
+		{controlplane.ProviderView{}, "cooling ended"},
+		{controlplane.ProviderView{CoolingUntil: &whole}, "cooling until 10:00:05"},
+		{controlplane.ProviderView{CoolingModels: map[string]time.Time{"b": at("10:00:07"), "a": at("10:00:06")}}, "cooling a until 10:00:06, b until 10:00:07"},
+		{controlplane.ProviderView{CoolingUntil: &whole, CoolingModels: map[string]time.Time{"a": at("10:00:06")}}, "cooling until 10:00:05, a until 10:00:06"},
+	} {
+		if got := coolingText(tt.p); got != tt.want {
+			t.Errorf("coolingText(%+v) = %q, want %q", tt.p, got, tt.want)
+		}
+	}
+}
