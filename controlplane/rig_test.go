@@ -343,15 +343,7 @@ func watchEvents(t *testing.T, h *controlplane.Hub) *eventLog {
 }
 
 func (l *eventLog) count(kind controlplane.EventKind, edgeID, nodeID string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, e := range l.events {
-		if e.Kind == kind && e.EdgeID == edgeID && (nodeID == "" || e.NodeID == nodeID) {
-			n++
-		}
-	}
-	return n
+	return len(l.of(kind, edgeID, nodeID))
 }
 
 // of returns the events of kind for edgeID (and nodeID, unless empty).
