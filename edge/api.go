@@ -583,6 +583,25 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	s.chargeEstimate(req)
 }
 
+// queueRetryAfter is the Retry-After, in seconds, of a request whose
+// queue timeout passed: the queue timeout and one second more, or, when
+// one of its route's providers cools for the request's model and its
+// cooldown ends sooner than that, the time until the earliest such end
+// (rounded up): a slot the cooldown held comes back then, and a client
+// that retries at once would only queue behind it.
+func (s *Server) queueRetryAfter(req *request, now time.Time) int {
+	secs := int(req.snap.queueTimeout/time.Second) + 1
+	if req.route == nil {
+		return secs
+	}
+	for _, t := range req.route.Targets {
+		if end := s.cool.endAt(t.ProviderID, t.Model, now); !end.IsZero() {
+			secs = min(secs, int((end.Sub(now)+time.Second-1)/time.Second))
+		}
+	}
+	return secs
+}
+
 func (s *Server) refuse(w http.ResponseWriter, req *request, status int, err error) {
 	a := req.api
 	var ae *llmapi.APIError
@@ -591,7 +610,7 @@ func (s *Server) refuse(w http.ResponseWriter, req *request, status int, err err
 		w.Header().Set("Retry-After", "1")
 		msg := "No provider for this model is available right now."
 		if errors.Is(err, pool.ErrQueueTimeout) {
-			w.Header().Set("Retry-After", fmt.Sprint(int(req.snap.queueTimeout.Seconds())+1))
+			w.Header().Set("Retry-After", strconv.Itoa(s.queueRetryAfter(req, time.Now())))
 			msg = "All providers for this model are busy; the request waited its full queue timeout."
 		}
 		fail(w, a, http.StatusServiceUnavailable, "overloaded", msg, "overloaded")

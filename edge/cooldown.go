@@ -101,6 +101,25 @@ func (c *cooldown) coolingAt(provider, model string, now time.Time) bool {
 	return now.Before(c.until[coolKey{provider, ""}]) || now.Before(c.until[coolKey{provider, model}])
 }
 
+// endAt returns when provider stops cooling for model (the later of its
+// whole cooldown and that model's), or the zero time when it does not
+// cool at now.
+func (c *cooldown) endAt(provider, model string, now time.Time) time.Time {
+	if c.n.Load() == 0 {
+		return time.Time{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	end := c.until[coolKey{provider, ""}]
+	if m := c.until[coolKey{provider, model}]; m.After(end) {
+		end = m
+	}
+	if !now.Before(end) {
+		return time.Time{}
+	}
+	return end
+}
+
 // ends returns provider's cooldowns at now: when the whole provider's
 // ends (zero when it does not cool) and, for each model cooling on its
 // own, when that one ends (nil when none does).

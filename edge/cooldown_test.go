@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -133,6 +134,42 @@ func TestRateLimitedModelCoolsAlone(t *testing.T) {
 	}
 	if got := chatCalls(r.upstream, "second"); got != 0 {
 		t.Fatalf("the cooling model was called %d times", got)
+	}
+	r.settled()
+}
+
+// TestQueueTimeoutSaysWhenTheCooldownEnds: a request that waited its whole
+// queue timeout (2 s) for a model cooling 4 s is refused with a
+// Retry-After of the time left on the cooldown (at most 2 s), not the
+// queue timeout and a second (3 s); a retry after it is served.
+func TestQueueTimeoutSaysWhenTheCooldownEnds(t *testing.T) {
+	var calls atomic.Int32
+	r := newRig(t, rigOpts{
+		queueTimeout: 2 * time.Second,
+		reply: func(q *upstreamtest.Request) upstreamtest.Script {
+			if calls.Add(1) == 1 {
+				return upstreamtest.Script{Status: http.StatusTooManyRequests, RetryAfter: "4"}
+			}
+			return upstreamtest.Echo(q)
+		},
+	})
+	if status, _, body := r.post(t, apiKey, chatJSON("gpt-local", "limited")); status != http.StatusTooManyRequests {
+		t.Fatalf("the rate-limited request: %d\n%s", status, body)
+	}
+	status, hdr, body := r.post(t, apiKey, chatJSON("gpt-local", "queued"))
+	if status != http.StatusServiceUnavailable {
+		t.Fatalf("the request queued behind the cooldown: %d, want 503 at its queue timeout\n%s", status, body)
+	}
+	ra, err := strconv.Atoi(hdr.Get("Retry-After"))
+	if err != nil || ra < 1 || ra > 2 {
+		t.Fatalf("Retry-After %q, want the cooldown's 1 or 2 seconds left", hdr.Get("Retry-After"))
+	}
+	time.Sleep(time.Duration(ra) * time.Second)
+	if status, _, body := r.post(t, apiKey, chatJSON("gpt-local", "retried")); status != http.StatusOK {
+		t.Fatalf("the retry after Retry-After: %d\n%s", status, body)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("the upstream got %d calls, want the refused one and the retry", n)
 	}
 	r.settled()
 }

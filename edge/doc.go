@@ -70,7 +70,9 @@
 // error status, streamed request or not, so that clients' retry rules see
 // it. Every 429 and 503 (529) the Edge writes carries Retry-After: a key
 // limit's time to its next slot, a translated provider refusal's own
-// delay (at most an hour), one second otherwise; a provider's error
+// delay (at most an hour), the queue timeout and a second for a request
+// that waited it out (or, sooner, the end of the earliest cooldown among
+// its route's providers, below), one second otherwise; a provider's error
 // relayed untranslated keeps the provider's own headers. Every request
 // gets exactly one terminal: a whole answer, an error body, or the
 // API's error event in a stream (also when the hard deadline passes, the
@@ -97,7 +99,9 @@
 // model on its own: its other models are served. The refused request
 // gets the provider's answer, as always; the requests after it go to the
 // route's other providers, or wait in the queue until the cooldown ends,
-// rather than meet the same refusal. Server.Nodes and the status the Edge
+// rather than meet the same refusal; one whose queue timeout passes first
+// gets the time left on the cooldown as its Retry-After, when that is
+// shorter than the queue timeout. Server.Nodes and the status the Edge
 // reports to its Hub carry ProviderSnapshot.CoolingUntil and
 // CoolingModels, and a linked Hub is told at once when a cooldown begins
 // or ends (Server.WatchStatus); the iop_edge_provider_cooling gauge says
