@@ -96,9 +96,7 @@ func (c *cooldown) cooling(provider, model string) bool {
 // coolingAt reports whether provider cools at now, as a whole or for
 // model.
 func (c *cooldown) coolingAt(provider, model string, now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return now.Before(c.until[coolKey{provider, ""}]) || now.Before(c.until[coolKey{provider, model}])
+	return !c.endAt(provider, model, now).IsZero()
 }
 
 // endAt returns when provider stops cooling for model (the later of its
