@@ -31,6 +31,17 @@ func chatCalls(up *upstreamtest.Server, prefix string) int {
 	return n
 }
 
+// refuseFirst is an upstream's script that answers its first call with
+// status and Retry-After, and echoes every later one; calls counts them.
+func refuseFirst(calls *atomic.Int32, status int, retryAfter string) func(*upstreamtest.Request) upstreamtest.Script {
+	return func(q *upstreamtest.Request) upstreamtest.Script {
+		if calls.Add(1) == 1 {
+			return upstreamtest.Script{Status: status, RetryAfter: retryAfter}
+		}
+		return upstreamtest.Echo(q)
+	}
+}
+
 // TestRateLimitedProviderCools: the first provider of a route answers 429
 // with Retry-After: 30. That request gets the provider's 429 (nothing is
 // replayed), and for the next thirty seconds the provider has no free slot:
@@ -144,15 +155,7 @@ func TestRateLimitedModelCoolsAlone(t *testing.T) {
 // queue timeout and a second (3 s); a retry after it is served.
 func TestQueueTimeoutSaysWhenTheCooldownEnds(t *testing.T) {
 	var calls atomic.Int32
-	r := newRig(t, rigOpts{
-		queueTimeout: 2 * time.Second,
-		reply: func(q *upstreamtest.Request) upstreamtest.Script {
-			if calls.Add(1) == 1 {
-				return upstreamtest.Script{Status: http.StatusTooManyRequests, RetryAfter: "4"}
-			}
-			return upstreamtest.Echo(q)
-		},
-	})
+	r := newRig(t, rigOpts{queueTimeout: 2 * time.Second, reply: refuseFirst(&calls, http.StatusTooManyRequests, "4")})
 	if status, _, body := r.post(t, apiKey, chatJSON("gpt-local", "limited")); status != http.StatusTooManyRequests {
 		t.Fatalf("the rate-limited request: %d\n%s", status, body)
 	}
@@ -180,15 +183,7 @@ func TestQueueTimeoutSaysWhenTheCooldownEnds(t *testing.T) {
 // queue until the cooldown ends and is then served.
 func TestOverloadedProviderCoolsAndQueues(t *testing.T) {
 	var calls atomic.Int32
-	r := newRig(t, rigOpts{
-		queueTimeout: 20 * time.Second,
-		reply: func(q *upstreamtest.Request) upstreamtest.Script {
-			if calls.Add(1) == 1 {
-				return upstreamtest.Script{Status: http.StatusServiceUnavailable, RetryAfter: "2"}
-			}
-			return upstreamtest.Echo(q)
-		},
-	})
+	r := newRig(t, rigOpts{queueTimeout: 20 * time.Second, reply: refuseFirst(&calls, http.StatusServiceUnavailable, "2")})
 	if status, hdr, body := r.post(t, apiKey, chatJSON("gpt-local", "loading")); status != http.StatusServiceUnavailable || hdr.Get("Retry-After") != "2" {
 		t.Fatalf("the refused request: %d Retry-After %q\n%s", status, hdr.Get("Retry-After"), body)
 	}
