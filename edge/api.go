@@ -585,17 +585,25 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 
 // queueRetryAfter is the Retry-After, in seconds, of a request whose
 // queue timeout passed: the queue timeout and one second more, or, when
-// one of its route's providers cools for the request's model and its
+// one of its candidates now cools for the request's model and its
 // cooldown ends sooner than that, the time until the earliest such end
 // (rounded up): a slot the cooldown held comes back then, and a client
-// that retries at once would only queue behind it.
+// that retries at once would only queue behind it. A provider that is
+// no candidate (its Node is gone, say) is not counted: the end of its
+// cooldown gives back no slot.
 func (s *Server) queueRetryAfter(req *request, now time.Time) int {
-	secs := int(req.snap.queueTimeout/time.Second) + 1
 	if req.route == nil {
-		return secs
+		return int(req.snap.queueTimeout/time.Second) + 1
 	}
-	for _, t := range req.route.Targets {
-		if end := s.cool.endAt(t.ProviderID, t.Model, now); !end.IsZero() {
+	return coolingRetryAfter(&s.cool, req.snap.queueTimeout, s.candidates(req), now)
+}
+
+// coolingRetryAfter is queueRetryAfter's rule over the candidates cands.
+func coolingRetryAfter(c *cooldown, queue time.Duration, cands []pool.Candidate, now time.Time) int {
+	secs := int(queue/time.Second) + 1
+	for _, cand := range cands {
+		t := cand.Target.(*Target)
+		if end := c.endAt(t.ProviderID, t.Model, now); !end.IsZero() {
 			secs = min(secs, int((end.Sub(now)+time.Second-1)/time.Second))
 		}
 	}
@@ -660,61 +668,7 @@ func (x *exchange) close() {
 // tunnel or the run on the exact generation the lease belongs to. Once
 // dispatched, a request is never replayed or moved.
 func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, error) {
-	cands := func() []pool.Candidate {
-		out := make([]pool.Candidate, 0, len(req.route.Targets))
-		// Capacity is the configuration's now, not the request's: a
-		// reload that lowers it binds the requests already queued.
-		cur := s.snap.Load()
-		for i, t := range req.route.Targets {
-			pi, ok := req.snap.providers[t.ProviderID]
-			if !ok || (req.pin != "" && t.ProviderID != req.pin) {
-				continue
-			}
-			now, ok := cur.providers[t.ProviderID]
-			if !ok || now.nodeID != pi.nodeID {
-				continue // gone from that Node since the request came
-			}
-			if p, f := capability(pi, req.api); p == pathNone || req.unfit(p, f, t) != nil {
-				continue
-			}
-			gen, applied, ok := s.reg.Admission(pi.nodeID, t.ProviderID, t.Model)
-			if !ok {
-				continue
-			}
-			// The Node admits by the configuration it has applied: a
-			// raised capacity counts once the Node acknowledged it (its
-			// acknowledgement kicks the queue), a lowered one at once. A
-			// model it has not applied yet has no slot until it has; one
-			// it lacks under the latest configuration is no candidate.
-			capacity := now.capacity
-			if applied.Capacity > 0 && applied.Capacity < capacity {
-				capacity = applied.Capacity
-			}
-			if len(applied.Models) > 0 && !slices.Contains(applied.Models, t.Model) {
-				if applied.Current {
-					continue
-				}
-				capacity = 0
-			}
-			// Work the Node would refuse under a configuration it may
-			// still hold (a credential rotated right after its
-			// revocation, a model removed and added back) waits for its
-			// acknowledgement too.
-			if applied.Held {
-				capacity = 0
-			}
-			// A provider (or this model of it) that refused with "not
-			// now" (cooldown) has no free slot until its delay ends: the
-			// request goes to another candidate, or waits for this one.
-			if s.cool.cooling(t.ProviderID, t.Model) {
-				capacity = 0
-			}
-			out = append(out, pool.Candidate{Key: pool.Key{NodeID: pi.nodeID, ProviderID: t.ProviderID}, Generation: gen,
-				Capacity: capacity, LongContextCapacity: now.longCapacity, Weight: t.Weight,
-				Target: &req.route.Targets[i]}) // the snapshot's, never changed: no copy to box
-		}
-		return out
-	}
+	cands := func() []pool.Candidate { return s.candidates(req) }
 	if err := req.unservable(); err != nil {
 		// No provider of this route can carry the request, however many
 		// are online: waiting for one would not help.
@@ -743,6 +697,66 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 		}
 		return x, status, err
 	}
+}
+
+// candidates are the providers of req's route that may take it now,
+// each with its free capacity: admission asks for them on every
+// evaluation of the request, so a provider that goes offline, cools or
+// has its capacity changed is seen at once.
+func (s *Server) candidates(req *request) []pool.Candidate {
+	out := make([]pool.Candidate, 0, len(req.route.Targets))
+	// Capacity is the configuration's now, not the request's: a
+	// reload that lowers it binds the requests already queued.
+	cur := s.snap.Load()
+	for i, t := range req.route.Targets {
+		pi, ok := req.snap.providers[t.ProviderID]
+		if !ok || (req.pin != "" && t.ProviderID != req.pin) {
+			continue
+		}
+		now, ok := cur.providers[t.ProviderID]
+		if !ok || now.nodeID != pi.nodeID {
+			continue // gone from that Node since the request came
+		}
+		if p, f := capability(pi, req.api); p == pathNone || req.unfit(p, f, t) != nil {
+			continue
+		}
+		gen, applied, ok := s.reg.Admission(pi.nodeID, t.ProviderID, t.Model)
+		if !ok {
+			continue
+		}
+		// The Node admits by the configuration it has applied: a
+		// raised capacity counts once the Node acknowledged it (its
+		// acknowledgement kicks the queue), a lowered one at once. A
+		// model it has not applied yet has no slot until it has; one
+		// it lacks under the latest configuration is no candidate.
+		capacity := now.capacity
+		if applied.Capacity > 0 && applied.Capacity < capacity {
+			capacity = applied.Capacity
+		}
+		if len(applied.Models) > 0 && !slices.Contains(applied.Models, t.Model) {
+			if applied.Current {
+				continue
+			}
+			capacity = 0
+		}
+		// Work the Node would refuse under a configuration it may
+		// still hold (a credential rotated right after its
+		// revocation, a model removed and added back) waits for its
+		// acknowledgement too.
+		if applied.Held {
+			capacity = 0
+		}
+		// A provider (or this model of it) that refused with "not
+		// now" (cooldown) has no free slot until its delay ends: the
+		// request goes to another candidate, or waits for this one.
+		if s.cool.cooling(t.ProviderID, t.Model) {
+			capacity = 0
+		}
+		out = append(out, pool.Candidate{Key: pool.Key{NodeID: pi.nodeID, ProviderID: t.ProviderID}, Generation: gen,
+			Capacity: capacity, LongContextCapacity: now.longCapacity, Weight: t.Weight,
+			Target: &req.route.Targets[i]}) // the snapshot's, never changed: no copy to box
+	}
+	return out
 }
 
 // maxAdmissions bounds how often one request is admitted: a lease whose

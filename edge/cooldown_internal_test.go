@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/iop-dev/iop/edge/pool"
 )
 
 func TestCooldownFor(t *testing.T) {
@@ -102,8 +104,8 @@ func TestCooldown(t *testing.T) {
 
 // TestQueueRetryAfter: a request refused at its queue timeout is told to
 // come back after the timeout and a second, or at the end of the earliest
-// cooldown among its route's providers (for the route's model) when that
-// comes sooner.
+// cooldown among its candidates (for the route's model) when that comes
+// sooner. A provider that is no candidate now does not count.
 func TestQueueRetryAfter(t *testing.T) {
 	// An hour ahead of the clock: no cooldown's timer fires (and drops
 	// it) during the test; endAt reads each end against the time given.
@@ -114,28 +116,35 @@ func TestQueueRetryAfter(t *testing.T) {
 		queue time.Duration
 		cool  map[coolKey]time.Duration // from t0
 		at    time.Duration             // after t0
+		off   string                    // a provider of the route that is no candidate now
 		want  int
 	}{
-		{"nothing cools", 30 * time.Second, nil, 0, 31},
-		{"a's model cools 10.2 s", 30 * time.Second, map[coolKey]time.Duration{{"a", "m"}: 10200 * time.Millisecond}, 0, 11},
-		{"a cools longer than the queue", 30 * time.Second, map[coolKey]time.Duration{{"a", ""}: 45 * time.Second}, 0, 31},
-		{"the earliest of two", 30 * time.Second, map[coolKey]time.Duration{{"a", ""}: 20 * time.Second, {"b", "m"}: 5 * time.Second}, 0, 5},
-		{"a's whole cooldown outlasts its model's", 30 * time.Second, map[coolKey]time.Duration{{"a", ""}: 20 * time.Second, {"a", "m"}: 5 * time.Second}, 0, 20},
-		{"another model cools", 30 * time.Second, map[coolKey]time.Duration{{"a", "other"}: 5 * time.Second}, 0, 31},
-		{"a provider off the route cools", 30 * time.Second, map[coolKey]time.Duration{{"c", ""}: 5 * time.Second}, 0, 31},
-		{"the cooldown already ended", 30 * time.Second, map[coolKey]time.Duration{{"a", "m"}: 5 * time.Second}, 6 * time.Second, 31},
-		{"less than a second left", 30 * time.Second, map[coolKey]time.Duration{{"a", "m"}: 5 * time.Second}, 4900 * time.Millisecond, 1},
-		{"a short queue", 300 * time.Millisecond, map[coolKey]time.Duration{{"a", "m"}: 5 * time.Second}, 0, 1},
+		{"nothing cools", 30 * time.Second, nil, 0, "", 31},
+		{"a's model cools 10.2 s", 30 * time.Second, map[coolKey]time.Duration{{"a", "m"}: 10200 * time.Millisecond}, 0, "", 11},
+		{"a cools longer than the queue", 30 * time.Second, map[coolKey]time.Duration{{"a", ""}: 45 * time.Second}, 0, "", 31},
+		{"the earliest of two", 30 * time.Second, map[coolKey]time.Duration{{"a", ""}: 20 * time.Second, {"b", "m"}: 5 * time.Second}, 0, "", 5},
+		{"a's whole cooldown outlasts its model's", 30 * time.Second, map[coolKey]time.Duration{{"a", ""}: 20 * time.Second, {"a", "m"}: 5 * time.Second}, 0, "", 20},
+		{"another model cools", 30 * time.Second, map[coolKey]time.Duration{{"a", "other"}: 5 * time.Second}, 0, "", 31},
+		{"a provider off the route cools", 30 * time.Second, map[coolKey]time.Duration{{"c", ""}: 5 * time.Second}, 0, "", 31},
+		{"the cooldown already ended", 30 * time.Second, map[coolKey]time.Duration{{"a", "m"}: 5 * time.Second}, 6 * time.Second, "", 31},
+		{"less than a second left", 30 * time.Second, map[coolKey]time.Duration{{"a", "m"}: 5 * time.Second}, 4900 * time.Millisecond, "", 1},
+		{"a short queue", 300 * time.Millisecond, map[coolKey]time.Duration{{"a", "m"}: 5 * time.Second}, 0, "", 1},
+		{"a's Node is gone", 30 * time.Second, map[coolKey]time.Duration{{"a", "m"}: 5 * time.Second, {"b", ""}: 20 * time.Second}, 0, "a", 20},
+		{"no candidate cools", 30 * time.Second, map[coolKey]time.Duration{{"a", "m"}: 5 * time.Second}, 0, "a", 31},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s := &Server{}
-			s.cool.kick = func() {}
-			defer s.cool.close()
+			c := &cooldown{kick: func() {}}
+			defer c.close()
 			for k, d := range tt.cool {
-				s.cool.start(k, d, t0)
+				c.start(k, d, t0)
 			}
-			req := &request{route: route, snap: &snapshot{queueTimeout: tt.queue}}
-			if got := s.queueRetryAfter(req, t0.Add(tt.at)); got != tt.want {
+			var cands []pool.Candidate
+			for i, tg := range route.Targets {
+				if tg.ProviderID != tt.off {
+					cands = append(cands, pool.Candidate{Target: &route.Targets[i]})
+				}
+			}
+			if got := coolingRetryAfter(c, tt.queue, cands, t0.Add(tt.at)); got != tt.want {
 				t.Errorf("Retry-After %d, want %d", got, tt.want)
 			}
 		})

@@ -1,6 +1,7 @@
 package edge_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -175,6 +176,58 @@ func TestQueueTimeoutSaysWhenTheCooldownEnds(t *testing.T) {
 		t.Fatalf("the upstream got %d calls, want the refused one and the retry", n)
 	}
 	r.settled()
+}
+
+// TestQueueRetryAfterSkipsAGoneNode: both providers of a route cool, p1
+// for 3 s and p2 for 30 s, and then p1's Node shuts down. A request
+// refused at its 2 s queue timeout is told to come back after the
+// timeout and a second, not when p1's cooldown ends: p1's Node is gone,
+// so that end gives back no slot.
+func TestQueueRetryAfterSkipsAGoneNode(t *testing.T) {
+	var calls atomic.Int32
+	r := newDrainRig(t, func(q *upstreamtest.Request) upstreamtest.Script {
+		switch calls.Add(1) {
+		case 1:
+			return upstreamtest.Script{Status: http.StatusTooManyRequests, RetryAfter: "3"}
+		case 2:
+			return upstreamtest.Script{Status: http.StatusTooManyRequests, RetryAfter: "30"}
+		}
+		return upstreamtest.Echo(q)
+	}, "n1", "n2")
+	cfg := r.cfg
+	cfg.Epoch++
+	cfg.QueueTimeout = 2 * time.Second
+	if err := r.srv.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	// The route prefers p1; once it cools, p2 is asked.
+	for _, id := range []string{"n1", "n2"} {
+		if status, body, err := r.chat(false); err != nil || status != http.StatusTooManyRequests || r.served(id, false) != 1 {
+			t.Fatalf("the request refused by %s: %d %v\n%s", id, status, err, body)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.rt["n1"].Shutdown(ctx); err != nil {
+		t.Fatalf("n1's Shutdown: %v", err)
+	}
+	waitUntil(t, "n1 disconnected", func() bool { n, _ := r.srv.Registry().Node("n1"); return !n.Connected })
+
+	req, _ := http.NewRequest("POST", r.url+"/v1/chat/completions", strings.NewReader(chatJSON("m", "queued")))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "3" {
+		t.Fatalf("the request queued behind p2's cooldown: %d Retry-After %q, want 503 and 3 (the queue timeout and a second)\n%s",
+			resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("the upstreams got %d calls, want the two refused ones", n)
+	}
 }
 
 // TestOverloadedProviderCoolsAndQueues: a route's only provider answers

@@ -100,8 +100,10 @@
 // gets the provider's answer, as always; the requests after it go to the
 // route's other providers, or wait in the queue until the cooldown ends,
 // rather than meet the same refusal; one whose queue timeout passes first
-// gets the time left on the cooldown as its Retry-After, when that is
-// shorter than the queue timeout. Server.Nodes and the status the Edge
+// gets the time left on the earliest cooldown among its candidates (a
+// provider whose Node is gone gives back no slot when its cooldown ends,
+// and is not counted) as its Retry-After, when that is shorter than the
+// queue timeout. Server.Nodes and the status the Edge
 // reports to its Hub carry ProviderSnapshot.CoolingUntil and
 // CoolingModels, and a linked Hub is told at once when a cooldown begins
 // or ends (Server.WatchStatus); the iop_edge_provider_cooling gauge says

@@ -27,6 +27,7 @@ import (
 type drainRig struct {
 	t        *testing.T
 	srv      *edge.Server
+	cfg      edge.Config // what srv was started with
 	url      string
 	up       map[string]*upstreamtest.Server
 	rt       map[string]*node.Runtime
@@ -83,6 +84,7 @@ func newDrainRigOf(t *testing.T, cat string, reply func(*upstreamtest.Request) u
 		r.up[id] = up
 	}
 	cfg.Routes = []edge.Route{route}
+	r.cfg = cfg
 	r.srv, r.url, r.nodeAddr = serveEdge(t, cfg)
 	for i, id := range nodeIDs {
 		r.startNode(id, fmt.Sprintf("p%d", i+1))
