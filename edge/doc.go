@@ -72,7 +72,7 @@
 // limit's time to its next slot, a translated provider refusal's own
 // delay (at most an hour), the queue timeout and a second for a request
 // that waited it out (or, sooner, the end of the earliest cooldown among
-// its route's providers, below), one second otherwise; a provider's error
+// its candidates, below), one second otherwise; a provider's error
 // relayed untranslated keeps the provider's own headers. Every request
 // gets exactly one terminal: a whole answer, an error body, or the
 // API's error event in a stream (also when the hard deadline passes, the
