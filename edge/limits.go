@@ -17,7 +17,10 @@ type keyLimits struct {
 	reqAt    time.Time
 	tokLevel float64 // token budget available (may go negative)
 	tokAt    time.Time
-	init     bool
+	// reqRate and tokRate are the per-minute limits the levels were
+	// last counted under (0: none). A limit the key did not have starts
+	// whole, at its first request as at a reload that adds it.
+	reqRate, tokRate int
 }
 
 // limitRefusal says which limit refused and when to retry.
@@ -52,20 +55,23 @@ func (l *limiter) admit(k *APIKey, now time.Time) (kl *keyLimits, refusal *limit
 	kl = l.get(k.Name)
 	kl.mu.Lock()
 	defer kl.mu.Unlock()
-	if !kl.init {
-		kl.init = true
-		kl.reqLevel, kl.reqAt = float64(k.RequestsPerMinute), now
-		kl.tokLevel, kl.tokAt = float64(k.TokensPerMinute), now
-	}
-	refill := func(level *float64, at *time.Time, perMinute int) {
-		if perMinute <= 0 {
-			return
+	refill := func(level *float64, at *time.Time, rate *int, perMinute int) {
+		switch {
+		case perMinute <= 0:
+			*rate = 0
+		case *rate <= 0:
+			*level, *at, *rate = float64(perMinute), now, perMinute
+		case now.After(*at): // requests racing to admit may come a little out of order
+			// A changed limit keeps what is left, refilled at the new
+			// rate and within it.
+			*level = math.Min(float64(perMinute), *level+now.Sub(*at).Minutes()*float64(perMinute))
+			*at, *rate = now, perMinute
+		default:
+			*level, *rate = math.Min(float64(perMinute), *level), perMinute
 		}
-		*level = math.Min(float64(perMinute), *level+now.Sub(*at).Minutes()*float64(perMinute))
-		*at = now
 	}
-	refill(&kl.reqLevel, &kl.reqAt, k.RequestsPerMinute)
-	refill(&kl.tokLevel, &kl.tokAt, k.TokensPerMinute)
+	refill(&kl.reqLevel, &kl.reqAt, &kl.reqRate, k.RequestsPerMinute)
+	refill(&kl.tokLevel, &kl.tokAt, &kl.tokRate, k.TokensPerMinute)
 	switch {
 	case k.MaxConcurrent > 0 && kl.active >= k.MaxConcurrent:
 		return nil, &limitRefusal{kind: "concurrent", retry: time.Second}

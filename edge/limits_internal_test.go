@@ -104,3 +104,70 @@ func TestDeltaEvent(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitAddedByReload: a per-minute limit that a reload adds to a key
+// already in use starts with its whole budget, as a key's first limits
+// do, whatever the key did before; one that a reload changes keeps what
+// is left of it (within the new rate); one removed and added again starts
+// whole again.
+func TestLimitAddedByReload(t *testing.T) {
+	var l limiter
+	t0 := time.Now()
+	take := func(k *APIKey, at time.Duration) *limitRefusal {
+		t.Helper()
+		kl, r := l.admit(k, t0.Add(at))
+		if r == nil {
+			kl.release()
+		}
+		return r
+	}
+	open := &APIKey{Name: "k"}
+	for i := range 5 {
+		if r := take(open, time.Duration(i)*time.Millisecond); r != nil {
+			t.Fatalf("a key without limits refused: %+v", r)
+		}
+	}
+	l.spend(open, 1000) // no token limit: nothing is booked against one added later
+
+	// A second later, a reload gives it 3 requests and 100 tokens a
+	// minute: its three requests are served at once, the fourth waits.
+	limited := &APIKey{Name: "k", RequestsPerMinute: 3, TokensPerMinute: 100}
+	for i := range 3 {
+		if r := take(limited, time.Second); r != nil {
+			t.Fatalf("request %d under the limits just added refused: %+v", i+1, r)
+		}
+	}
+	if r := take(limited, time.Second); r == nil || r.kind != "requests" {
+		t.Fatalf("a fourth request in the minute: %+v, want refused for requests", r)
+	}
+	l.spend(limited, 150)
+	// 20 s later a third of the requests came back, but the budget
+	// overdrawn by 50 has refilled only 33 tokens.
+	if r := take(limited, 21*time.Second); r == nil || r.kind != "tokens" {
+		t.Fatalf("after the budget was overdrawn: %+v, want refused for tokens", r)
+	}
+
+	// A changed limit keeps what is left: at 6 a minute, the one request
+	// left is served and the next waits for the refill at the new rate,
+	// 10 s.
+	raised := &APIKey{Name: "k", RequestsPerMinute: 6}
+	if r := take(raised, 21*time.Second); r != nil {
+		t.Fatalf("the request left under the raised limit: %+v, want served", r)
+	}
+	if r := take(raised, 21*time.Second); r == nil || r.kind != "requests" {
+		t.Fatalf("a raised limit refilled at once: %+v", r)
+	}
+	if r := take(raised, 31*time.Second); r != nil {
+		t.Fatalf("10 s later at 6 a minute: %+v, want served", r)
+	}
+
+	// Removed, then added again: whole again.
+	if r := take(open, 32*time.Second); r != nil {
+		t.Fatalf("with the limits removed: %+v", r)
+	}
+	for i := range 3 {
+		if r := take(limited, 32*time.Second); r != nil {
+			t.Fatalf("request %d under the limits added again refused: %+v", i+1, r)
+		}
+	}
+}
