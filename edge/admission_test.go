@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -131,8 +132,9 @@ func TestPerKeyLimits(t *testing.T) {
 			edge.APIKey{Name: "conc", Hash: edge.HashKey("sk-conc-0123456789abcdef0123456"), Models: []string{"*"}, MaxConcurrent: 1},
 		)
 	}
+	reg := prometheus.NewRegistry()
 	g := newGate()
-	r := newRig(t, rigOpts{mutate: keys, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+	r := newRig(t, rigOpts{mutate: func(c *edge.Config) { keys(c); c.Metrics = reg }, reply: func(q *upstreamtest.Request) upstreamtest.Script {
 		sc := g.reply(q)
 		sc.Usage = upstreamtest.Usage{InputTokens: 10, OutputTokens: 5}
 		return sc
@@ -183,16 +185,42 @@ func TestPerKeyLimits(t *testing.T) {
 			t.Fatalf("after the first finished: %d", status)
 		}
 	})
-	var rpm edge.Usage
+	// Each key's refusals are counted by the limit that refused, apart
+	// from the requests it had served, and reach the metrics; their
+	// outcome says the Edge's own limit refused, not a provider.
+	want := map[string]edge.Usage{
+		"rpm":  {Key: "rpm", Requests: 2, InputTokens: 20, OutputTokens: 10, Limited: edge.LimitCounts{Requests: 1}},
+		"tpm":  {Key: "tpm", Requests: 2, InputTokens: 20, OutputTokens: 10, Limited: edge.LimitCounts{Tokens: 1}},
+		"conc": {Key: "conc", Requests: 2, InputTokens: 20, OutputTokens: 10, Limited: edge.LimitCounts{Concurrent: 1}},
+	}
 	for _, u := range r.srv.Usage() {
-		if u.Key == "tpm" {
-			rpm = u
+		if w, ok := want[u.Key]; ok {
+			if diff := cmp.Diff(w, u); diff != "" {
+				t.Errorf("usage for %s (-want +got):\n%s", u.Key, diff)
+			}
+			delete(want, u.Key)
 		}
 	}
-	if rpm.Requests != 2 || rpm.InputTokens != 20 || rpm.OutputTokens != 10 {
-		t.Fatalf("usage for tpm: %+v", rpm)
+	if len(want) > 0 {
+		t.Errorf("no usage for %v", want)
 	}
 	r.settled()
+	_, text := r.get(t, "/metrics", nil)
+	for _, line := range []string{
+		`iop_edge_key_limited_total{key="rpm",limit="requests"} 1`,
+		`iop_edge_key_limited_total{key="rpm",limit="tokens"} 0`,
+		`iop_edge_key_limited_total{key="tpm",limit="tokens"} 1`,
+		`iop_edge_key_limited_total{key="conc",limit="concurrent"} 1`,
+		`iop_edge_key_requests_total{key="conc"} 2`,
+		`iop_edge_requests_total{api="chat",outcome="key_limited",route="gpt-local"} 3`,
+	} {
+		if !strings.Contains(text, line+"\n") {
+			t.Errorf("metrics lack %s", line)
+		}
+	}
+	if strings.Contains(text, `outcome="rate_limited"`) {
+		t.Errorf("a key's own limit counted as a provider's 429")
+	}
 }
 
 func contains(list []string, s string) bool {

@@ -539,6 +539,8 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	// a refused request costs no full decode of its body.
 	kl, refusal := s.limits.admit(key, time.Now())
 	if refusal != nil {
+		s.usage.limited(key.Name, refusal.kind)
+		w.outcome = "key_limited" // the Edge's own limit, not a provider's 429
 		secs := int(refusal.retry.Seconds() + 0.999)
 		w.Header().Set("Retry-After", fmt.Sprint(max(secs, 1)))
 		fail(w, a, http.StatusTooManyRequests, refusal.kind, fmt.Sprintf("Rate limit reached for key %q (%s).", key.Name, refusal.kind), "rate_limit_exceeded")

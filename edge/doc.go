@@ -109,6 +109,13 @@
 // or ends (Server.WatchStatus); the iop_edge_provider_cooling gauge says
 // which providers (or models of them) cool.
 //
+// An API key's own limits (APIKey: requests and tokens per minute,
+// concurrent requests) refuse with 429 and Retry-After before the request
+// queues; the access log and iop_edge_requests_total give such a refusal
+// the outcome key_limited, apart from a provider's relayed 429
+// (rate_limited). Server.Usage gives each key's requests served, tokens
+// and refusals by limit, as the iop_edge_key_* metrics do.
+//
 // Operators see requests through Prometheus metrics (Config.Metrics, on
 // /metrics; bounded labels), /healthz and /readyz, and, with
 // Config.AccessLog, one log line per request as it ends (request ids,

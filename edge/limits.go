@@ -25,9 +25,18 @@ type keyLimits struct {
 
 // limitRefusal says which limit refused and when to retry.
 type limitRefusal struct {
-	kind  string // "concurrent", "requests", "tokens"
+	kind  string // limitConcurrent, limitRequests or limitTokens
 	retry time.Duration
 }
+
+// The limits a key's request may be refused by. Each is also the error
+// type of the 429 (as OpenAI's own rate-limit errors are typed) and the
+// limit label of iop_edge_key_limited_total.
+const (
+	limitConcurrent = "concurrent"
+	limitRequests   = "requests"
+	limitTokens     = "tokens"
+)
 
 type limiter struct {
 	mu   sync.Mutex
@@ -74,11 +83,11 @@ func (l *limiter) admit(k *APIKey, now time.Time) (kl *keyLimits, refusal *limit
 	refill(&kl.tokLevel, &kl.tokAt, &kl.tokRate, k.TokensPerMinute)
 	switch {
 	case k.MaxConcurrent > 0 && kl.active >= k.MaxConcurrent:
-		return nil, &limitRefusal{kind: "concurrent", retry: time.Second}
+		return nil, &limitRefusal{kind: limitConcurrent, retry: time.Second}
 	case k.RequestsPerMinute > 0 && kl.reqLevel < 1:
-		return nil, &limitRefusal{kind: "requests", retry: perMinuteWait(1-kl.reqLevel, k.RequestsPerMinute)}
+		return nil, &limitRefusal{kind: limitRequests, retry: perMinuteWait(1-kl.reqLevel, k.RequestsPerMinute)}
 	case k.TokensPerMinute > 0 && kl.tokLevel <= 0:
-		return nil, &limitRefusal{kind: "tokens", retry: perMinuteWait(1-kl.tokLevel, k.TokensPerMinute)}
+		return nil, &limitRefusal{kind: limitTokens, retry: perMinuteWait(1-kl.tokLevel, k.TokensPerMinute)}
 	}
 	if k.RequestsPerMinute > 0 {
 		kl.reqLevel--

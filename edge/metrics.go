@@ -141,11 +141,12 @@ var (
 	descDraining   = prometheus.NewDesc("iop_edge_node_draining", "1 when nothing new is admitted to the node: an operator drains it, or it is shutting down and finishing its work.", []string{"node"}, nil)
 	descCooling    = prometheus.NewDesc("iop_edge_provider_cooling", "1 while a provider that answered 429, 503 or 529, or one of its models (429), is kept out of admission for its Retry-After.", []string{"node", "provider"}, nil)
 	descKeyReqs    = prometheus.NewDesc("iop_edge_key_requests_total", "Requests admitted per API key.", []string{"key"}, nil)
+	descKeyLimited = prometheus.NewDesc("iop_edge_key_limited_total", "Requests refused (429) by an API key's own limits, by key and limit (concurrent, requests, tokens).", []string{"key", "limit"}, nil)
 	descKeyEst     = prometheus.NewDesc("iop_edge_key_estimated_tokens_total", "Tokens charged to API keys' token budgets by estimate, for answers that ended without reported usage.", []string{"key"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descProvQueued, descConnected, descGeneration, descDraining, descTLSExpiry, descNodeCert, descCooling, descKeyReqs, descKeyEst} {
+	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descProvQueued, descConnected, descGeneration, descDraining, descTLSExpiry, descNodeCert, descCooling, descKeyReqs, descKeyLimited, descKeyEst} {
 		ch <- d
 	}
 }
@@ -185,6 +186,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, u := range c.s.Usage() {
 		ch <- prometheus.MustNewConstMetric(descKeyReqs, prometheus.CounterValue, float64(u.Requests), u.Key)
 		ch <- prometheus.MustNewConstMetric(descKeyEst, prometheus.CounterValue, float64(u.EstimatedTokens), u.Key)
+		ch <- prometheus.MustNewConstMetric(descKeyLimited, prometheus.CounterValue, float64(u.Limited.Concurrent), u.Key, limitConcurrent)
+		ch <- prometheus.MustNewConstMetric(descKeyLimited, prometheus.CounterValue, float64(u.Limited.Requests), u.Key, limitRequests)
+		ch <- prometheus.MustNewConstMetric(descKeyLimited, prometheus.CounterValue, float64(u.Limited.Tokens), u.Key, limitTokens)
 	}
 }
 

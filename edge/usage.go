@@ -21,6 +21,16 @@ type Usage struct {
 	// charged to the key's TokensPerMinute by estimate (input and output
 	// together; see APIKey).
 	EstimatedTokens int64
+	// Limited counts the requests the key's own limits refused (429), by
+	// the limit that refused them. They are not in Requests.
+	Limited LimitCounts
+}
+
+// LimitCounts counts refusals by the APIKey limit that refused.
+type LimitCounts struct {
+	Concurrent int64 // MaxConcurrent
+	Requests   int64 // RequestsPerMinute
+	Tokens     int64 // TokensPerMinute
 }
 
 type usageBook struct {
@@ -53,6 +63,22 @@ func (b *usageBook) tokens(key string, u *execution.Usage) {
 	e := b.entry(key)
 	e.InputTokens = addSat(e.InputTokens, u.InputTokens)
 	e.OutputTokens = addSat(e.OutputTokens, u.OutputTokens)
+	b.mu.Unlock()
+}
+
+// limited counts a request that key's limit refused; kind is the
+// limitRefusal's.
+func (b *usageBook) limited(key, kind string) {
+	b.mu.Lock()
+	l := &b.entry(key).Limited
+	switch kind {
+	case limitConcurrent:
+		l.Concurrent++
+	case limitRequests:
+		l.Requests++
+	case limitTokens:
+		l.Tokens++
+	}
 	b.mu.Unlock()
 }
 
