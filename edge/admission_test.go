@@ -232,6 +232,78 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// TestQueueFull: with Config.MaxQueued requests waiting, a newcomer is
+// refused at once with 503 (an Anthropic client's with 529
+// overloaded_error) and Retry-After; a newcomer of a higher class takes
+// the place of the last in line, which is refused instead; the requests
+// left in the queue are served, the higher class first.
+func TestQueueFull(t *testing.T) {
+	const interactive = "sk-inter-0123456789abcdef012345"
+	reg := prometheus.NewRegistry()
+	g := newGate()
+	r := newRig(t, rigOpts{capacity: 1, queueTimeout: time.Minute, reply: g.reply, mutate: func(c *edge.Config) {
+		c.APIKeys = append(c.APIKeys, edge.APIKey{Name: "interactive", Hash: edge.HashKey(interactive), Models: []string{"*"}, Priority: 5})
+		c.MaxQueued = 2
+		c.Metrics = reg
+	}})
+	results := make(chan string, 4)
+	var wg sync.WaitGroup
+	send := func(key, prompt string) {
+		wg.Go(func() {
+			status, _, _ := r.post(t, key, chatJSON("gpt-local", prompt))
+			results <- fmt.Sprint(prompt, " ", status)
+		})
+	}
+	send(apiKey, "hold slot")
+	waitUntil(t, "the slot held", func() bool { return contains(g.served(), "hold slot") })
+	for i, prompt := range []string{"first", "second"} {
+		send(apiKey, prompt)
+		waitUntil(t, prompt+" queued", func() bool { return r.srv.PoolStats().Queued == i+1 })
+	}
+
+	status, hdr, body := r.post(t, apiKey, chatJSON("gpt-local", "third"))
+	if status != http.StatusServiceUnavailable || hdr.Get("Retry-After") != "1" || !strings.Contains(body, `"overloaded"`) {
+		t.Fatalf("a newcomer to a full queue: %d Retry-After %q\n%s", status, hdr.Get("Retry-After"), body)
+	}
+	status, body, hdr = r.postAnthropic(t, "/v1/messages", apiKey, `{"model":"gpt-local","max_tokens":5,"messages":[{"role":"user","content":"fourth"}]}`)
+	if status != 529 || hdr.Get("Retry-After") != "1" || !strings.Contains(body, `"overloaded_error"`) {
+		t.Fatalf("an Anthropic client's newcomer to a full queue: %d Retry-After %q\n%s", status, hdr.Get("Retry-After"), body)
+	}
+
+	// A higher class takes the place of the last in line.
+	send(interactive, "urgent")
+	if got := <-results; got != "second 503" {
+		t.Fatalf("got %q, want the last in line (second) refused for the higher class", got)
+	}
+	if s := r.srv.PoolStats(); s.Queued != 2 || s.QueueFull != 3 {
+		t.Fatalf("pool %+v, want 2 queued and 3 refused as full", s)
+	}
+	close(g.release)
+	wg.Wait()
+	close(results)
+	var rest []string
+	for res := range results {
+		rest = append(rest, res)
+	}
+	slices.Sort(rest)
+	if want := []string{"first 200", "hold slot 200", "urgent 200"}; !slices.Equal(rest, want) {
+		t.Fatalf("results %v, want %v", rest, want)
+	}
+	if got := g.served(); !slices.Equal(got, []string{"hold slot", "urgent", "first"}) {
+		t.Fatalf("upstream served %v, want the higher class before the one queued first", got)
+	}
+	r.settled()
+	_, text := r.get(t, "/metrics", nil)
+	for _, line := range []string{
+		`iop_edge_requests_total{api="chat",outcome="queue_full",route="gpt-local"} 2`,
+		`iop_edge_requests_total{api="messages",outcome="queue_full",route="gpt-local"} 1`,
+	} {
+		if !strings.Contains(text, line+"\n") {
+			t.Errorf("metrics lack %s", line)
+		}
+	}
+}
+
 func TestPriorityClasses(t *testing.T) {
 	keys := func(c *edge.Config) {
 		c.APIKeys = append(c.APIKeys,

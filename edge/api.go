@@ -616,16 +616,19 @@ func (s *Server) refuse(w http.ResponseWriter, req *request, status int, err err
 	a := req.api
 	var ae *llmapi.APIError
 	switch {
-	case errors.Is(err, pool.ErrQueueTimeout), errors.Is(err, pool.ErrNoCandidate), errors.Is(err, pool.ErrClosed):
+	case errors.Is(err, pool.ErrQueueTimeout), errors.Is(err, pool.ErrNoCandidate), errors.Is(err, pool.ErrClosed), errors.Is(err, pool.ErrQueueFull):
 		w.Header().Set("Retry-After", "1")
-		msg := "No provider for this model is available right now."
-		if errors.Is(err, pool.ErrQueueTimeout) {
+		msg, outcome := "No provider for this model is available right now.", "overloaded"
+		switch {
+		case errors.Is(err, pool.ErrQueueTimeout):
 			w.Header().Set("Retry-After", strconv.Itoa(s.queueRetryAfter(req, time.Now())))
 			msg = "All providers for this model are busy; the request waited its full queue timeout."
+		case errors.Is(err, pool.ErrQueueFull):
+			msg, outcome = "Too many requests are waiting for this Edge's providers; the request was not queued.", "queue_full"
 		}
 		fail(w, a, http.StatusServiceUnavailable, "overloaded", msg, "overloaded")
 		if rec, ok := w.(*recorder); ok {
-			rec.outcome = "overloaded"
+			rec.outcome = outcome
 		}
 	case errors.As(err, &ae):
 		fail(w, a, ae.Status, ae.Type, ae.Message, nil)
@@ -685,6 +688,9 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 			LongContext: EstimateTokens(req.body) >= req.snap.longContext,
 			// The queue timeout bounds the whole wait, retries included.
 			Timeout: max(time.Until(queueEnd), time.Millisecond),
+			// The bound is the configuration's now: a reload that lowers
+			// it turns newcomers away until the queue is below it.
+			MaxQueued: s.snap.Load().maxQueued,
 		})
 		if err != nil {
 			return nil, 0, err

@@ -24,6 +24,7 @@ const (
 	DefaultQueueTimeout   = 30 * time.Second
 	DefaultRequestTimeout = 10 * time.Minute
 	DefaultKeepAlive      = 15 * time.Second
+	DefaultMaxQueued      = 1024
 
 	DefaultLongContextTokens = 32 << 10
 )
@@ -45,6 +46,14 @@ type Config struct {
 	// QueueTimeout bounds how long a request waits for a free slot before
 	// 503. Zero means DefaultQueueTimeout (reloadable).
 	QueueTimeout time.Duration
+	// MaxQueued bounds how many requests may wait for a slot at once,
+	// over every route. When that many wait, a newcomer is refused at
+	// once (503, Anthropic 529, with Retry-After) unless it ranks above
+	// the request that would be served last (a higher priority class
+	// than that one's, aging counted), which is then refused in its
+	// place. Each waiting request holds its body, so the bound is one on
+	// memory too. Zero means DefaultMaxQueued (reloadable).
+	MaxQueued int
 	// RequestTimeout is every request's hard deadline. Zero means
 	// DefaultRequestTimeout (reloadable).
 	RequestTimeout time.Duration
@@ -363,8 +372,8 @@ func (c *Config) validate() error {
 			}
 		}
 	}
-	if c.MaxBodyBytes < 0 || c.QueueTimeout < 0 || c.RequestTimeout < 0 || c.KeepAlive < 0 || c.LongContextTokens < 0 || c.AgingStep < 0 {
-		return errors.New("MaxBodyBytes, QueueTimeout, RequestTimeout, KeepAlive, LongContextTokens and AgingStep must not be negative")
+	if c.MaxBodyBytes < 0 || c.QueueTimeout < 0 || c.MaxQueued < 0 || c.RequestTimeout < 0 || c.KeepAlive < 0 || c.LongContextTokens < 0 || c.AgingStep < 0 {
+		return errors.New("MaxBodyBytes, QueueTimeout, MaxQueued, RequestTimeout, KeepAlive, LongContextTokens and AgingStep must not be negative")
 	}
 	if err := c.NodeWire.Validate(); err != nil {
 		return fmt.Errorf("NodeWire: %w", err)

@@ -12,7 +12,9 @@
 // waits in FIFO order until a candidate provider (filtered by the route,
 // by whether it can serve the API, and by health) has a free slot of its
 // configured capacity, or its queue timeout passes (503 with Retry-After).
-// The slot is a lease bound to the provider and to the Node connection
+// At most Config.MaxQueued wait at once: beyond, a newcomer is refused at
+// once (503) unless it ranks above the last in line, which is refused in
+// its place. The slot is a lease bound to the provider and to the Node connection
 // generation; it is released exactly once on every terminal path. The
 // request then runs on that exact generation in one of three ways:
 //

@@ -79,6 +79,7 @@ type snapshot struct {
 	providers      map[string]providerInfo
 	maxBody        int64
 	queueTimeout   time.Duration
+	maxQueued      int
 	requestTimeout time.Duration
 	keepAlive      time.Duration
 	longContext    int
@@ -105,6 +106,7 @@ func newSnapshot(c *Config) *snapshot {
 		providers:      map[string]providerInfo{},
 		maxBody:        cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes),
 		queueTimeout:   cmp.Or(c.QueueTimeout, DefaultQueueTimeout),
+		maxQueued:      cmp.Or(c.MaxQueued, DefaultMaxQueued),
 		requestTimeout: cmp.Or(c.RequestTimeout, DefaultRequestTimeout),
 		keepAlive:      cmp.Or(c.KeepAlive, DefaultKeepAlive),
 		longContext:    c.LongContextTokens,

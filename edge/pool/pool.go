@@ -8,7 +8,9 @@
 // priority class, first come first served within a class, and every
 // AgingStep a waiting request climbs one class, so that a low class is
 // never starved. A long-context request also needs one of the provider's
-// long-context slots. A lease is
+// long-context slots. Request.MaxQueued bounds the queue: when it is
+// full, whichever of the newcomer and the request that would be served
+// last ranks lower is refused with ErrQueueFull. A lease is
 // bound to the provider and to the Node connection generation it was
 // granted under; Release is idempotent and frees the slot exactly once.
 // When a provider's generation rises, the slots of the old generation are
@@ -83,6 +85,13 @@ type Request struct {
 	LongContext bool
 	// Timeout bounds the wait for a slot.
 	Timeout time.Duration
+	// MaxQueued bounds how many requests may wait at once, this one
+	// included (0: no bound). When the queue is full, the request that
+	// would be served last (the lowest effective class, the latest
+	// arrival within it) is refused with ErrQueueFull to make room for a
+	// newcomer of a higher class; a newcomer that would be served last
+	// itself is refused instead.
+	MaxQueued int
 }
 
 // DefaultAgingStep is how long a waiting request takes to climb one
@@ -96,6 +105,9 @@ var (
 	ErrNoCandidate = errors.New("pool: no provider available for this request")
 	// ErrQueueTimeout: candidates exist but none had a free slot in time.
 	ErrQueueTimeout = errors.New("pool: queue timeout")
+	// ErrQueueFull: Request.MaxQueued requests were waiting already, and
+	// this one would have been served after all of them.
+	ErrQueueFull = errors.New("pool: queue full")
 	// ErrClosed: the pool is closed.
 	ErrClosed = errors.New("pool: closed")
 )
@@ -113,7 +125,7 @@ type Pool struct {
 	seq     uint64
 	closed  bool
 
-	granted, released, doubleRelease atomic.Uint64
+	granted, released, doubleRelease, queueFull atomic.Uint64
 }
 
 type slot struct {
@@ -198,6 +210,11 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	// Only the newcomer can be served now: every queued request was
 	// already found without a free candidate, and nothing was freed.
 	settled, adopted := p.evaluateLocked(w)
+	if !settled && req.MaxQueued > 0 && p.nwait >= req.MaxQueued && !p.makeRoomLocked(w, start) {
+		p.queueFull.Add(1)
+		p.settleLocked(w, grant{err: ErrQueueFull})
+		settled = true
+	}
 	if !settled {
 		w.ready = make(chan grant, 1) // before anything else can settle it
 		p.enqueueLocked(w)
@@ -254,6 +271,37 @@ func (p *Pool) removeLocked(w *waiter) bool {
 	p.setQueuedLocked(w, nil)
 	p.unlinkLocked(w)
 	return true
+}
+
+// makeRoomLocked refuses, with ErrQueueFull, the queued request that
+// would be served last, when the newcomer w would be served before it;
+// it reports whether it did. w, just arrived, has its own class.
+func (p *Pool) makeRoomLocked(w *waiter, now time.Time) bool {
+	step := p.agingStep()
+	var last *waiter
+	lastEff := 0
+	for _, c := range p.classes {
+		// A class's tail is served last within it: it arrived last, so
+		// it has aged least.
+		t := c.tail
+		eff := t.req.Priority + int(now.Sub(t.arrived)/step)
+		if last == nil || eff < lastEff || (eff == lastEff && t.seq > last.seq) {
+			last, lastEff = t, eff
+		}
+	}
+	if last == nil || lastEff >= w.req.Priority {
+		return false
+	}
+	p.queueFull.Add(1)
+	p.settleLocked(last, grant{err: ErrQueueFull})
+	return true
+}
+
+func (p *Pool) agingStep() time.Duration {
+	if p.AgingStep <= 0 {
+		return DefaultAgingStep
+	}
+	return p.AgingStep
 }
 
 // enqueueLocked puts w at the end of its priority class.
@@ -375,10 +423,7 @@ func (p *Pool) eachInOrderLocked(fn func(*waiter) bool) {
 	if p.nwait == 0 {
 		return
 	}
-	step := p.AgingStep
-	if step <= 0 {
-		step = DefaultAgingStep
-	}
+	step := p.agingStep()
 	now := time.Now()
 	var room [8]*waiter
 	heads := room[:0]
@@ -566,10 +611,11 @@ func (p *Pool) Load(k Key, gen uint64) Load {
 }
 
 // Stats counts leases: granted, released (first calls) and repeated
-// Release calls (which did nothing).
+// Release calls (which did nothing); QueueFull counts the requests
+// refused with ErrQueueFull, and Queued is how many wait now.
 type Stats struct {
-	Granted, Released, DoubleRelease uint64
-	Queued                           int
+	Granted, Released, DoubleRelease, QueueFull uint64
+	Queued                                      int
 }
 
 // Stats returns the lease counters.
@@ -577,7 +623,7 @@ func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	q := p.nwait
 	p.mu.Unlock()
-	return Stats{Granted: p.granted.Load(), Released: p.released.Load(), DoubleRelease: p.doubleRelease.Load(), Queued: q}
+	return Stats{Granted: p.granted.Load(), Released: p.released.Load(), DoubleRelease: p.doubleRelease.Load(), QueueFull: p.queueFull.Load(), Queued: q}
 }
 
 // Close fails every queued request and every later Acquire with ErrClosed.

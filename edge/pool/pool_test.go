@@ -460,7 +460,8 @@ func TestPropertyLeases(t *testing.T) {
 			if i%13 == 0 {
 				cands = heldCands
 			}
-			l, err := p.Acquire(ctx, Request{Candidates: cands, Priority: i % 3, LongContext: i%5 == 0, Weighted: i%2 == 0, Timeout: time.Duration(1+i%4) * 5 * time.Millisecond})
+			l, err := p.Acquire(ctx, Request{Candidates: cands, Priority: i % 3, LongContext: i%5 == 0, Weighted: i%2 == 0, Timeout: time.Duration(1+i%4) * 5 * time.Millisecond,
+				MaxQueued: 32 * (i % 2)}) // half of them bound the queue (and may displace others)
 			if err != nil {
 				count(err.Error())
 				return
@@ -484,7 +485,7 @@ func TestPropertyLeases(t *testing.T) {
 	if s.Granted != s.Released || s.Queued != 0 {
 		t.Fatalf("leases: %+v", s)
 	}
-	for _, k := range []string{"admitted", ErrQueueTimeout.Error(), ErrNoCandidate.Error(), context.Canceled.Error()} {
+	for _, k := range []string{"admitted", ErrQueueTimeout.Error(), ErrNoCandidate.Error(), ErrQueueFull.Error(), context.Canceled.Error()} {
 		v, ok := outcomes.Load(k)
 		if !ok || v.(*atomic.Int64).Load() < 5 {
 			t.Errorf("outcome %q (almost) never happened; the run did not cover it", k)
@@ -596,5 +597,95 @@ func TestKickEndsWhenCandidatesDisagree(t *testing.T) {
 		t.Fatal("Kick did not return")
 	}
 	cancel()
+	wg.Wait()
+}
+
+// TestQueueBound: with MaxQueued waiting, a newcomer that would be served
+// last is refused with ErrQueueFull at once; one of a higher class takes
+// the place of the request that would be served last (the lowest class's
+// latest arrival), which is refused instead. Aging counts: a low request
+// that waited long enough is not displaced by a fresh higher one.
+func TestQueueBound(t *testing.T) {
+	p := &Pool{AgingStep: time.Hour, slots: map[Key]*slot{}}
+	c := cand("n", "p", 1, 1)
+	hold, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		name string
+		err  error
+	}
+	out := make(chan outcome, 8)
+	var wg sync.WaitGroup
+	// enqueue starts name's Acquire and waits until it queued, or (when
+	// refused) until it returned.
+	enqueue := func(p *Pool, name string, prio int) {
+		t.Helper()
+		before := p.Stats()
+		wg.Go(func() {
+			l, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Priority: prio, MaxQueued: 3, Timeout: 10 * time.Second})
+			out <- outcome{name, err}
+			if l != nil {
+				l.Release()
+			}
+		})
+		for s := p.Stats(); s.Queued == before.Queued && s.QueueFull == before.QueueFull; s = p.Stats() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	refused := func(want string) {
+		t.Helper()
+		if o := <-out; o.name != want || !errors.Is(o.err, ErrQueueFull) {
+			t.Fatalf("%s: %v, want %s refused with ErrQueueFull", o.name, o.err, want)
+		}
+	}
+	enqueue(p, "low-1", 0)
+	enqueue(p, "low-2", 0)
+	enqueue(p, "mid-1", 1)
+	enqueue(p, "low-3", 0) // served last: refused itself
+	refused("low-3")
+	enqueue(p, "high", 2) // takes low-2's place, the latest of the lowest class
+	refused("low-2")
+	enqueue(p, "mid-2", 1) // takes low-1's place
+	refused("low-1")
+	enqueue(p, "mid-3", 1) // would come after mid-2, in the lowest class left
+	refused("mid-3")
+	if s := p.Stats(); s.Queued != 3 || s.QueueFull != 4 {
+		t.Fatalf("stats %+v, want 3 queued and 4 refused", s)
+	}
+	hold.Release()
+	var served []string
+	for range 3 {
+		o := <-out
+		if o.err != nil {
+			t.Fatalf("%s: %v", o.name, o.err)
+		}
+		served = append(served, o.name)
+	}
+	wg.Wait()
+	if got := strings.Join(served, ","); got != "high,mid-1,mid-2" {
+		t.Fatalf("served %s", got)
+	}
+	if s := p.Stats(); s.Granted != s.Released || s.Queued != 0 {
+		t.Fatalf("stats after %+v", s)
+	}
+
+	// Aging: three low requests that waited five steps rank above a fresh
+	// class-2 request, which is refused.
+	p2 := &Pool{AgingStep: 20 * time.Millisecond, slots: map[Key]*slot{}}
+	hold, _ = p2.Acquire(context.Background(), Request{Candidates: fixed(c), Timeout: time.Second})
+	for _, name := range []string{"aged-1", "aged-2", "aged-3"} {
+		enqueue(p2, name, 0)
+	}
+	time.Sleep(100 * time.Millisecond)
+	enqueue(p2, "fresh-high", 2)
+	refused("fresh-high")
+	hold.Release()
+	for range 3 {
+		if o := <-out; o.err != nil {
+			t.Fatalf("%s: %v", o.name, o.err)
+		}
+	}
 	wg.Wait()
 }

@@ -39,10 +39,10 @@ func TestSamplesLoad(t *testing.T) {
 		t.Fatalf("edge config %+v", cfg)
 	}
 	// Every limit the sample sets reaches the Config.
-	if cfg.MaxBodyBytes != 16<<20 || cfg.QueueTimeout != 30*time.Second || cfg.RequestTimeout != 10*time.Minute ||
+	if cfg.MaxBodyBytes != 16<<20 || cfg.QueueTimeout != 30*time.Second || cfg.MaxQueued != 1024 || cfg.RequestTimeout != 10*time.Minute ||
 		cfg.KeepAlive != 15*time.Second || cfg.LongContextTokens != 32768 || cfg.AgingStep != 10*time.Second {
-		t.Fatalf("edge limits: body %d, queue %v, request %v, keep-alive %v, long context %d, aging %v",
-			cfg.MaxBodyBytes, cfg.QueueTimeout, cfg.RequestTimeout, cfg.KeepAlive, cfg.LongContextTokens, cfg.AgingStep)
+		t.Fatalf("edge limits: body %d, queue %v, queued %d, request %v, keep-alive %v, long context %d, aging %v",
+			cfg.MaxBodyBytes, cfg.QueueTimeout, cfg.MaxQueued, cfg.RequestTimeout, cfg.KeepAlive, cfg.LongContextTokens, cfg.AgingStep)
 	}
 	nf, err := ParseNode(mustRead(t, examples(t, "node/node.yaml")), t.TempDir())
 	if err != nil {

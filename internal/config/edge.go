@@ -34,6 +34,7 @@ type EdgeFile struct {
 	Limits      struct {
 		MaxBodyBytes      int64         `yaml:"max_body_bytes"`
 		QueueTimeout      time.Duration `yaml:"queue_timeout"`
+		MaxQueued         int           `yaml:"max_queued"`
 		RequestTimeout    time.Duration `yaml:"request_timeout"`
 		KeepAlive         time.Duration `yaml:"keep_alive"`
 		LongContextTokens int           `yaml:"long_context_tokens"`
@@ -183,6 +184,7 @@ func (f *EdgeFile) build(epoch uint32, create bool) (edge.Config, error) {
 		Epoch:             epoch,
 		MaxBodyBytes:      f.Limits.MaxBodyBytes,
 		QueueTimeout:      f.Limits.QueueTimeout,
+		MaxQueued:         f.Limits.MaxQueued,
 		RequestTimeout:    f.Limits.RequestTimeout,
 		KeepAlive:         f.Limits.KeepAlive,
 		LongContextTokens: f.Limits.LongContextTokens,
