@@ -624,7 +624,7 @@ func (s *Server) refuse(w http.ResponseWriter, req *request, status int, err err
 			w.Header().Set("Retry-After", strconv.Itoa(s.queueRetryAfter(req, time.Now())))
 			msg = "All providers for this model are busy; the request waited its full queue timeout."
 		case errors.Is(err, pool.ErrQueueFull):
-			msg, outcome = "Too many requests are waiting for this Edge's providers; the request was not queued.", "queue_full"
+			msg, outcome = "Too many requests are waiting for a slot; try again shortly.", "queue_full"
 		}
 		fail(w, a, http.StatusServiceUnavailable, "overloaded", msg, "overloaded")
 		if rec, ok := w.(*recorder); ok {
