@@ -708,7 +708,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 }
 
 // candidates are the providers of req's route that may take it now,
-// each with its free capacity: admission asks for them on every
+// each with the capacity it has now: admission asks for them on every
 // evaluation of the request, so a provider that goes offline, cools or
 // has its capacity changed is seen at once.
 func (s *Server) candidates(req *request) []pool.Candidate {
