@@ -47,7 +47,14 @@ func (r *rig) postAnthropic(t *testing.T, path, key, body string) (int, string, 
 // post sends a chat request with a key and returns status, headers, body.
 func (r *rig) post(t *testing.T, key, body string) (int, http.Header, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", r.url+"/v1/chat/completions", strings.NewReader(body))
+	return postChat(t, r.url, key, body)
+}
+
+// postChat sends a chat request to the Edge at url with a key and returns
+// status, headers, body.
+func postChat(t *testing.T, url, key, body string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

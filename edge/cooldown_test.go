@@ -213,17 +213,10 @@ func TestQueueRetryAfterSkipsAGoneNode(t *testing.T) {
 	}
 	waitUntil(t, "n1 disconnected", func() bool { n, _ := r.srv.Registry().Node("n1"); return !n.Connected })
 
-	req, _ := http.NewRequest("POST", r.url+"/v1/chat/completions", strings.NewReader(chatJSON("m", "queued")))
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "3" {
+	status, hdr, body := postChat(t, r.url, apiKey, chatJSON("m", "queued"))
+	if status != http.StatusServiceUnavailable || hdr.Get("Retry-After") != "3" {
 		t.Fatalf("the request queued behind p2's cooldown: %d Retry-After %q, want 503 and 3 (the queue timeout and a second)\n%s",
-			resp.StatusCode, resp.Header.Get("Retry-After"), body)
+			status, hdr.Get("Retry-After"), body)
 	}
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("the upstreams got %d calls, want the two refused ones", n)
