@@ -14,9 +14,10 @@
 // configured capacity, or its queue timeout passes (503 with Retry-After).
 // At most Config.MaxQueued wait at once: beyond, a newcomer is refused at
 // once (503) unless it ranks above the last in line, which is refused in
-// its place. The slot is a lease bound to the provider and to the Node connection
-// generation; it is released exactly once on every terminal path. The
-// request then runs on that exact generation in one of three ways:
+// its place. The slot is a lease bound to the provider and to the Node
+// connection generation; it is released exactly once on every terminal
+// path. The request then runs on that exact generation in one of three
+// ways:
 //
 //   - a raw tunnel, when the provider's upstream speaks the client's
 //     format (nodes.ProviderSpec.APIs, or the adapter's default): only
@@ -105,11 +106,11 @@
 // gets the time left on the earliest cooldown among its candidates (a
 // provider whose Node is gone gives back no slot when its cooldown ends,
 // and is not counted) as its Retry-After, when that is shorter than the
-// queue timeout. Server.Nodes and the status the Edge
-// reports to its Hub carry ProviderSnapshot.CoolingUntil and
-// CoolingModels, and a linked Hub is told at once when a cooldown begins
-// or ends (Server.WatchStatus); the iop_edge_provider_cooling gauge says
-// which providers (or models of them) cool.
+// queue timeout. Server.Nodes and the status the Edge reports to its Hub
+// carry ProviderSnapshot.CoolingUntil and CoolingModels, and a linked Hub
+// is told at once when a cooldown begins or ends (Server.WatchStatus);
+// the iop_edge_provider_cooling gauge says which providers (or models of
+// them) cool.
 //
 // An API key's own limits (APIKey: requests and tokens per minute,
 // concurrent requests) refuse with 429 and Retry-After before the request
