@@ -10,9 +10,9 @@
 // never starved. A long-context request also needs one of the provider's
 // long-context slots. Request.MaxQueued bounds the queue: when it is
 // full, whichever of the newcomer and the request that would be served
-// last ranks lower is refused with ErrQueueFull. A lease is
-// bound to the provider and to the Node connection generation it was
-// granted under; Release is idempotent and frees the slot exactly once.
+// last ranks lower is refused with ErrQueueFull. A lease is bound to the
+// provider and to the Node connection generation it was granted under;
+// Release is idempotent and frees the slot exactly once.
 // When a provider's generation rises, the slots of the old generation are
 // written off at once (its work is fenced) and the new generation starts
 // with its full configured capacity; a candidate naming an older generation
