@@ -44,9 +44,13 @@ type Operation func(ctx context.Context, report func(Progress)) (*iopv1.NodeComm
 type Status struct {
 	GeneratedAt time.Time
 	// Routes is the number of configured model routes; Queued the
-	// requests waiting in admission.
-	Routes int
-	Queued int
+	// requests waiting in admission, MaxQueued the most that may wait
+	// (0: not reported), and QueueFull the requests turned away since the
+	// Edge started because that many waited.
+	Routes    int
+	Queued    int
+	MaxQueued int
+	QueueFull uint64
 	// ConfigRevision counts configuration loads (1 for the first).
 	ConfigRevision uint64
 	// EventSeq is the Seq of the last lifecycle event the Nodes reflect.

@@ -294,7 +294,7 @@ func writeStatus(st *wire.Stream, edgeID string, s Status) error {
 	head := &iopv1.EdgeStatusResponse{
 		EdgeId: edgeID, GeneratedUnixMs: unixMs(s.GeneratedAt), NodeCount: u32(len(s.Nodes)),
 		RouteCount: u32(s.Routes), Queued: u32(s.Queued), ConfigRevision: s.ConfigRevision,
-		EventSeq: s.EventSeq,
+		EventSeq: s.EventSeq, MaxQueued: u32(s.MaxQueued), QueueFull: s.QueueFull,
 	}
 	if err := st.WriteMessage(msg(head)); err != nil {
 		return err

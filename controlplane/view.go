@@ -31,9 +31,14 @@ type EdgeView struct {
 	// StatusAt is when the Edge last answered a status; the Nodes are that
 	// status with the lifecycle events relayed since applied on top. For
 	// an Edge that is not connected they are its last known view.
-	StatusAt       *time.Time `json:"status_at,omitempty"`
-	Routes         int        `json:"routes"`
-	Queued         int        `json:"queued"`
+	StatusAt *time.Time `json:"status_at,omitempty"`
+	Routes   int        `json:"routes"`
+	Queued   int        `json:"queued"`
+	// MaxQueued is the most requests that may wait in the Edge's queue (0:
+	// not reported); QueueFull counts those it turned away since it
+	// started because its queue was full.
+	MaxQueued      int        `json:"max_queued,omitempty"`
+	QueueFull      uint64     `json:"queue_full"`
 	ConfigRevision uint64     `json:"config_revision"`
 	Nodes          []NodeView `json:"nodes"`
 }
@@ -184,6 +189,7 @@ func (h *Hub) applyStatus(c *edgeConn, head *iopv1.EdgeStatusResponse, nodes []N
 	now := time.Now().UTC()
 	es.view.StatusAt = &now
 	es.view.Routes, es.view.Queued, es.view.ConfigRevision = int(head.GetRouteCount()), int(head.GetQueued()), head.GetConfigRevision()
+	es.view.MaxQueued, es.view.QueueFull = int(head.GetMaxQueued()), head.GetQueueFull()
 	es.view.Nodes = nodes
 	es.viewSeq = head.GetEventSeq()
 	kept := es.recent[:0]

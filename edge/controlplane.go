@@ -62,10 +62,13 @@ func (s *Server) Status() controlplane.Status {
 	snaps, seq := s.reg.SnapshotSeq()
 	s.addPressure(snaps)
 	snap := s.snap.Load()
+	ps := s.pool.Stats()
 	return controlplane.Status{
 		GeneratedAt:    time.Now(),
 		Routes:         len(snap.routes),
-		Queued:         s.pool.Stats().Queued,
+		Queued:         ps.Queued,
+		MaxQueued:      snap.maxQueued,
+		QueueFull:      ps.QueueFull,
 		ConfigRevision: s.configRev.Load(),
 		EventSeq:       seq,
 		Nodes:          snaps,

@@ -113,7 +113,7 @@ async function render() {
     const box = el("div", { class: "edge" + (edge.connected ? "" : " stale"), "data-edge": edge.id });
     box.append(el("h2", {}, "Edge ", edge.id, " ",
       el("span", { class: edge.connected ? "online" : "offline" }, edge.connected ? "connected" : "not connected"),
-      el("span", { class: "muted" }, `  routes ${edge.routes} · queued ${edge.queued} · in flight ${edge.in_flight}/${edge.capacity}`)));
+      el("span", { class: "muted" }, `  routes ${edge.routes} · ${queueText(edge)} · in flight ${edge.in_flight}/${edge.capacity}`)));
     const table = el("table", {},
       el("tr", {}, ...["Node", "State", "Provider", "Adapter", "Category", "Status", "Health", "Capacity", "In flight", "Long ctx", "Queued"].map((h) => el("th", {}, h))));
     for (const node of edge.nodes || []) {
@@ -155,6 +155,15 @@ async function render() {
   // The title summarizes the rows, so a glance at a tab (or a headless
   // browser's target list) shows every node's state.
   document.title = "IOP | " + states.join(" ");
+}
+
+// queueText says how many requests wait in an Edge's admission queue, of
+// the most that may, and how many it turned away because it was full.
+function queueText(edge) {
+  let t = `queued ${edge.queued}`;
+  if (edge.max_queued) t += `/${edge.max_queued}`;
+  if (edge.queue_full) t += ` · ${edge.queue_full} turned away (queue full)`;
+  return t;
 }
 
 // coolingText says what of provider p a provider_cooling event found

@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -380,12 +381,23 @@ type edgeJSON struct {
 	Version        string                  `json:"version"`
 	Routes         int                     `json:"routes"`
 	Queued         int                     `json:"queued"`
+	MaxQueued      int                     `json:"max_queued"`
+	QueueFull      uint64                  `json:"queue_full"`
 	ConfigRevision uint64                  `json:"config_revision"`
 	NodeCount      int                     `json:"node_count"`
 	NodesOnline    int                     `json:"nodes_online"`
 	InFlight       int                     `json:"in_flight"`
 	Capacity       int                     `json:"capacity"`
 	Nodes          []controlplane.NodeView `json:"nodes"`
+}
+
+// queued is how many requests wait in the Edge's queue, of the most that
+// may when the Edge reports it: "3/1024".
+func (e edgeJSON) queued() string {
+	if e.MaxQueued > 0 {
+		return fmt.Sprintf("%d/%d", e.Queued, e.MaxQueued)
+	}
+	return strconv.Itoa(e.Queued)
 }
 
 func (c *client) edges(ctx context.Context) error {
@@ -396,9 +408,9 @@ func (c *client) edges(ctx context.Context) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(c.out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "EDGE\tCONNECTED\tNODES ONLINE\tIN FLIGHT\tQUEUED\tROUTES\tCONFIG REV")
+	fmt.Fprintln(tw, "EDGE\tCONNECTED\tNODES ONLINE\tIN FLIGHT\tQUEUED\tQUEUE FULL\tROUTES\tCONFIG REV")
 	for _, e := range list.Edges {
-		fmt.Fprintf(tw, "%s\t%v\t%d/%d\t%d/%d\t%d\t%d\t%d\n", e.ID, e.Connected, e.NodesOnline, e.NodeCount, e.InFlight, e.Capacity, e.Queued, e.Routes, e.ConfigRevision)
+		fmt.Fprintf(tw, "%s\t%v\t%d/%d\t%d/%d\t%s\t%d\t%d\t%d\n", e.ID, e.Connected, e.NodesOnline, e.NodeCount, e.InFlight, e.Capacity, e.queued(), e.QueueFull, e.Routes, e.ConfigRevision)
 	}
 	return tw.Flush()
 }
@@ -432,8 +444,8 @@ func (c *client) edge(ctx context.Context, id string, refresh bool) error {
 	if err := c.getJSON(ctx, path, &e); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.out, "edge %s: connected %v, %d/%d nodes online, queued %d, routes %d, config revision %d\n",
-		e.ID, e.Connected, e.NodesOnline, e.NodeCount, e.Queued, e.Routes, e.ConfigRevision)
+	fmt.Fprintf(c.out, "edge %s: connected %v, %d/%d nodes online, queued %s, %d turned away by a full queue, routes %d, config revision %d\n",
+		e.ID, e.Connected, e.NodesOnline, e.NodeCount, e.queued(), e.QueueFull, e.Routes, e.ConfigRevision)
 	tw := tabwriter.NewWriter(c.out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tPROVIDER\tADAPTER\tSTATUS\tHEALTH\tIN FLIGHT\tLONG CTX\tQUEUED")
 	for _, n := range e.Nodes {

@@ -57,7 +57,8 @@ operators:
 	srv, err := edge.New(edge.Config{Epoch: 1,
 		Nodes: []nodes.Record{{ID: "n1", TokenHash: nodes.HashToken("node-token-0123456789abcdef"), Providers: []nodes.ProviderSpec{
 			{ID: "p1", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"m"}, Capacity: 2}}}},
-		Routes: []edge.Route{{Model: "m", Targets: []edge.Target{{ProviderID: "p1", Model: "m"}}}},
+		Routes:    []edge.Route{{Model: "m", Targets: []edge.Target{{ProviderID: "p1", Model: "m"}}}},
+		MaxQueued: 64,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -80,8 +81,8 @@ operators:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(out, "e1    true") {
-			break
+		if strings.Contains(out, "e1    true") && strings.Contains(out, "0/64") {
+			break // connected, and its status (with its queue's bound) has come
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("edge never connected:\n%s", out)
@@ -89,7 +90,8 @@ operators:
 		time.Sleep(10 * time.Millisecond)
 	}
 	out, err := cli("edge", "e1", "-refresh")
-	if err != nil || !strings.Contains(out, "n1") || !strings.Contains(out, "p1") || !strings.Contains(out, "offline") {
+	if err != nil || !strings.Contains(out, "n1") || !strings.Contains(out, "p1") || !strings.Contains(out, "offline") ||
+		!strings.Contains(out, "queued 0/64, 0 turned away by a full queue") {
 		t.Fatalf("edge e1: %v\n%s", err, out)
 	}
 	out, err = cli("command", "e1", "provider.disable", "-provider", "p1")

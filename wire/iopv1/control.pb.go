@@ -474,7 +474,12 @@ type EdgeStatusResponse struct {
 	ConfigRevision uint64 `protobuf:"varint,6,opt,name=config_revision,json=configRevision,proto3" json:"config_revision,omitempty"`
 	// event_seq is the seq of the last EdgeNodeEvent this status reflects:
 	// the Hub applies only later events on top of it.
-	EventSeq      uint64 `protobuf:"varint,7,opt,name=event_seq,json=eventSeq,proto3" json:"event_seq,omitempty"`
+	EventSeq uint64 `protobuf:"varint,7,opt,name=event_seq,json=eventSeq,proto3" json:"event_seq,omitempty"`
+	// max_queued is the most requests that may wait in the admission queue
+	// (0: not reported); queue_full counts the requests the Edge turned
+	// away since it started because its queue was full.
+	MaxQueued     uint32 `protobuf:"varint,8,opt,name=max_queued,json=maxQueued,proto3" json:"max_queued,omitempty"`
+	QueueFull     uint64 `protobuf:"varint,9,opt,name=queue_full,json=queueFull,proto3" json:"queue_full,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -554,6 +559,20 @@ func (x *EdgeStatusResponse) GetConfigRevision() uint64 {
 func (x *EdgeStatusResponse) GetEventSeq() uint64 {
 	if x != nil {
 		return x.EventSeq
+	}
+	return 0
+}
+
+func (x *EdgeStatusResponse) GetMaxQueued() uint32 {
+	if x != nil {
+		return x.MaxQueued
+	}
+	return 0
+}
+
+func (x *EdgeStatusResponse) GetQueueFull() uint64 {
+	if x != nil {
+		return x.QueueFull
 	}
 	return 0
 }
@@ -1176,7 +1195,7 @@ const file_iop_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\"\x13\n" +
-	"\x11EdgeStatusRequest\"\xf7\x01\n" +
+	"\x11EdgeStatusRequest\"\xb5\x02\n" +
 	"\x12EdgeStatusResponse\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12*\n" +
 	"\x11generated_unix_ms\x18\x02 \x01(\x03R\x0fgeneratedUnixMs\x12\x1d\n" +
@@ -1186,7 +1205,11 @@ const file_iop_v1_control_proto_rawDesc = "" +
 	"routeCount\x12\x16\n" +
 	"\x06queued\x18\x05 \x01(\rR\x06queued\x12'\n" +
 	"\x0fconfig_revision\x18\x06 \x01(\x04R\x0econfigRevision\x12\x1b\n" +
-	"\tevent_seq\x18\a \x01(\x04R\beventSeq\"\x97\x03\n" +
+	"\tevent_seq\x18\a \x01(\x04R\beventSeq\x12\x1d\n" +
+	"\n" +
+	"max_queued\x18\b \x01(\rR\tmaxQueued\x12\x1d\n" +
+	"\n" +
+	"queue_full\x18\t \x01(\x04R\tqueueFull\"\x97\x03\n" +
 	"\x10EdgeNodeSnapshot\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1e\n" +
