@@ -304,6 +304,7 @@ func TestQueueFull(t *testing.T) {
 	for _, line := range []string{
 		`iop_edge_requests_total{api="chat",outcome="queue_full",route="gpt-local"} 2`,
 		`iop_edge_requests_total{api="messages",outcome="queue_full",route="gpt-local"} 1`,
+		`iop_edge_queue_max 2`,
 	} {
 		if !strings.Contains(text, line+"\n") {
 			t.Errorf("metrics lack %s", line)
@@ -463,6 +464,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		`iop_edge_node_draining{node="box"} 0`,
 		`iop_edge_in_flight{node="box",provider="local"} 0`,
 		`iop_edge_queue_depth 0`,
+		`iop_edge_queue_max 1024`, // DefaultMaxQueued
 		`iop_edge_key_requests_total{key="alice"} 3`,
 		// Only the streamed request has a first event: a whole answer's
 		// first byte is its last.

@@ -132,6 +132,7 @@ type stateCollector struct{ s *Server }
 
 var (
 	descQueued     = prometheus.NewDesc("iop_edge_queue_depth", "Requests waiting for a slot.", nil, nil)
+	descMaxQueued  = prometheus.NewDesc("iop_edge_queue_max", "The most requests that may wait for a slot (Config.MaxQueued); beyond, a newcomer is refused (outcome queue_full).", nil, nil)
 	descInFlight   = prometheus.NewDesc("iop_edge_in_flight", "Admitted requests in flight, by node and provider.", []string{"node", "provider"}, nil)
 	descProvQueued = prometheus.NewDesc("iop_edge_provider_queued", "Queued requests that could run on a provider.", []string{"node", "provider"}, nil)
 	descConnected  = prometheus.NewDesc("iop_edge_node_connected", "1 when the node is dispatch-ready.", []string{"node"}, nil)
@@ -146,13 +147,14 @@ var (
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descProvQueued, descConnected, descGeneration, descDraining, descTLSExpiry, descNodeCert, descCooling, descKeyReqs, descKeyLimited, descKeyEst} {
+	for _, d := range []*prometheus.Desc{descQueued, descMaxQueued, descInFlight, descProvQueued, descConnected, descGeneration, descDraining, descTLSExpiry, descNodeCert, descCooling, descKeyReqs, descKeyLimited, descKeyEst} {
 		ch <- d
 	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(c.s.pool.Stats().Queued))
+	ch <- prometheus.MustNewConstMetric(descMaxQueued, prometheus.GaugeValue, float64(c.s.snap.Load().maxQueued))
 	for listener, tc := range map[string]*tls.Config{"api": c.s.apiTLS.Load(), "nodes": c.s.reg.TLS()} {
 		if end, ok := certExpiry(tc); ok {
 			ch <- prometheus.MustNewConstMetric(descTLSExpiry, prometheus.GaugeValue, float64(end.Unix()), listener)
