@@ -312,6 +312,52 @@ func TestQueueFull(t *testing.T) {
 	}
 }
 
+// TestLeastLoadedRoute: a least_loaded route spreads held requests over
+// its providers (two of the same capacity: one each), where an ordered
+// one would put both on its first.
+func TestLeastLoadedRoute(t *testing.T) {
+	g := newGate()
+	r := newRig(t, rigOpts{reply: g.reply, mutate: func(c *edge.Config) {
+		c.Routes = append(c.Routes,
+			edge.Route{Model: "spread", Strategy: edge.LeastLoaded, Targets: []edge.Target{{ProviderID: "local", Model: "up-model"}, {ProviderID: "chat-only", Model: "up-model"}}},
+			edge.Route{Model: "fallback", Targets: []edge.Target{{ProviderID: "local", Model: "up-model"}, {ProviderID: "chat-only", Model: "up-model"}}})
+	}})
+	inFlight := func() map[string]int {
+		out := map[string]int{}
+		for _, n := range r.srv.Nodes() {
+			for _, p := range n.Providers {
+				if p.InFlight > 0 {
+					out[p.ID] = p.InFlight
+				}
+			}
+		}
+		return out
+	}
+	var wg sync.WaitGroup
+	hold := func(model string, n int) {
+		for i := range n {
+			prompt := fmt.Sprintf("hold %s %d", model, i)
+			wg.Go(func() {
+				if status, _, body := r.post(t, apiKey, chatJSON(model, prompt)); status != 200 {
+					t.Errorf("%s: %d %s", prompt, status, body)
+				}
+			})
+			waitUntil(t, prompt+" at the upstream", func() bool { return contains(g.served(), prompt) })
+		}
+	}
+	hold("spread", 2)
+	if got := inFlight(); got["local"] != 1 || got["chat-only"] != 1 {
+		t.Errorf("least_loaded: in flight %v, want one on each provider", got)
+	}
+	hold("fallback", 2) // ordered: local first while it has room
+	if got := inFlight(); got["local"] != 3 || got["chat-only"] != 1 {
+		t.Errorf("ordered after least_loaded: in flight %v, want local 3, chat-only 1", got)
+	}
+	close(g.release)
+	wg.Wait()
+	r.settled()
+}
+
 func TestPriorityClasses(t *testing.T) {
 	keys := func(c *edge.Config) {
 		c.APIKeys = append(c.APIKeys,

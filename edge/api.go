@@ -683,7 +683,7 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 	for attempt := 1; ; attempt++ {
 		lease, err := s.pool.Acquire(ctx, pool.Request{
 			Candidates:  cands,
-			Weighted:    req.route.Strategy == Weighted,
+			Choose:      req.route.Strategy.choice(),
 			Priority:    req.key.Priority,
 			LongContext: EstimateTokens(req.body) >= req.snap.longContext,
 			// The queue timeout bounds the whole wait, retries included.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/iop-dev/iop/credentiallease"
 	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/edge/pool"
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/internal/llmapi"
 	"github.com/iop-dev/iop/wire"
@@ -213,7 +214,23 @@ const (
 	Ordered Strategy = "ordered"
 	// Weighted chooses among targets with free slots by weight.
 	Weighted Strategy = "weighted"
+	// LeastLoaded takes the target with a free slot whose provider has
+	// the smallest share of its capacity in flight (the first in order
+	// among equals): requests spread over providers in proportion to
+	// their capacity, and an idle one is used before a busy one.
+	LeastLoaded Strategy = "least_loaded"
 )
+
+// choice is the pool's way to choose for strategy s.
+func (s Strategy) choice() pool.Choice {
+	switch s {
+	case Weighted:
+		return pool.ByWeight
+	case LeastLoaded:
+		return pool.LeastLoaded
+	}
+	return pool.First
+}
 
 // Route maps a public model name to provider targets.
 type Route struct {
@@ -335,8 +352,8 @@ func (c *Config) validate() error {
 			return fmt.Errorf("Routes[%d].Model is empty", i)
 		case routes[r.Model]:
 			return fmt.Errorf("Routes[%d]: duplicate model %q", i, r.Model)
-		case r.Strategy != "" && r.Strategy != Ordered && r.Strategy != Weighted:
-			return fmt.Errorf("Routes[%d] (%s): Strategy %q is not ordered or weighted", i, r.Model, r.Strategy)
+		case r.Strategy != "" && r.Strategy != Ordered && r.Strategy != Weighted && r.Strategy != LeastLoaded:
+			return fmt.Errorf("Routes[%d] (%s): Strategy %q is not ordered, weighted or least_loaded", i, r.Model, r.Strategy)
 		case len(r.Targets) == 0:
 			return fmt.Errorf("Routes[%d] (%s): no Targets", i, r.Model)
 		}

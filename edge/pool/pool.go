@@ -4,7 +4,8 @@
 //
 // A request names its candidates (provider slots it could run on, already
 // filtered by route, capability and health) and waits until a candidate has
-// a free slot or its queue timeout passes. Waiting requests are served by
+// a free slot or its queue timeout passes; among free candidates it takes
+// the first, one at random by weight, or the least loaded (Request.Choose). Waiting requests are served by
 // priority class, first come first served within a class, and every
 // AgingStep a waiting request climbs one class, so that a low class is
 // never starved. A long-context request also needs one of the provider's
@@ -76,9 +77,8 @@ type Request struct {
 	// Candidates is evaluated when the request arrives, while it waits
 	// whenever a slot among its last candidates is freed, and on Kick.
 	Candidates func() []Candidate
-	// Weighted chooses among free candidates by weight; otherwise the
-	// first free candidate in order wins.
-	Weighted bool
+	// Choose says which free candidate the request takes.
+	Choose Choice
 	// Priority is the request's class: higher is served first.
 	Priority int
 	// LongContext marks a request that needs a long-context slot.
@@ -93,6 +93,21 @@ type Request struct {
 	// itself is refused instead.
 	MaxQueued int
 }
+
+// Choice is how a request chooses among its candidates with a free slot.
+type Choice uint8
+
+const (
+	// First takes the first free candidate in order: a route's fallback
+	// order.
+	First Choice = iota
+	// ByWeight chooses at random, in proportion to Candidate.Weight.
+	ByWeight
+	// LeastLoaded takes the free candidate with the smallest share of its
+	// capacity in flight, the first in order among equals: load spreads
+	// over providers of any size.
+	LeastLoaded
+)
 
 // DefaultAgingStep is how long a waiting request takes to climb one
 // priority class.
@@ -477,8 +492,11 @@ func (p *Pool) evaluateLocked(w *waiter) (settled, adopted bool) {
 		return false, adopted
 	}
 	c := free[0]
-	if w.req.Weighted {
+	switch w.req.Choose {
+	case ByWeight:
 		c = pickWeighted(free)
+	case LeastLoaded:
+		c = p.leastLoadedLocked(free)
 	}
 	s := p.slots[c.Key]
 	s.inFlight++
@@ -547,6 +565,21 @@ func (p *Pool) scanReleasedLocked(l *Lease) {
 	if adopted {
 		p.scanLocked()
 	}
+}
+
+// leastLoadedLocked returns the candidate of cs (each with a free slot,
+// so a capacity above zero) with the smallest share of its capacity in
+// flight, the first among equals.
+func (p *Pool) leastLoadedLocked(cs []Candidate) Candidate {
+	best, bestIn := cs[0], p.slots[cs[0].Key].inFlight
+	for _, c := range cs[1:] {
+		in := p.slots[c.Key].inFlight
+		// in/c.Capacity < bestIn/best.Capacity, without division.
+		if in*best.Capacity < bestIn*c.Capacity {
+			best, bestIn = c, in
+		}
+	}
+	return best
 }
 
 func pickWeighted(cs []Candidate) Candidate {

@@ -19,11 +19,11 @@ func fixed(cs ...Candidate) func() []Candidate { return func() []Candidate { ret
 func TestFIFOAndCapacity(t *testing.T) {
 	p := New()
 	c := cand("n", "p", 1, 2)
-	l1, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Weighted: false, Timeout: time.Second})
+	l1, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l2, _ := p.Acquire(context.Background(), Request{Candidates: fixed(c), Weighted: false, Timeout: time.Second})
+	l2, _ := p.Acquire(context.Background(), Request{Candidates: fixed(c), Timeout: time.Second})
 	if got := p.Load(c.Key, 1); got.InFlight != 2 {
 		t.Fatalf("load %+v", got)
 	}
@@ -32,7 +32,7 @@ func TestFIFOAndCapacity(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 2 {
 		wg.Go(func() {
-			l, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Weighted: false, Timeout: 10 * time.Second})
+			l, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Timeout: 10 * time.Second})
 			if err != nil {
 				t.Error(err)
 				return
@@ -78,11 +78,11 @@ func TestEndedContextTakesNoSlot(t *testing.T) {
 func TestQueueTimeoutAndNoCandidate(t *testing.T) {
 	p := New()
 	c := cand("n", "p", 1, 1)
-	l, _ := p.Acquire(context.Background(), Request{Candidates: fixed(c), Weighted: false, Timeout: time.Second})
-	if _, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Weighted: false, Timeout: 20 * time.Millisecond}); !errors.Is(err, ErrQueueTimeout) {
+	l, _ := p.Acquire(context.Background(), Request{Candidates: fixed(c), Timeout: time.Second})
+	if _, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Timeout: 20 * time.Millisecond}); !errors.Is(err, ErrQueueTimeout) {
 		t.Fatalf("err %v", err)
 	}
-	if _, err := p.Acquire(context.Background(), Request{Candidates: fixed(), Weighted: false, Timeout: time.Second}); !errors.Is(err, ErrNoCandidate) {
+	if _, err := p.Acquire(context.Background(), Request{Candidates: fixed(), Timeout: time.Second}); !errors.Is(err, ErrNoCandidate) {
 		t.Fatalf("err %v", err)
 	}
 	l.Release()
@@ -104,10 +104,10 @@ func TestOfflineProviderFailsItsWaitersAtOnce(t *testing.T) {
 		}
 		return nil
 	}
-	l, _ := p.Acquire(context.Background(), Request{Candidates: cands, Weighted: false, Timeout: time.Second})
+	l, _ := p.Acquire(context.Background(), Request{Candidates: cands, Timeout: time.Second})
 	done := make(chan error, 1)
 	go func() {
-		_, err := p.Acquire(context.Background(), Request{Candidates: cands, Weighted: false, Timeout: time.Hour})
+		_, err := p.Acquire(context.Background(), Request{Candidates: cands, Timeout: time.Hour})
 		done <- err
 	}()
 	for p.Stats().Queued != 1 {
@@ -126,10 +126,10 @@ func TestOfflineProviderFailsItsWaitersAtOnce(t *testing.T) {
 func TestNewGenerationRestoresCapacity(t *testing.T) {
 	p := New()
 	old := cand("n", "p", 1, 1)
-	l, _ := p.Acquire(context.Background(), Request{Candidates: fixed(old), Weighted: false, Timeout: time.Second})
+	l, _ := p.Acquire(context.Background(), Request{Candidates: fixed(old), Timeout: time.Second})
 	// The Node reconnects: generation 2 has its full capacity at once.
 	fresh := cand("n", "p", 2, 1)
-	l2, err := p.Acquire(context.Background(), Request{Candidates: fixed(fresh), Weighted: false, Timeout: 20 * time.Millisecond})
+	l2, err := p.Acquire(context.Background(), Request{Candidates: fixed(fresh), Timeout: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("new generation not admitted: %v", err)
 	}
@@ -210,7 +210,7 @@ func TestWeighted(t *testing.T) {
 	a.Weight, b.Weight = 9, 1
 	counts := map[string]int{}
 	for range 1000 {
-		l, _ := p.Acquire(context.Background(), Request{Candidates: fixed(a, b), Weighted: true, Timeout: time.Second})
+		l, _ := p.Acquire(context.Background(), Request{Candidates: fixed(a, b), Choose: ByWeight, Timeout: time.Second})
 		counts[l.ProviderID]++
 		l.Release()
 	}
@@ -219,7 +219,7 @@ func TestWeighted(t *testing.T) {
 	}
 	// Ordered: always the first with room.
 	for range 10 {
-		l, _ := p.Acquire(context.Background(), Request{Candidates: fixed(a, b), Weighted: false, Timeout: time.Second})
+		l, _ := p.Acquire(context.Background(), Request{Candidates: fixed(a, b), Timeout: time.Second})
 		if l.ProviderID != "a" {
 			t.Fatalf("ordered picked %s", l.ProviderID)
 		}
@@ -227,13 +227,51 @@ func TestWeighted(t *testing.T) {
 	}
 }
 
+// TestLeastLoaded: each request takes the free candidate with the
+// smallest share of its capacity in flight, the first among equals, so
+// a provider of capacity 4 and one of 2 fill in step.
+func TestLeastLoaded(t *testing.T) {
+	p := New()
+	a, b := cand("n", "a", 1, 4), cand("n", "b", 1, 2)
+	var got []string
+	var leases []*Lease
+	for range 6 {
+		l, err := p.Acquire(context.Background(), Request{Candidates: fixed(a, b), Choose: LeastLoaded, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, l.ProviderID)
+		leases = append(leases, l)
+	}
+	// 0/4 = 0/2: a; 1/4 > 0/2: b; 1/4 < 1/2: a; 2/4 = 1/2: a; 3/4 > 1/2: b;
+	// b full: a.
+	if want := "a,b,a,a,b,a"; strings.Join(got, ",") != want {
+		t.Fatalf("least loaded chose %s, want %s", strings.Join(got, ","), want)
+	}
+	leases[0].Release() // a: 3/4
+	leases[1].Release() // b: 1/2, the smaller share
+	l, err := p.Acquire(context.Background(), Request{Candidates: fixed(a, b), Choose: LeastLoaded, Timeout: time.Second})
+	if err != nil || l.ProviderID != "b" {
+		t.Fatalf("with a at 3/4 and b at 1/2: %v %v, want b", l, err)
+	}
+	leases[0], leases[1] = nil, l
+	for _, l := range leases {
+		if l != nil {
+			l.Release()
+		}
+	}
+	if s := p.Stats(); s.Granted != s.Released {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
 func TestClose(t *testing.T) {
 	p := New()
 	c := cand("n", "p", 1, 1)
-	p.Acquire(context.Background(), Request{Candidates: fixed(c), Weighted: false, Timeout: time.Second})
+	p.Acquire(context.Background(), Request{Candidates: fixed(c), Timeout: time.Second})
 	done := make(chan error, 1)
 	go func() {
-		_, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Weighted: false, Timeout: time.Hour})
+		_, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Timeout: time.Hour})
 		done <- err
 	}()
 	for p.Stats().Queued != 1 {
@@ -460,7 +498,7 @@ func TestPropertyLeases(t *testing.T) {
 			if i%13 == 0 {
 				cands = heldCands
 			}
-			l, err := p.Acquire(ctx, Request{Candidates: cands, Priority: i % 3, LongContext: i%5 == 0, Weighted: i%2 == 0, Timeout: time.Duration(1+i%4) * 5 * time.Millisecond,
+			l, err := p.Acquire(ctx, Request{Candidates: cands, Priority: i % 3, LongContext: i%5 == 0, Choose: Choice(i % 3), Timeout: time.Duration(1+i%4) * 5 * time.Millisecond,
 				MaxQueued: 32 * (i % 2)}) // half of them bound the queue (and may displace others)
 			if err != nil {
 				count(err.Error())
