@@ -5,19 +5,20 @@
 // A request names its candidates (provider slots it could run on, already
 // filtered by route, capability and health) and waits until a candidate has
 // a free slot or its queue timeout passes; among free candidates it takes
-// the first, one at random by weight, or the least loaded (Request.Choose). Waiting requests are served by
-// priority class, first come first served within a class, and every
-// AgingStep a waiting request climbs one class, so that a low class is
-// never starved. A long-context request also needs one of the provider's
-// long-context slots. Request.MaxQueued bounds the queue: when it is
-// full, whichever of the newcomer and the request that would be served
-// last ranks lower is refused with ErrQueueFull. A lease is bound to the
-// provider and to the Node connection generation it was granted under;
-// Release is idempotent and frees the slot exactly once.
-// When a provider's generation rises, the slots of the old generation are
-// written off at once (its work is fenced) and the new generation starts
-// with its full configured capacity; a candidate naming an older generation
-// than the newest seen is stale and never granted.
+// the first, one at random by weight, or the least loaded
+// (Request.Choose). Waiting requests are served by priority class, first
+// come first served within a class, and every AgingStep a waiting request
+// climbs one class, so that a low class is never starved. A long-context
+// request also needs one of the provider's long-context slots.
+// Request.MaxQueued bounds the queue: when it is full, whichever of the
+// newcomer and the request that would be served last ranks lower is
+// refused with ErrQueueFull. A lease is bound to the provider and to the
+// Node connection generation it was granted under; Release is idempotent
+// and frees the slot exactly once. When a provider's generation rises,
+// the slots of the old generation are written off at once (its work is
+// fenced) and the new generation starts with its full configured
+// capacity; a candidate naming an older generation than the newest seen
+// is stale and never granted.
 //
 // Admission stays cheap when the queue is deep: each class is a FIFO list,
 // and since a class's earlier arrival has always aged at least as much,
