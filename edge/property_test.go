@@ -22,9 +22,10 @@ import (
 // hard deadline) on a raw tunnel, a translation or a normalized run of a
 // real command, while the Node is fenced and reconnects, is shut down
 // gracefully (a short grace, so that some work finishes and some is cut)
-// and restarted, and the configuration is reloaded. After everything ended, every lease was
-// released exactly once, nothing is in flight or queued, and every
-// provider's capacity is the configured one.
+// and restarted, and the configuration is reloaded (capacities, and a
+// tight bound on the queue every other time). After everything ended,
+// every lease was released exactly once, nothing is in flight or queued,
+// and every provider's capacity is the configured one.
 func TestPropertyTerminals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long property test")
@@ -71,7 +72,11 @@ func TestPropertyTerminals(t *testing.T) {
 				continue
 			}
 			c := 2 + i%3
-			if err := r.srv.Reload(r.config(c)); err != nil {
+			cfg := r.config(c)
+			// Every other reload bounds the queue tightly, so that
+			// requests are also refused or displaced as it fills.
+			cfg.MaxQueued = []int{0, 3}[i%2]
+			if err := r.srv.Reload(cfg); err != nil {
 				t.Error(err)
 				return
 			}
@@ -156,7 +161,8 @@ func TestPropertyTerminals(t *testing.T) {
 		t.Logf("%-40s %d", k, v.(*atomic.Int64).Load())
 		return true
 	})
-	t.Logf("fences %d, graceful shutdowns %d, reloads %d, leases granted %d, double releases ignored %d", fences.Load(), drains.Load(), reloads.Load(), st.Granted, st.DoubleRelease)
+	t.Logf("fences %d, graceful shutdowns %d, reloads %d, leases granted %d, double releases ignored %d, refused by a full queue %d",
+		fences.Load(), drains.Load(), reloads.Load(), st.Granted, st.DoubleRelease, st.QueueFull)
 	for _, k := range []string{"stream completed", "200", "503", "502"} {
 		if _, ok := outcomes.Load(k); !ok {
 			t.Errorf("no request ended as %q; the run did not cover it", k)
