@@ -72,8 +72,11 @@ func scriptedNode(t *testing.T, addr, id, provider string, answer func(n int, st
 				return // the session ended
 			}
 			if answer == nil || !answer(n, s) {
-				s.Reset(wire.ResetRefused)
+				// Counted before the reset leaves: the Edge may answer
+				// its client, and the test read the count, before this
+				// goroutine runs again.
 				refused.Add(1)
+				s.Reset(wire.ResetRefused)
 			}
 		}
 	}()
