@@ -62,3 +62,37 @@ func Example() {
 	// then: batch
 	// granted 3 released 3
 }
+
+// Two GPU boxes of different sizes behind one route: with LeastLoaded,
+// each request takes the box with the smallest share of its capacity in
+// flight, so both fill in step.
+func Example_leastLoaded() {
+	p := pool.New()
+	defer p.Close()
+	boxes := func() []pool.Candidate {
+		return []pool.Candidate{
+			{Key: pool.Key{NodeID: "big-box", ProviderID: "vllm"}, Generation: 1, Capacity: 4},
+			{Key: pool.Key{NodeID: "small-box", ProviderID: "ollama"}, Generation: 1, Capacity: 2},
+		}
+	}
+	var leases []*pool.Lease
+	for range 6 {
+		l, err := p.Acquire(context.Background(), pool.Request{Candidates: boxes, Choose: pool.LeastLoaded, Timeout: time.Minute})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(l.NodeID)
+		leases = append(leases, l)
+	}
+	for _, l := range leases {
+		l.Release()
+	}
+	// Output:
+	// big-box
+	// small-box
+	// big-box
+	// big-box
+	// small-box
+	// big-box
+}
