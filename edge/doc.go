@@ -143,6 +143,49 @@
 // the dispatch seam to Nodes, edge/pool is admission, edge/identity the
 // workload-identity CA.
 //
+// # Metrics
+//
+// With Config.Metrics set, /metrics serves these series. Every label is
+// bounded by the configuration (route, key, node and provider names, and
+// the fixed sets below); request ids, prompts and secrets never become
+// labels. Route "unknown" counts requests that named no configured route
+// (or were refused before one was found).
+//
+//   - iop_edge_requests_total{route, api, outcome}: requests by their end.
+//     api is chat, responses, embeddings or messages. outcome is ok;
+//     canceled (the client left before an answer began); unauthenticated;
+//     key_limited (the key's own limits, 429); rate_limited (a provider's
+//     relayed 429); overloaded (no provider available, or the queue
+//     timeout passed); queue_full; timeout (the hard deadline, 504);
+//     client_error (another 4xx); or upstream_error (another 5xx).
+//   - iop_edge_request_duration_seconds{route, api}: from request to its
+//     last byte.
+//   - iop_edge_time_to_first_token_seconds{route, api}: from request to the
+//     first event of a streamed answer.
+//   - iop_edge_queue_wait_seconds{route}: how long admitted requests waited
+//     for a slot.
+//   - iop_edge_queue_depth, iop_edge_queue_max: requests waiting now, and
+//     Config.MaxQueued.
+//   - iop_edge_in_flight{node, provider}, iop_edge_provider_queued{node,
+//     provider}: admitted requests running on a provider, and queued ones
+//     that could run there.
+//   - iop_edge_provider_cooling{node, provider}: 1 while a provider, or one
+//     of its models, cools after a 429, 503 or 529.
+//   - iop_edge_node_connected{node}, iop_edge_node_generation{node},
+//     iop_edge_node_draining{node}: each configured Node's connection.
+//   - iop_edge_tls_certificate_expiry_timestamp_seconds{listener} (api,
+//     nodes) and iop_edge_node_certificate_expiry_timestamp_seconds{node}:
+//     when certificates expire, in Unix seconds.
+//   - iop_edge_tokens_total{key, direction}: tokens from reported usage
+//     (direction input or output).
+//   - iop_edge_key_requests_total{key}, iop_edge_key_limited_total{key,
+//     limit}, iop_edge_key_estimated_tokens_total{key}: Server.Usage per
+//     key; limit is concurrent, requests or tokens.
+//   - iop_edge_tunnel_bytes_total{direction}: bytes through raw tunnels
+//     (upstream: to the provider; downstream: to the client).
+//   - iop_edge_credential_leases_issued_total{provider}: credential leases
+//     issued.
+//
 // The Edge is the source of truth for its Nodes and their providers. It
 // must never replay a request or move it to another provider once
 // dispatched (a stream the Node refused unopened was not), never let a

@@ -1,10 +1,15 @@
 package edge
 
 import (
+	"os"
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestChildrenMakesEachOnce: concurrent first uses of a key make its
@@ -49,5 +54,53 @@ func TestChildrenMakesEachOnce(t *testing.T) {
 				t.Fatalf("key %v: callers got different children", keys[i])
 			}
 		}
+	}
+}
+
+// TestMetricsDocumented: every series the Edge can export is listed in
+// the package doc's Metrics section, and the section names none that
+// does not exist, so the reference cannot drift from the code.
+func TestMetricsDocumented(t *testing.T) {
+	m := newMetrics(&Server{}, nil)
+	descs := make(chan *prometheus.Desc, 64)
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.queueWait, m.tokens, m.tunnelBytes, m.leasesIssued, &stateCollector{}} {
+		c.Describe(descs)
+	}
+	close(descs)
+	fqName := regexp.MustCompile(`fqName: "([a-z_]+)"`)
+	exported := map[string]bool{}
+	for d := range descs {
+		match := fqName.FindStringSubmatch(d.String())
+		if match == nil {
+			t.Fatalf("no name in %s", d)
+		}
+		exported[match[1]] = true
+	}
+
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "// # Metrics\n")
+	if !ok {
+		t.Fatal("doc.go has no Metrics section")
+	}
+	section, _, _ = strings.Cut(section, "\n//\n// The Edge is the source of truth")
+	documented := map[string]bool{}
+	for _, name := range regexp.MustCompile(`iop_edge_[a-z_]+`).FindAllString(section, -1) {
+		documented[name] = true
+	}
+	for name := range exported {
+		if !documented[name] {
+			t.Errorf("%s is exported but not in the package doc's Metrics section", name)
+		}
+	}
+	for name := range documented {
+		if !exported[name] {
+			t.Errorf("the package doc lists %s, which the Edge does not export", name)
+		}
+	}
+	if len(exported) < 20 {
+		t.Errorf("only %d series described: %v", len(exported), exported)
 	}
 }
