@@ -594,9 +594,6 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 // no candidate (its Node is gone, say) is not counted: the end of its
 // cooldown gives back no slot.
 func (s *Server) queueRetryAfter(req *request, now time.Time) int {
-	if req.route == nil {
-		return int(req.snap.queueTimeout/time.Second) + 1
-	}
 	return coolingRetryAfter(&s.cool, req.snap.queueTimeout, s.candidates(req), now)
 }
 

@@ -70,12 +70,14 @@ func (l *limiter) admit(k *APIKey, now time.Time) (kl *keyLimits, refusal *limit
 			*rate = 0
 		case *rate <= 0:
 			*level, *at, *rate = float64(perMinute), now, perMinute
-		case now.After(*at): // requests racing to admit may come a little out of order
-			// A changed limit keeps what is left, refilled at the new
-			// rate and within it.
-			*level = math.Min(float64(perMinute), *level+now.Sub(*at).Minutes()*float64(perMinute))
-			*at, *rate = now, perMinute
 		default:
+			// A changed limit keeps what is left, refilled at the new
+			// rate and within it. Requests racing to admit may come a
+			// little out of order: time never runs back.
+			if now.After(*at) {
+				*level += now.Sub(*at).Minutes() * float64(perMinute)
+				*at = now
+			}
 			*level, *rate = math.Min(float64(perMinute), *level), perMinute
 		}
 	}

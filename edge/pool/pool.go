@@ -227,8 +227,7 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	// already found without a free candidate, and nothing was freed.
 	settled, adopted := p.evaluateLocked(w)
 	if !settled && req.MaxQueued > 0 && p.nwait >= req.MaxQueued && !p.makeRoomLocked(w, start) {
-		p.queueFull.Add(1)
-		p.settleLocked(w, grant{err: ErrQueueFull})
+		p.refuseFullLocked(w)
 		settled = true
 	}
 	if !settled {
@@ -300,7 +299,7 @@ func (p *Pool) makeRoomLocked(w *waiter, now time.Time) bool {
 		// A class's tail is served last within it: it arrived last, so
 		// it has aged least.
 		t := c.tail
-		eff := t.req.Priority + int(now.Sub(t.arrived)/step)
+		eff := t.effective(now, step)
 		if last == nil || eff < lastEff || (eff == lastEff && t.seq > last.seq) {
 			last, lastEff = t, eff
 		}
@@ -308,9 +307,20 @@ func (p *Pool) makeRoomLocked(w *waiter, now time.Time) bool {
 	if last == nil || lastEff >= w.req.Priority {
 		return false
 	}
-	p.queueFull.Add(1)
-	p.settleLocked(last, grant{err: ErrQueueFull})
+	p.refuseFullLocked(last)
 	return true
+}
+
+// refuseFullLocked settles w with ErrQueueFull and counts it.
+func (p *Pool) refuseFullLocked(w *waiter) {
+	p.queueFull.Add(1)
+	p.settleLocked(w, grant{err: ErrQueueFull})
+}
+
+// effective is w's class at now: its own, plus one for each step it
+// waited.
+func (w *waiter) effective(now time.Time, step time.Duration) int {
+	return w.req.Priority + int(now.Sub(w.arrived)/step)
 }
 
 func (p *Pool) agingStep() time.Duration {
@@ -452,7 +462,7 @@ func (p *Pool) eachInOrderLocked(fn func(*waiter) bool) {
 			if w == nil {
 				continue
 			}
-			eff := w.req.Priority + int(now.Sub(w.arrived)/step)
+			eff := w.effective(now, step)
 			if best < 0 || eff > bestEff || (eff == bestEff && w.seq < heads[best].seq) {
 				best, bestEff = i, eff
 			}
