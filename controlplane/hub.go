@@ -72,7 +72,8 @@ type Config struct {
 	// TrustDomain turns on managed mode for Edges: every Edge must present
 	// a client certificate, verified against TLS.ClientCAs, whose SPIFFE
 	// ID is spiffe://<TrustDomain>/edge/<edge id> (package edge/identity
-	// issues them), in addition to its token when its record has one.
+	// issues them; identity.CheckTrustDomain says which names it
+	// accepts), in addition to its token when its record has one.
 	// Empty means a certificate may name an Edge by common name or DNS
 	// name, and only Edges without a token need one.
 	TrustDomain string
@@ -127,6 +128,11 @@ func (c *Config) Validate() error {
 	}
 	if c.TrustDomain != "" && (c.TLS == nil || c.TLS.ClientCAs == nil) {
 		return errors.New("controlplane: config: TrustDomain needs TLS with ClientCAs (Edges prove their identity with a certificate)")
+	}
+	if c.TrustDomain != "" {
+		if err := identity.CheckTrustDomain(c.TrustDomain); err != nil {
+			return fmt.Errorf("controlplane: config: TrustDomain: %w", err)
+		}
 	}
 	if c.AllowUnknownEdges && (c.TLS == nil || c.TLS.ClientCAs == nil) {
 		return errors.New("controlplane: config: AllowUnknownEdges needs TLS with ClientCAs (unknown Edges prove their id with a certificate)")

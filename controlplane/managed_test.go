@@ -87,3 +87,19 @@ func TestManagedEdgeIdentity(t *testing.T) {
 		t.Fatalf("the right certificate: %v", st.LastError)
 	}
 }
+
+// TestTrustDomainChecked: a Hub whose trust domain no certificate can
+// carry is refused at New, not by refusing every Edge after.
+func TestTrustDomainChecked(t *testing.T) {
+	ca, _ := identity.NewCA("iop.test", 0)
+	for _, td := range []string{"IOP.test", "iop.test/edge", "iop.test:1"} {
+		cfg := controlplane.Config{
+			Edges:       []controlplane.EdgeRecord{{ID: "e1", TokenHash: controlplane.HashToken(edgeToken("e1"))}},
+			TLS:         &tls.Config{ClientCAs: ca.Pool()},
+			TrustDomain: td,
+		}
+		if _, err := controlplane.New(cfg); !errors.Is(err, identity.ErrName) {
+			t.Errorf("New with trust domain %q: %v, want identity.ErrName", td, err)
+		}
+	}
+}

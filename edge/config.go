@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/iop-dev/iop/credentiallease"
+	"github.com/iop-dev/iop/edge/identity"
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/edge/pool"
 	"github.com/iop-dev/iop/execution"
@@ -201,7 +202,8 @@ type LeaseSigner struct {
 // Managed configures managed mode.
 type Managed struct {
 	// TrustDomain is the SPIFFE trust domain of the Edge CA's workload
-	// certificates (spiffe://<trust-domain>/node/<id>).
+	// certificates (spiffe://<trust-domain>/node/<id>): lowercase
+	// letters, digits, '.', '_' and '-' (identity.CheckTrustDomain).
 	TrustDomain string
 }
 
@@ -445,6 +447,9 @@ func (c *Config) validateLeases() error {
 	if m := c.Managed; m != nil {
 		if m.TrustDomain == "" {
 			return errors.New("Managed.TrustDomain is required")
+		}
+		if err := identity.CheckTrustDomain(m.TrustDomain); err != nil {
+			return fmt.Errorf("Managed.TrustDomain: %w", err)
 		}
 		if c.NodeTLS == nil || c.NodeTLS.ClientCAs == nil {
 			return errors.New("Managed needs NodeTLS with ClientCAs: Nodes prove their identity with a CA-verified certificate")

@@ -387,3 +387,17 @@ func TestManagedReloadCannotDropManagedMode(t *testing.T) {
 		t.Fatalf("the same configuration: %v", err)
 	}
 }
+
+// TestManagedTrustDomainChecked: a trust domain no certificate can carry
+// (uppercase, a port) is refused when the Edge starts, not by refusing
+// every Node that registers after.
+func TestManagedTrustDomainChecked(t *testing.T) {
+	r := newManagedRig(t)
+	for _, td := range []string{"IOP.test", "iop.test:8443", "iop test"} {
+		cfg := r.cfg
+		cfg.Managed = &edge.Managed{TrustDomain: td}
+		if _, err := edge.New(cfg); !errors.Is(err, identity.ErrName) {
+			t.Errorf("New with trust domain %q: %v, want identity.ErrName", td, err)
+		}
+	}
+}

@@ -131,8 +131,12 @@ func (c *Config) Validate() error {
 	if err := c.Wire.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Wire: %w", err))
 	}
-	if c.EdgeIdentity != nil && (c.TLS == nil || c.EdgeIdentity.TrustDomain == "" || c.EdgeIdentity.EdgeID == "") {
-		errs = append(errs, errors.New("EdgeIdentity needs TLS, a TrustDomain and an EdgeID"))
+	if ei := c.EdgeIdentity; ei != nil {
+		if c.TLS == nil || ei.TrustDomain == "" || ei.EdgeID == "" {
+			errs = append(errs, errors.New("EdgeIdentity needs TLS, a TrustDomain and an EdgeID"))
+		} else if err := errors.Join(identity.CheckTrustDomain(ei.TrustDomain), identity.CheckID(ei.EdgeID)); err != nil {
+			errs = append(errs, fmt.Errorf("EdgeIdentity: %w", err))
+		}
 	}
 	if c.Leases != nil && c.Leases.NodeID() != c.NodeID {
 		errs = append(errs, fmt.Errorf("Leases opens leases for node %q, not %q", c.Leases.NodeID(), c.NodeID))

@@ -1,11 +1,14 @@
 package node
 
 import (
+	"crypto/tls"
+	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/iop-dev/iop/edge/identity"
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/execution/executiontest"
 	"github.com/iop-dev/iop/wire/iopv1"
@@ -82,6 +85,15 @@ func TestConfigValidate(t *testing.T) {
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	named := good
+	named.TLS, named.EdgeIdentity = &tls.Config{}, &EdgeIdentity{TrustDomain: "iop.test", EdgeID: "Edge-1"}
+	if err := named.Validate(); err != nil {
+		t.Fatalf("an Edge identity the CA issues: %v", err)
+	}
+	named.EdgeIdentity = &EdgeIdentity{TrustDomain: "iop.test:8443", EdgeID: "Edge-1"}
+	if err := named.Validate(); !errors.Is(err, identity.ErrName) {
+		t.Fatalf("a trust domain no certificate carries: %v, want identity.ErrName", err)
+	}
 	for i, mut := range []func(*Config){
 		func(c *Config) { c.EdgeAddr = "" },
 		func(c *Config) { c.NodeID = "" },
@@ -89,6 +101,13 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Providers = append(c.Providers, Hosted{Provider: p}) },
 		func(c *Config) { c.Providers = []Hosted{{}} },
 		func(c *Config) { c.HealthInterval = -1 },
+		func(c *Config) { c.EdgeIdentity = &EdgeIdentity{TrustDomain: "iop.test", EdgeID: "e1"} }, // no TLS
+		func(c *Config) {
+			c.TLS, c.EdgeIdentity = &tls.Config{}, &EdgeIdentity{TrustDomain: "IOP.test", EdgeID: "e1"}
+		},
+		func(c *Config) {
+			c.TLS, c.EdgeIdentity = &tls.Config{}, &EdgeIdentity{TrustDomain: "iop.test", EdgeID: "e/1"}
+		},
 	} {
 		c := good
 		c.Providers = append([]Hosted(nil), good.Providers...)

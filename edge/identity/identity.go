@@ -57,7 +57,32 @@ var (
 	// ErrCAExpired: the CA's certificate ends before the certificate to
 	// issue would start.
 	ErrCAExpired = errors.New("identity: the CA certificate has expired")
+	// ErrName: a trust domain or workload id this package never issues
+	// or accepts (see CheckTrustDomain and CheckID).
+	ErrName = errors.New("identity: invalid name")
 )
+
+// CheckTrustDomain reports whether td is a trust domain this package
+// issues and accepts: 1 to 128 bytes of lowercase letters, digits, '.',
+// '_' and '-'. A configuration naming another could never match a
+// certificate, so its loaders refuse it at once with ErrName instead of
+// refusing every peer later.
+func CheckTrustDomain(td string) error {
+	if !validName(td, false) {
+		return fmt.Errorf("%w: trust domain %q: 1 to 128 bytes of lowercase letters, digits, '.', '_', '-'", ErrName, td)
+	}
+	return nil
+}
+
+// CheckID reports whether id is a workload id this package issues and
+// accepts: 1 to 128 bytes of letters, digits, '.', '_' and '-'. Otherwise
+// it returns ErrName.
+func CheckID(id string) error {
+	if !validName(id, true) {
+		return fmt.Errorf("%w: id %q: 1 to 128 bytes of letters, digits, '.', '_', '-'", ErrName, id)
+	}
+	return nil
+}
 
 // ID returns the SPIFFE ID of a workload.
 func ID(trustDomain string, kind Kind, id string) *url.URL {
@@ -143,8 +168,8 @@ const (
 
 // NewCA creates a CA with a fresh ECDSA P-256 key.
 func NewCA(trustDomain string, validity time.Duration) (*CA, error) {
-	if !validName(trustDomain, false) {
-		return nil, fmt.Errorf("identity: trust domain %q: lowercase letters, digits, '.', '_', '-'", trustDomain)
+	if err := CheckTrustDomain(trustDomain); err != nil {
+		return nil, err
 	}
 	if validity <= 0 {
 		validity = DefaultCAValidity
@@ -211,10 +236,32 @@ func LoadCA(certPath, keyPath string) (*CA, error) {
 	if pub, ok := signer.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(cert.PublicKey) {
 		return nil, errors.New("identity: the CA key does not match its certificate")
 	}
-	if len(cert.URIs) != 1 || cert.URIs[0].Scheme != "spiffe" {
-		return nil, errors.New("identity: the CA certificate names no trust domain")
+	td, ok := caTrustDomain(cert)
+	if !ok {
+		return nil, errors.New("identity: the CA certificate names no trust domain (one URI SAN spiffe://<trust-domain>)")
 	}
-	return &CA{TrustDomain: cert.URIs[0].Host, Cert: cert, key: signer, certPEM: pemBlock("CERTIFICATE", cblk.Bytes)}, nil
+	return &CA{TrustDomain: td, Cert: cert, key: signer, certPEM: pemBlock("CERTIFICATE", cblk.Bytes)}, nil
+}
+
+// caTrustDomain reads the trust domain a CA certificate names: exactly
+// one URI SAN, spiffe://<trust-domain>, written as it reads, with a
+// trust domain NewCA would accept. Every certificate the CA issues
+// carries that trust domain, so a name NewCA refuses, or one with a
+// path, port or escape, is refused here too rather than carried into
+// workload IDs.
+func caTrustDomain(cert *x509.Certificate) (string, bool) {
+	if len(cert.URIs) != 1 {
+		return "", false
+	}
+	u := cert.URIs[0]
+	if u.Scheme != "spiffe" || !validName(u.Host, false) {
+		return "", false
+	}
+	want := url.URL{Scheme: "spiffe", Host: u.Host}
+	if u.String() != want.String() {
+		return "", false
+	}
+	return u.Host, true
 }
 
 // Save writes the CA key (0600) and then its certificate (0644), each
@@ -326,8 +373,8 @@ func (ca *CA) sign(pub crypto.PublicKey, kind Kind, id string, opt Options) ([]b
 	if kind != KindNode && kind != KindEdge {
 		return nil, fmt.Errorf("identity: unknown kind %q", kind)
 	}
-	if !validName(id, true) {
-		return nil, fmt.Errorf("identity: id %q: letters, digits, '.', '_', '-', 1 to 128 bytes", id)
+	if err := CheckID(id); err != nil {
+		return nil, err
 	}
 	if opt.Validity <= 0 {
 		opt.Validity = DefaultCertValidity

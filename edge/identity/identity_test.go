@@ -246,3 +246,72 @@ func TestIssueEndsWithTheCA(t *testing.T) {
 		t.Fatalf("SignCSR after the CA's end: %v, want ErrCAExpired", err)
 	}
 }
+
+// TestLoadCAReadsTheTrustDomainStrictly: a CA certificate made elsewhere
+// (openssl, another tool) must name its trust domain as NewCA would, or
+// LoadCA refuses it; the trust domain goes into every ID the CA issues.
+func TestLoadCAReadsTheTrustDomainStrictly(t *testing.T) {
+	write := func(t *testing.T, uris ...string) (certPath, keyPath string) {
+		t.Helper()
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber:          serial(),
+			Subject:               pkix.Name{CommonName: "elsewhere"},
+			NotBefore:             time.Now().Add(-time.Minute),
+			NotAfter:              time.Now().Add(time.Hour),
+			KeyUsage:              x509.KeyUsageCertSign,
+			BasicConstraintsValid: true,
+			IsCA:                  true,
+		}
+		for _, s := range uris {
+			u, err := url.Parse(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl.URIs = append(tmpl.URIs, u)
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kd, _ := x509.MarshalPKCS8PrivateKey(key)
+		dir := t.TempDir()
+		certPath, keyPath = filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+		if err := os.WriteFile(certPath, pemBlock("CERTIFICATE", der), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(keyPath, pemBlock("PRIVATE KEY", kd), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return certPath, keyPath
+	}
+	cp, kp := write(t, "spiffe://corp.example")
+	ca, err := LoadCA(cp, kp)
+	if err != nil {
+		t.Fatalf("a CA made elsewhere with a plain trust domain: %v", err)
+	}
+	if ca.TrustDomain != "corp.example" {
+		t.Fatalf("trust domain %q", ca.TrustDomain)
+	}
+	for _, uris := range [][]string{
+		nil,
+		{"https://corp.example"},
+		{"spiffe://corp.example", "spiffe://other.example"},
+		{"spiffe://Corp.Example"},
+		{"spiffe://corp.example/node/a"},
+		{"spiffe://corp.example:8443"},
+		{"spiffe://corp.example?x=1"},
+		{"spiffe://corp.example#top"},
+		{"spiffe:corp.example"},
+		{"spiffe://corp.example/"},
+		{"spiffe://user@corp.example"},
+	} {
+		cp, kp := write(t, uris...)
+		if ca, err := LoadCA(cp, kp); err == nil {
+			t.Errorf("CA naming %q loaded with trust domain %q", uris, ca.TrustDomain)
+		}
+	}
+}

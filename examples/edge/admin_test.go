@@ -134,7 +134,7 @@ func TestCA(t *testing.T) {
 		{[]string{"issue", "-dir", dir, "-id", "ca"}, "would be the CA's"},
 		{[]string{"sign", "-dir", dir, "-id", "ca", "-csr", csrPath}, "would be the CA's"},
 		{[]string{"issue", "-dir", dir, "-id", "CA"}, "would be the CA's"},
-		{[]string{"issue", "-dir", dir, "-id", "../escape"}, "identity: id"},
+		{[]string{"issue", "-dir", dir, "-id", "../escape"}, `invalid name: id "../escape"`},
 		{[]string{"issue", "-dir", dir, "-id", "n1", "-kind", "admin"}, "unknown kind"},
 		{[]string{"issue", "-dir", dir, "-id", "n1", "-ip", "not-an-ip"}, "not an IP address"},
 		{[]string{"issue", "-dir", dir}, "-id is required"},
