@@ -651,3 +651,53 @@ func TestReplayFileRepairedAfterFailedWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayFileStaysSmall: a Node that opens leases for a long time
+// keeps a replay file (and a map) the size of the leases still live, not
+// of every lease it ever opened, and a restart still refuses each live
+// one.
+func TestReplayFileStaysSmall(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "replay")
+	rc, err := OpenReplayFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		uses = 12000
+		step = 100 * time.Millisecond // ten leases a second
+		life = 150 * time.Second      // MaxTTL plus the default skew
+	)
+	live := int(life / step)
+	start := time.Now()
+	id := func(i int) [16]byte { return [16]byte{byte(i >> 16), byte(i >> 8), byte(i)} }
+	most := 0
+	for i := range uses {
+		now := start.Add(time.Duration(i) * step)
+		if err := rc.use(id(i), now.Add(life), now); err != nil {
+			t.Fatalf("use %d: %v", i, err)
+		}
+		most = max(most, len(rc.used))
+	}
+	rc.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Count(b, []byte{'\n'})
+	bound := 2*live + minCompactLines
+	if lines > bound || most > bound {
+		t.Fatalf("after %d uses with %d live: %d lines in the file, %d entries at most; want at most %d", uses, live, lines, most, bound)
+	}
+	rc, err = OpenReplayFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	now := start.Add((uses - 1) * step)
+	for i := uses - live + 1; i < uses; i++ {
+		if err := rc.use(id(i), now.Add(life), now); !errors.Is(err, ErrReplayed) {
+			t.Fatalf("after a restart, live lease %d: %v, want ErrReplayed", i, err)
+		}
+	}
+	t.Logf("%d uses, %d live: %d lines in the file, %d entries at most", uses, live, lines, most)
+}

@@ -16,6 +16,10 @@ import (
 // new ones are refused (fail closed) rather than forgotten.
 const maxReplayEntries = 1 << 20
 
+// minCompactLines is how many lines the file gains before a use first
+// considers dropping expired entries (see ReplayCache.appended).
+const minCompactLines = 4096
+
 // ReplayCache remembers used lease ids until they expire (plus the skew),
 // so a lease opens once. With a file (OpenReplayFile) it survives a
 // restart: every use is written and synced before the secret is opened,
@@ -29,6 +33,14 @@ type ReplayCache struct {
 	f      *os.File
 	path   string
 	closed bool
+	// kept is how many entries the last sweep kept, and appended how
+	// many uses came since. When appended reaches kept (and at least
+	// minCompactLines), the expired entries are dropped and the file is
+	// rewritten with the rest: a Node that runs for months keeps a file
+	// and a map of about twice the leases still live (a lease lives at
+	// most MaxTTL plus the skew), at an amortized cost of a line or two
+	// rewritten per use.
+	kept, appended int
 }
 
 // NewReplayCache returns a cache in memory only: a restart forgets it.
@@ -40,8 +52,11 @@ var ErrReplayFile = errors.New("credentiallease: unusable replay file")
 
 // OpenReplayFile loads (or creates, mode 0600) the replay file at path and
 // appends to it from then on. NewOpener drops the entries that expired by
-// its own clock, rewriting the file. A torn last line (a crash mid-write)
-// is ignored; any other damage is an error, never skipped.
+// its own clock, rewriting the file, and the cache does so again whenever
+// the file has grown by as many lines as it kept (4096 at least), so the
+// file stays about twice the size of the leases still live. A torn last
+// line (a crash mid-write) is ignored; any other damage is an error,
+// never skipped.
 func OpenReplayFile(path string) (*ReplayCache, error) {
 	c := NewReplayCache()
 	b, err := os.ReadFile(path)
@@ -71,6 +86,7 @@ func OpenReplayFile(path string) (*ReplayCache, error) {
 		}
 	}
 	c.path = path
+	c.kept = len(c.used)
 	if err := c.rewrite(); err != nil {
 		return nil, err
 	}
@@ -88,11 +104,8 @@ func (c *ReplayCache) compact(now time.Time) error {
 	if c.hw.After(now) {
 		now = c.hw
 	}
-	for id, until := range c.used {
-		if !until.After(now) {
-			delete(c.used, id)
-		}
-	}
+	c.dropExpiredLocked(now)
+	c.kept, c.appended = len(c.used), 0
 	if c.path == "" {
 		return nil
 	}
@@ -153,11 +166,7 @@ func (c *ReplayCache) use(id [16]byte, until, now time.Time) error {
 		return &RefusedError{Reason: ErrReplayed}
 	}
 	if len(c.used) >= maxReplayEntries {
-		for k, u := range c.used {
-			if !u.After(now) {
-				delete(c.used, k)
-			}
-		}
+		c.dropExpiredLocked(now)
 		if len(c.used) >= maxReplayEntries {
 			return refuse(ErrReplayed, "replay cache full")
 		}
@@ -172,7 +181,28 @@ func (c *ReplayCache) use(id [16]byte, until, now time.Time) error {
 	}
 	c.hw = hw
 	c.used[id] = until
+	c.appended++
+	if c.appended >= max(minCompactLines, c.kept) {
+		c.dropExpiredLocked(hw)
+		c.kept, c.appended = len(c.used), 0
+		if c.path != "" {
+			// A failed rewrite loses nothing: the old file is still
+			// whole (atomicfile), and with no file open the next use
+			// repairs first.
+			c.rewrite()
+		}
+	}
 	return nil
+}
+
+// dropExpiredLocked forgets the entries expired at now. Called with c.mu
+// held.
+func (c *ReplayCache) dropExpiredLocked(now time.Time) {
+	for k, u := range c.used {
+		if !u.After(now) {
+			delete(c.used, k)
+		}
+	}
 }
 
 // record appends line to the file and syncs it; a cache in memory only
