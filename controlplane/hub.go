@@ -126,18 +126,19 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("controlplane: config: Edges[%d] (%s) has no TokenHash and TLS does not verify client certificates", i, e.ID)
 		}
 	}
-	if c.TrustDomain != "" && (c.TLS == nil || c.TLS.ClientCAs == nil) {
-		return errors.New("controlplane: config: TrustDomain needs TLS with ClientCAs (Edges prove their identity with a certificate)")
-	}
 	if c.TrustDomain != "" {
 		if err := identity.CheckTrustDomain(c.TrustDomain); err != nil {
 			return fmt.Errorf("controlplane: config: TrustDomain: %w", err)
+		}
+		if c.TLS == nil || c.TLS.ClientCAs == nil {
+			return errors.New("controlplane: config: TrustDomain needs TLS with ClientCAs (Edges prove their identity with a certificate)")
 		}
 	}
 	if c.AllowUnknownEdges && (c.TLS == nil || c.TLS.ClientCAs == nil) {
 		return errors.New("controlplane: config: AllowUnknownEdges needs TLS with ClientCAs (unknown Edges prove their id with a certificate)")
 	}
 	names := map[string]bool{}
+	hashes := map[[32]byte]int{} // token hash -> index of the operator holding it
 	for i, o := range c.Operators {
 		if o.Name == "" || o.TokenHash == ([32]byte{}) {
 			return fmt.Errorf("controlplane: config: Operators[%d]: Name and TokenHash are required", i)
@@ -146,6 +147,12 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("controlplane: config: Operators[%d]: duplicate name %q", i, o.Name)
 		}
 		names[o.Name] = true
+		// One token under two names would be audited as whichever the
+		// comparison met last.
+		if j, dup := hashes[o.TokenHash]; dup {
+			return fmt.Errorf("controlplane: config: Operators[%d] (%s): same token as Operators[%d] (%s); each operator needs its own", i, o.Name, j, c.Operators[j].Name)
+		}
+		hashes[o.TokenHash] = i
 	}
 	if c.StatusInterval < 0 || c.StatusTimeout < 0 || c.CommandTimeout < 0 || c.ProbeTimeout < 0 || c.HelloTimeout < 0 || c.MaxPending < 0 || c.EventBuffer < 0 || c.RecentEvents < 0 {
 		return errors.New("controlplane: config: negative interval, timeout or size")

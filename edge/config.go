@@ -329,6 +329,7 @@ func (c *Config) validate() error {
 		}
 	}
 	names := map[string]bool{}
+	hashes := map[[32]byte]int{} // hash -> index of the key holding it
 	for i, k := range c.APIKeys {
 		switch {
 		case k.Name == "":
@@ -346,6 +347,13 @@ func (c *Config) validate() error {
 			return fmt.Errorf("APIKeys[%d]: duplicate name %q", i, k.Name)
 		}
 		names[k.Name] = true
+		// One secret under two names would authenticate as whichever
+		// the comparison met last: the other's limits, priority and
+		// models would never apply, and usage would go to the wrong name.
+		if j, dup := hashes[k.Hash]; dup {
+			return fmt.Errorf("APIKeys[%d] (%s): same secret as APIKeys[%d] (%s); each key needs its own", i, k.Name, j, c.APIKeys[j].Name)
+		}
+		hashes[k.Hash] = i
 	}
 	routes := map[string]bool{}
 	for i, r := range c.Routes {

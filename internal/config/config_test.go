@@ -115,6 +115,7 @@ func TestEdgeStrictness(t *testing.T) {
 		{"no generation api", "capacity: 1}", "names no generation API"},
 		{"cors origin with a path", `api: {listen: "127.0.0.1:0"}`, `CORSOrigins[0]: "https://chat.example/": an origin has no path`},
 		{"unknown model class", "provider: p1, model: m}", `Routes[0] (pub).Targets[0]: ModelClass "gpt" is not openai-reasoning, openai-chat or other`},
+		{"one secret under two names", `models: ["*"]`, "APIKeys[1] (b): same secret as APIKeys[0] (a)"},
 	}
 	replacements := []string{
 		"state_dir: state\nstatedir: oops",
@@ -128,6 +129,7 @@ func TestEdgeStrictness(t *testing.T) {
 		"capacity: 1, apis: [embeddings]}",
 		`api: {listen: "127.0.0.1:0", cors_origins: ["https://chat.example/"]}`,
 		"provider: p1, model: m, model_class: gpt}",
+		"models: [\"*\"]\n  - name: b\n    key: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}\n    models: [pub]",
 	}
 	t.Setenv("IOP_TEST_SHORT_KEY", "short")
 	for i, tc := range cases {
@@ -268,6 +270,8 @@ func TestHubFile(t *testing.T) {
 		"unset operator token":    {"IOP_OPERATOR_TOKEN}}", "IOP_UNSET_FOR_TEST}}", "unset"},
 		"edge tls without key":    {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\nedge_tls: {cert_file: hub.crt}", "key_file"},
 		"managed without mtls":    {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\ntrust_domain: iop.test", "TrustDomain"},
+		"managed, a bad domain":   {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\ntrust_domain: IOP.test", "invalid name"},
+		"one token, two names":    {"IOP_OPERATOR_TOKEN}}", "IOP_OPERATOR_TOKEN}}\n  - {name: bob, token: {env: IOP_OPERATOR_TOKEN}}", "Operators[1] (bob): same token as Operators[0] (alice)"},
 	} {
 		doc := strings.Replace(minimalHub, c.old, c.new, 1)
 		if doc == minimalHub {
