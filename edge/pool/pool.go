@@ -10,9 +10,11 @@
 // come first served within a class, and every AgingStep a waiting request
 // climbs one class, so that a low class is never starved. A long-context
 // request also needs one of the provider's long-context slots.
-// Request.MaxQueued bounds the queue: when it is full, whichever of the
-// newcomer and the request that would be served last ranks lower is
-// refused with ErrQueueFull. A lease is bound to the provider and to the
+// Request.MaxQueued bounds the queue's length and Request.MaxQueuedBytes
+// the sizes its requests hold (their bodies): when a newcomer would pass
+// either, the requests that would be served last make room for it if
+// they all rank below it, and are refused with ErrQueueFull; otherwise
+// the newcomer is. A lease is bound to the provider and to the
 // Node connection generation it was granted under; Release is idempotent
 // and frees the slot exactly once. When a provider's generation rises,
 // the slots of the old generation are written off at once (its work is
@@ -93,6 +95,16 @@ type Request struct {
 	// newcomer of a higher class; a newcomer that would be served last
 	// itself is refused instead.
 	MaxQueued int
+	// Size is what the request holds while it waits (the Edge: its
+	// body's bytes), counted against MaxQueuedBytes.
+	Size int64
+	// MaxQueuedBytes bounds the Size of the waiting requests together,
+	// this one included (0: no bound). Room is made as for MaxQueued:
+	// the requests that would be served last, as many as it takes, are
+	// refused for a newcomer that ranks above each of them; otherwise,
+	// or when the newcomer alone is larger than the bound, the newcomer
+	// is refused, and no one else.
+	MaxQueuedBytes int64
 }
 
 // Choice is how a request chooses among its candidates with a free slot.
@@ -121,8 +133,9 @@ var (
 	ErrNoCandidate = errors.New("pool: no provider available for this request")
 	// ErrQueueTimeout: candidates exist but none had a free slot in time.
 	ErrQueueTimeout = errors.New("pool: queue timeout")
-	// ErrQueueFull: Request.MaxQueued requests were waiting already, and
-	// this one would have been served after all of them.
+	// ErrQueueFull: the queue was full (Request.MaxQueued,
+	// Request.MaxQueuedBytes), and this request would have been served
+	// after the ones that could have made room for it.
 	ErrQueueFull = errors.New("pool: queue full")
 	// ErrClosed: the pool is closed.
 	ErrClosed = errors.New("pool: closed")
@@ -138,6 +151,7 @@ type Pool struct {
 	slots   map[Key]*slot
 	classes map[int]*class // the waiting requests, by priority class
 	nwait   int            // how many wait, over every class
+	qbytes  int64          // the Size they hold together
 	seq     uint64
 	closed  bool
 
@@ -216,6 +230,7 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	}
 	start := time.Now()
 	w := &waiter{req: req, arrived: start}
+	w.req.Size = max(req.Size, 0)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -226,7 +241,7 @@ func (p *Pool) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	// Only the newcomer can be served now: every queued request was
 	// already found without a free candidate, and nothing was freed.
 	settled, adopted := p.evaluateLocked(w)
-	if !settled && req.MaxQueued > 0 && p.nwait >= req.MaxQueued && !p.makeRoomLocked(w, start) {
+	if !settled && !w.req.fits(p.nwait, p.qbytes) && !p.makeRoomLocked(w, start) {
 		p.refuseFullLocked(w)
 		settled = true
 	}
@@ -288,26 +303,50 @@ func (p *Pool) removeLocked(w *waiter) bool {
 	return true
 }
 
-// makeRoomLocked refuses, with ErrQueueFull, the queued request that
-// would be served last, when the newcomer w would be served before it;
-// it reports whether it did. w, just arrived, has its own class.
+// fits reports whether r may join a queue of n requests holding bytes.
+func (r *Request) fits(n int, bytes int64) bool {
+	return (r.MaxQueued <= 0 || n < r.MaxQueued) && (r.MaxQueuedBytes <= 0 || bytes+r.Size <= r.MaxQueuedBytes)
+}
+
+// makeRoomLocked refuses, with ErrQueueFull, the queued requests that
+// would be served last, as many as it takes for the newcomer w to fit,
+// when w would be served before each of them; it reports whether it did.
+// When they cannot make room, it refuses none of them. w, just arrived,
+// has its own class.
 func (p *Pool) makeRoomLocked(w *waiter, now time.Time) bool {
 	step := p.agingStep()
-	var last *waiter
-	lastEff := 0
+	// The next candidate of each class, from its tail: a class is served
+	// last at its tail, which arrived last and so has aged least.
+	var room [8]*waiter
+	next := room[:0]
 	for _, c := range p.classes {
-		// A class's tail is served last within it: it arrived last, so
-		// it has aged least.
-		t := c.tail
-		eff := t.effective(now, step)
-		if last == nil || eff < lastEff || (eff == lastEff && t.seq > last.seq) {
-			last, lastEff = t, eff
+		next = append(next, c.tail)
+	}
+	var out [4]*waiter
+	victims := out[:0]
+	n, bytes := p.nwait, p.qbytes
+	for !w.req.fits(n, bytes) {
+		last, lastEff := -1, 0
+		for i, t := range next {
+			if t == nil {
+				continue
+			}
+			eff := t.effective(now, step)
+			if last < 0 || eff < lastEff || (eff == lastEff && t.seq > next[last].seq) {
+				last, lastEff = i, eff
+			}
 		}
+		if last < 0 || lastEff >= w.req.Priority {
+			return false
+		}
+		v := next[last]
+		next[last] = v.prev
+		victims = append(victims, v)
+		n, bytes = n-1, bytes-v.req.Size
 	}
-	if last == nil || lastEff >= w.req.Priority {
-		return false
+	for _, v := range victims {
+		p.refuseFullLocked(v)
 	}
-	p.refuseFullLocked(last)
 	return true
 }
 
@@ -348,6 +387,7 @@ func (p *Pool) enqueueLocked(w *waiter) {
 	}
 	c.tail = w
 	p.nwait++
+	p.qbytes += w.req.Size
 }
 
 // unlinkLocked takes w out of its class. w.next is left as it was, so
@@ -369,6 +409,7 @@ func (p *Pool) unlinkLocked(w *waiter) {
 		delete(p.classes, c.prio)
 	}
 	p.nwait--
+	p.qbytes -= w.req.Size
 }
 
 func (p *Pool) setQueuedLocked(w *waiter, keys []Key) {
@@ -656,18 +697,20 @@ func (p *Pool) Load(k Key, gen uint64) Load {
 
 // Stats counts leases: granted, released (first calls) and repeated
 // Release calls (which did nothing); QueueFull counts the requests
-// refused with ErrQueueFull, and Queued is how many wait now.
+// refused with ErrQueueFull. Queued is how many wait now, and
+// QueuedBytes the Size they hold.
 type Stats struct {
 	Granted, Released, DoubleRelease, QueueFull uint64
 	Queued                                      int
+	QueuedBytes                                 int64
 }
 
 // Stats returns the lease counters.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
-	q := p.nwait
+	q, qb := p.nwait, p.qbytes
 	p.mu.Unlock()
-	return Stats{Granted: p.granted.Load(), Released: p.released.Load(), DoubleRelease: p.doubleRelease.Load(), QueueFull: p.queueFull.Load(), Queued: q}
+	return Stats{Granted: p.granted.Load(), Released: p.released.Load(), DoubleRelease: p.doubleRelease.Load(), QueueFull: p.queueFull.Load(), Queued: q, QueuedBytes: qb}
 }
 
 // Close fails every queued request and every later Acquire with ErrClosed.

@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -499,7 +500,9 @@ func TestPropertyLeases(t *testing.T) {
 				cands = heldCands
 			}
 			l, err := p.Acquire(ctx, Request{Candidates: cands, Priority: i % 3, LongContext: i%5 == 0, Choose: Choice(i % 3), Timeout: time.Duration(1+i%4) * 5 * time.Millisecond,
-				MaxQueued: 32 * (i % 2)}) // half of them bound the queue (and may displace others)
+				// Half of them bound the queue's length, half its bytes, in
+				// every combination (and may displace others).
+				MaxQueued: 32 * (i % 2), Size: int64(i%50) * 10, MaxQueuedBytes: int64(i%4/2) * 3000})
 			if err != nil {
 				count(err.Error())
 				return
@@ -520,7 +523,7 @@ func TestPropertyLeases(t *testing.T) {
 		t.Errorf("held provider after everything ended: %+v", l)
 	}
 	s := p.Stats()
-	if s.Granted != s.Released || s.Queued != 0 {
+	if s.Granted != s.Released || s.Queued != 0 || s.QueuedBytes != 0 {
 		t.Fatalf("leases: %+v", s)
 	}
 	for _, k := range []string{"admitted", ErrQueueTimeout.Error(), ErrNoCandidate.Error(), ErrQueueFull.Error(), context.Canceled.Error()} {
@@ -643,6 +646,102 @@ func TestKickEndsWhenCandidatesDisagree(t *testing.T) {
 // the place of the request that would be served last (the lowest class's
 // latest arrival), which is refused instead. Aging counts: a low request
 // that waited long enough is not displaced by a fresh higher one.
+// TestQueueBytes: MaxQueuedBytes bounds what the waiting requests hold
+// together. A newcomer that would pass it is refused, unless the requests
+// that would be served last all rank below it and refusing them makes
+// room; it displaces as many as it takes, and none when they cannot make
+// room. One larger than the bound alone never waits.
+func TestQueueBytes(t *testing.T) {
+	p := &Pool{AgingStep: time.Hour, slots: map[Key]*slot{}}
+	c := cand("n", "p", 1, 1)
+	hold, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		name string
+		err  error
+	}
+	out := make(chan outcome, 16)
+	var wg sync.WaitGroup
+	// enqueue starts name's Acquire and waits until it queued or until
+	// the pool refused someone.
+	enqueue := func(name string, prio int, size int64) {
+		t.Helper()
+		before := p.Stats()
+		wg.Go(func() {
+			l, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Priority: prio, Size: size, MaxQueuedBytes: 100, Timeout: 10 * time.Second})
+			out <- outcome{name, err}
+			if l != nil {
+				l.Release()
+			}
+		})
+		for s := p.Stats(); s.Queued == before.Queued && s.QueueFull == before.QueueFull; s = p.Stats() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// refused reads the next n outcomes, each of which must be a refusal,
+	// and compares their names as a set (refused together, they return
+	// in any order).
+	refused := func(want ...string) {
+		t.Helper()
+		var got []string
+		for range want {
+			o := <-out
+			if !errors.Is(o.err, ErrQueueFull) {
+				t.Fatalf("%s: %v, want ErrQueueFull", o.name, o.err)
+			}
+			got = append(got, o.name)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("refused %v, want %v", got, want)
+		}
+	}
+	queued := func(n int, bytes int64) {
+		t.Helper()
+		if s := p.Stats(); s.Queued != n || s.QueuedBytes != bytes {
+			t.Fatalf("queued %d holding %d bytes, want %d holding %d", s.Queued, s.QueuedBytes, n, bytes)
+		}
+	}
+	enqueue("a", 0, 40)
+	enqueue("b", 0, 40)
+	enqueue("c", 0, 30) // 110 > 100, and it would be served last
+	refused("c")
+	enqueue("d", 0, 20) // exactly 100
+	queued(3, 100)
+	enqueue("huge", 5, 101) // larger than the bound alone: no one is displaced
+	refused("huge")
+	queued(3, 100)
+	enqueue("x", 2, 50) // d then b make room: 40 + 50
+	refused("d", "b")
+	queued(2, 90)
+	enqueue("y", 1, 60) // a (40) is not enough, and x ranks above y
+	refused("y")
+	queued(2, 90)
+	enqueue("z", 1, 60) // the same, after nothing changed
+	refused("z")
+	enqueue("e", 1, 10)
+	queued(3, 100)
+	hold.Release()
+	var served []string
+	for range 3 {
+		o := <-out
+		if o.err != nil {
+			t.Fatalf("%s: %v", o.name, o.err)
+		}
+		served = append(served, o.name)
+	}
+	wg.Wait()
+	if got := strings.Join(served, ","); got != "x,e,a" {
+		t.Fatalf("served %s, want x,e,a", got)
+	}
+	if s := p.Stats(); s.Granted != s.Released || s.Queued != 0 || s.QueuedBytes != 0 || s.QueueFull != 6 {
+		t.Fatalf("stats after %+v, want nothing queued and 6 refused", s)
+	}
+}
+
 func TestQueueBound(t *testing.T) {
 	p := &Pool{AgingStep: time.Hour, slots: map[Key]*slot{}}
 	c := cand("n", "p", 1, 1)
