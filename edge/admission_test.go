@@ -312,6 +312,90 @@ func TestQueueFull(t *testing.T) {
 	}
 }
 
+// TestQueueFullBytes: the queue's bodies together stay within
+// MaxQueuedBytes. A newcomer whose body would pass it is refused at once
+// (503, Retry-After 1, outcome queue_full); a smaller one still queues;
+// a higher class displaces as many of the last in line as its body needs.
+func TestQueueFullBytes(t *testing.T) {
+	const interactive = "sk-inter-0123456789abcdef012345"
+	reg := prometheus.NewRegistry()
+	g := newGate()
+	r := newRig(t, rigOpts{capacity: 1, queueTimeout: time.Minute, reply: g.reply, mutate: func(c *edge.Config) {
+		c.APIKeys = append(c.APIKeys, edge.APIKey{Name: "interactive", Hash: edge.HashKey(interactive), Models: []string{"*"}, Priority: 5})
+		c.MaxBodyBytes, c.MaxQueuedBytes = 4096, 4096
+		c.Metrics = reg
+	}})
+	// body is a request whose prompt is padded by size bytes.
+	body := func(prompt string, size int) string {
+		if size > 0 {
+			prompt += " " + strings.Repeat("x", size)
+		}
+		return chatJSON("gpt-local", prompt)
+	}
+	results := make(chan string, 4)
+	var wg sync.WaitGroup
+	send := func(key, prompt string, size int) {
+		wg.Go(func() {
+			status, _, _ := r.post(t, key, body(prompt, size))
+			results <- fmt.Sprint(prompt, " ", status)
+		})
+	}
+	send(apiKey, "hold", 0)
+	waitUntil(t, "the slot held", func() bool { return contains(g.served(), "hold") })
+	send(apiKey, "big", 2500)
+	waitUntil(t, "big queued", func() bool { return r.srv.PoolStats().Queued == 1 })
+
+	status, hdr, _ := r.post(t, apiKey, body("too-much", 2000))
+	if status != http.StatusServiceUnavailable || hdr.Get("Retry-After") != "1" {
+		t.Fatalf("a body that would pass the queue's bytes: %d Retry-After %q", status, hdr.Get("Retry-After"))
+	}
+	send(apiKey, "small", 500)
+	waitUntil(t, "small queued", func() bool { return r.srv.PoolStats().Queued == 2 })
+	want := int64(len(body("big", 2500)) + len(body("small", 500)))
+	if s := r.srv.PoolStats(); s.QueuedBytes != want {
+		t.Fatalf("queued bytes %d, want the two bodies' %d", s.QueuedBytes, want)
+	}
+	_, text := r.get(t, "/metrics", nil)
+	for _, line := range []string{fmt.Sprintf("iop_edge_queue_bytes %d", want), "iop_edge_queue_max_bytes 4096"} {
+		if !strings.Contains(text, line+"\n") {
+			t.Errorf("metrics lack %s", line)
+		}
+	}
+
+	// 3000 bytes of a higher class: small alone does not make room, so
+	// big goes too.
+	send(interactive, "urgent", 3000)
+	var displaced []string
+	for range 2 {
+		displaced = append(displaced, <-results)
+	}
+	slices.Sort(displaced)
+	if w := []string{"big 503", "small 503"}; !slices.Equal(displaced, w) {
+		t.Fatalf("displaced %v, want %v", displaced, w)
+	}
+	close(g.release)
+	wg.Wait()
+	close(results)
+	var rest []string
+	for res := range results {
+		rest = append(rest, res)
+	}
+	slices.Sort(rest)
+	if w := []string{"hold 200", "urgent 200"}; !slices.Equal(rest, w) {
+		t.Fatalf("results %v, want %v", rest, w)
+	}
+	if s := r.srv.PoolStats(); s.QueueFull != 3 || s.Queued != 0 || s.QueuedBytes != 0 {
+		t.Fatalf("pool %+v, want 3 refused as full and nothing left queued", s)
+	}
+	r.settled()
+	_, text = r.get(t, "/metrics", nil)
+	for _, line := range []string{`iop_edge_requests_total{api="chat",outcome="queue_full",route="gpt-local"} 3`, "iop_edge_queue_bytes 0"} {
+		if !strings.Contains(text, line+"\n") {
+			t.Errorf("metrics lack %s", line)
+		}
+	}
+}
+
 // TestLeastLoadedRoute: a least_loaded route spreads held requests over
 // its providers (two of the same capacity: one each), where an ordered
 // one would put both on its first.

@@ -678,16 +678,19 @@ func (s *Server) dispatch(ctx context.Context, req *request) (*exchange, int, er
 	}
 	queueEnd := time.Now().Add(req.snap.queueTimeout)
 	for attempt := 1; ; attempt++ {
+		// The bounds are the configuration's now: a reload that lowers
+		// them turns newcomers away until the queue is below them.
+		cur := s.snap.Load()
 		lease, err := s.pool.Acquire(ctx, pool.Request{
 			Candidates:  cands,
 			Choose:      req.route.Strategy.choice(),
 			Priority:    req.key.Priority,
 			LongContext: EstimateTokens(req.body) >= req.snap.longContext,
 			// The queue timeout bounds the whole wait, retries included.
-			Timeout: max(time.Until(queueEnd), time.Millisecond),
-			// The bound is the configuration's now: a reload that lowers
-			// it turns newcomers away until the queue is below it.
-			MaxQueued: s.snap.Load().maxQueued,
+			Timeout:        max(time.Until(queueEnd), time.Millisecond),
+			MaxQueued:      cur.maxQueued,
+			Size:           int64(len(req.body)),
+			MaxQueuedBytes: cur.maxQueuedBytes,
 		})
 		if err != nil {
 			return nil, 0, err

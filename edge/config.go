@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
@@ -27,6 +28,7 @@ const (
 	DefaultRequestTimeout = 10 * time.Minute
 	DefaultKeepAlive      = 15 * time.Second
 	DefaultMaxQueued      = 1024
+	DefaultMaxQueuedBytes = 256 << 20
 
 	DefaultLongContextTokens = 32 << 10
 )
@@ -53,9 +55,17 @@ type Config struct {
 	// once (503, Anthropic 529, with Retry-After) unless it ranks above
 	// the request that would be served last (a higher priority class
 	// than that one's, aging counted), which is then refused in its
-	// place. Each waiting request holds its body, so the bound is one on
-	// memory too. Zero means DefaultMaxQueued (reloadable).
+	// place. Zero means DefaultMaxQueued (reloadable).
 	MaxQueued int
+	// MaxQueuedBytes bounds the bodies the waiting requests hold
+	// together, so that the queue's memory is bounded whatever the
+	// bodies' sizes: MaxQueued requests of MaxBodyBytes each would be
+	// 16 GiB with the defaults. A newcomer that would pass it is refused
+	// as for MaxQueued, unless the last in line all rank below it, in
+	// which case as many of them as it takes are refused in its place.
+	// It must be at least MaxBodyBytes, so that every body the Edge
+	// accepts can wait. Zero means DefaultMaxQueuedBytes (reloadable).
+	MaxQueuedBytes int64
 	// RequestTimeout is every request's hard deadline. Zero means
 	// DefaultRequestTimeout (reloadable).
 	RequestTimeout time.Duration
@@ -399,8 +409,11 @@ func (c *Config) validate() error {
 			}
 		}
 	}
-	if c.MaxBodyBytes < 0 || c.QueueTimeout < 0 || c.MaxQueued < 0 || c.RequestTimeout < 0 || c.KeepAlive < 0 || c.LongContextTokens < 0 || c.AgingStep < 0 {
-		return errors.New("MaxBodyBytes, QueueTimeout, MaxQueued, RequestTimeout, KeepAlive, LongContextTokens and AgingStep must not be negative")
+	if c.MaxBodyBytes < 0 || c.QueueTimeout < 0 || c.MaxQueued < 0 || c.MaxQueuedBytes < 0 || c.RequestTimeout < 0 || c.KeepAlive < 0 || c.LongContextTokens < 0 || c.AgingStep < 0 {
+		return errors.New("MaxBodyBytes, QueueTimeout, MaxQueued, MaxQueuedBytes, RequestTimeout, KeepAlive, LongContextTokens and AgingStep must not be negative")
+	}
+	if body, queued := cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes), cmp.Or(c.MaxQueuedBytes, DefaultMaxQueuedBytes); queued < body {
+		return fmt.Errorf("MaxQueuedBytes (%d) is below MaxBodyBytes (%d): an accepted body that large could never wait for a slot", queued, body)
 	}
 	if err := c.NodeWire.Validate(); err != nil {
 		return fmt.Errorf("NodeWire: %w", err)

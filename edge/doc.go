@@ -12,9 +12,10 @@
 // waits in FIFO order until a candidate provider (filtered by the route,
 // by whether it can serve the API, and by health) has a free slot of its
 // configured capacity, or its queue timeout passes (503 with Retry-After).
-// At most Config.MaxQueued wait at once: beyond, a newcomer is refused at
-// once (503) unless it ranks above the last in line, which is refused in
-// its place. The slot is a lease bound to the provider and to the Node
+// At most Config.MaxQueued wait at once, holding at most
+// Config.MaxQueuedBytes of bodies together: beyond, a newcomer is refused
+// at once (503) unless it ranks above the last in line, which are refused
+// in its place, as many as it takes. The slot is a lease bound to the provider and to the Node
 // connection generation; it is released exactly once on every terminal
 // path. The request then runs on that exact generation in one of three
 // ways:
@@ -166,6 +167,8 @@
 //     for a slot.
 //   - iop_edge_queue_depth, iop_edge_queue_max: requests waiting now, and
 //     Config.MaxQueued.
+//   - iop_edge_queue_bytes, iop_edge_queue_max_bytes: the body bytes they
+//     hold, and Config.MaxQueuedBytes.
 //   - iop_edge_in_flight{node, provider}, iop_edge_provider_queued{node,
 //     provider}: admitted requests running on a provider, and queued ones
 //     that could run there.

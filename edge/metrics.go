@@ -133,6 +133,8 @@ type stateCollector struct{ s *Server }
 var (
 	descQueued     = prometheus.NewDesc("iop_edge_queue_depth", "Requests waiting for a slot.", nil, nil)
 	descMaxQueued  = prometheus.NewDesc("iop_edge_queue_max", "The most requests that may wait for a slot (Config.MaxQueued); beyond, a newcomer is refused (outcome queue_full).", nil, nil)
+	descQueueBytes = prometheus.NewDesc("iop_edge_queue_bytes", "Bytes of request bodies the requests waiting for a slot hold.", nil, nil)
+	descMaxBytes   = prometheus.NewDesc("iop_edge_queue_max_bytes", "The most body bytes the waiting requests may hold together (Config.MaxQueuedBytes); beyond, a newcomer is refused (outcome queue_full).", nil, nil)
 	descInFlight   = prometheus.NewDesc("iop_edge_in_flight", "Admitted requests in flight, by node and provider.", []string{"node", "provider"}, nil)
 	descProvQueued = prometheus.NewDesc("iop_edge_provider_queued", "Queued requests that could run on a provider.", []string{"node", "provider"}, nil)
 	descConnected  = prometheus.NewDesc("iop_edge_node_connected", "1 when the node is dispatch-ready.", []string{"node"}, nil)
@@ -147,14 +149,17 @@ var (
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueued, descMaxQueued, descInFlight, descProvQueued, descConnected, descGeneration, descDraining, descTLSExpiry, descNodeCert, descCooling, descKeyReqs, descKeyLimited, descKeyEst} {
+	for _, d := range []*prometheus.Desc{descQueued, descMaxQueued, descQueueBytes, descMaxBytes, descInFlight, descProvQueued, descConnected, descGeneration, descDraining, descTLSExpiry, descNodeCert, descCooling, descKeyReqs, descKeyLimited, descKeyEst} {
 		ch <- d
 	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(c.s.pool.Stats().Queued))
-	ch <- prometheus.MustNewConstMetric(descMaxQueued, prometheus.GaugeValue, float64(c.s.snap.Load().maxQueued))
+	ps, snap := c.s.pool.Stats(), c.s.snap.Load()
+	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(ps.Queued))
+	ch <- prometheus.MustNewConstMetric(descMaxQueued, prometheus.GaugeValue, float64(snap.maxQueued))
+	ch <- prometheus.MustNewConstMetric(descQueueBytes, prometheus.GaugeValue, float64(ps.QueuedBytes))
+	ch <- prometheus.MustNewConstMetric(descMaxBytes, prometheus.GaugeValue, float64(snap.maxQueuedBytes))
 	for listener, tc := range map[string]*tls.Config{"api": c.s.apiTLS.Load(), "nodes": c.s.reg.TLS()} {
 		if end, ok := certExpiry(tc); ok {
 			ch <- prometheus.MustNewConstMetric(descTLSExpiry, prometheus.GaugeValue, float64(end.Unix()), listener)

@@ -73,9 +73,13 @@ func TestPropertyTerminals(t *testing.T) {
 			}
 			c := 2 + i%3
 			cfg := r.config(c)
-			// Every other reload bounds the queue tightly, so that
-			// requests are also refused or displaced as it fills.
+			// Most reloads bound the queue tightly, by length or by
+			// bytes (about eight bodies), so that requests are also
+			// refused or displaced as it fills.
 			cfg.MaxQueued = []int{0, 3}[i%2]
+			if i%4 == 2 {
+				cfg.MaxBodyBytes, cfg.MaxQueuedBytes = 1024, 1024
+			}
 			if err := r.srv.Reload(cfg); err != nil {
 				t.Error(err)
 				return
@@ -140,7 +144,7 @@ func TestPropertyTerminals(t *testing.T) {
 	r.settled() // every lease released, nothing in flight or queued
 
 	st := r.srv.PoolStats()
-	if st.Granted == 0 || st.Granted != st.Released {
+	if st.Granted == 0 || st.Granted != st.Released || st.QueuedBytes != 0 {
 		t.Fatalf("leases %+v", st)
 	}
 	for {

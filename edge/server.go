@@ -80,6 +80,7 @@ type snapshot struct {
 	maxBody        int64
 	queueTimeout   time.Duration
 	maxQueued      int
+	maxQueuedBytes int64
 	requestTimeout time.Duration
 	keepAlive      time.Duration
 	longContext    int
@@ -107,6 +108,7 @@ func newSnapshot(c *Config) *snapshot {
 		maxBody:        cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes),
 		queueTimeout:   cmp.Or(c.QueueTimeout, DefaultQueueTimeout),
 		maxQueued:      cmp.Or(c.MaxQueued, DefaultMaxQueued),
+		maxQueuedBytes: cmp.Or(c.MaxQueuedBytes, DefaultMaxQueuedBytes),
 		requestTimeout: cmp.Or(c.RequestTimeout, DefaultRequestTimeout),
 		keepAlive:      cmp.Or(c.KeepAlive, DefaultKeepAlive),
 		longContext:    c.LongContextTokens,

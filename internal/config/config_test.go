@@ -39,10 +39,10 @@ func TestSamplesLoad(t *testing.T) {
 		t.Fatalf("edge config %+v", cfg)
 	}
 	// Every limit the sample sets reaches the Config.
-	if cfg.MaxBodyBytes != 16<<20 || cfg.QueueTimeout != 30*time.Second || cfg.MaxQueued != 1024 || cfg.RequestTimeout != 10*time.Minute ||
+	if cfg.MaxBodyBytes != 16<<20 || cfg.QueueTimeout != 30*time.Second || cfg.MaxQueued != 1024 || cfg.MaxQueuedBytes != 256<<20 || cfg.RequestTimeout != 10*time.Minute ||
 		cfg.KeepAlive != 15*time.Second || cfg.LongContextTokens != 32768 || cfg.AgingStep != 10*time.Second {
-		t.Fatalf("edge limits: body %d, queue %v, queued %d, request %v, keep-alive %v, long context %d, aging %v",
-			cfg.MaxBodyBytes, cfg.QueueTimeout, cfg.MaxQueued, cfg.RequestTimeout, cfg.KeepAlive, cfg.LongContextTokens, cfg.AgingStep)
+		t.Fatalf("edge limits: body %d, queue %v, queued %d (%d bytes), request %v, keep-alive %v, long context %d, aging %v",
+			cfg.MaxBodyBytes, cfg.QueueTimeout, cfg.MaxQueued, cfg.MaxQueuedBytes, cfg.RequestTimeout, cfg.KeepAlive, cfg.LongContextTokens, cfg.AgingStep)
 	}
 	nf, err := ParseNode(mustRead(t, examples(t, "node/node.yaml")), t.TempDir())
 	if err != nil {
@@ -116,6 +116,8 @@ func TestEdgeStrictness(t *testing.T) {
 		{"cors origin with a path", `api: {listen: "127.0.0.1:0"}`, `CORSOrigins[0]: "https://chat.example/": an origin has no path`},
 		{"unknown model class", "provider: p1, model: m}", `Routes[0] (pub).Targets[0]: ModelClass "gpt" is not openai-reasoning, openai-chat or other`},
 		{"one secret under two names", `models: ["*"]`, "APIKeys[1] (b): same secret as APIKeys[0] (a)"},
+		{"queue bytes below a body", "nodes_listen:", "MaxQueuedBytes (1024) is below MaxBodyBytes (2048)"},
+		{"queue bytes below the default body", "nodes_listen:", "MaxQueuedBytes (1048576) is below MaxBodyBytes (16777216)"},
 	}
 	replacements := []string{
 		"state_dir: state\nstatedir: oops",
@@ -130,6 +132,8 @@ func TestEdgeStrictness(t *testing.T) {
 		`api: {listen: "127.0.0.1:0", cors_origins: ["https://chat.example/"]}`,
 		"provider: p1, model: m, model_class: gpt}",
 		"models: [\"*\"]\n  - name: b\n    key: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}\n    models: [pub]",
+		"limits: {max_body_bytes: 2048, max_queued_bytes: 1024}\nnodes_listen:",
+		"limits: {max_queued_bytes: 1048576}\nnodes_listen:",
 	}
 	t.Setenv("IOP_TEST_SHORT_KEY", "short")
 	for i, tc := range cases {

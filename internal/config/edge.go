@@ -35,6 +35,7 @@ type EdgeFile struct {
 		MaxBodyBytes      int64         `yaml:"max_body_bytes"`
 		QueueTimeout      time.Duration `yaml:"queue_timeout"`
 		MaxQueued         int           `yaml:"max_queued"`
+		MaxQueuedBytes    int64         `yaml:"max_queued_bytes"`
 		RequestTimeout    time.Duration `yaml:"request_timeout"`
 		KeepAlive         time.Duration `yaml:"keep_alive"`
 		LongContextTokens int           `yaml:"long_context_tokens"`
@@ -185,6 +186,7 @@ func (f *EdgeFile) build(epoch uint32, create bool) (edge.Config, error) {
 		MaxBodyBytes:      f.Limits.MaxBodyBytes,
 		QueueTimeout:      f.Limits.QueueTimeout,
 		MaxQueued:         f.Limits.MaxQueued,
+		MaxQueuedBytes:    f.Limits.MaxQueuedBytes,
 		RequestTimeout:    f.Limits.RequestTimeout,
 		KeepAlive:         f.Limits.KeepAlive,
 		LongContextTokens: f.Limits.LongContextTokens,
