@@ -46,11 +46,15 @@ type Status struct {
 	// Routes is the number of configured model routes; Queued the
 	// requests waiting in admission, MaxQueued the most that may wait
 	// (0: not reported), and QueueFull the requests turned away since the
-	// Edge started because that many waited.
-	Routes    int
-	Queued    int
-	MaxQueued int
-	QueueFull uint64
+	// Edge started because the queue was full. QueuedBytes is what the
+	// waiting requests' bodies hold, and MaxQueuedBytes the most they may
+	// (0: not reported).
+	Routes         int
+	Queued         int
+	MaxQueued      int
+	QueueFull      uint64
+	QueuedBytes    int64
+	MaxQueuedBytes int64
 	// ConfigRevision counts configuration loads (1 for the first).
 	ConfigRevision uint64
 	// EventSeq is the Seq of the last lifecycle event the Nodes reflect.

@@ -295,6 +295,7 @@ func writeStatus(st *wire.Stream, edgeID string, s Status) error {
 		EdgeId: edgeID, GeneratedUnixMs: unixMs(s.GeneratedAt), NodeCount: u32(len(s.Nodes)),
 		RouteCount: u32(s.Routes), Queued: u32(s.Queued), ConfigRevision: s.ConfigRevision,
 		EventSeq: s.EventSeq, MaxQueued: u32(s.MaxQueued), QueueFull: s.QueueFull,
+		QueuedBytes: u64(s.QueuedBytes), MaxQueuedBytes: u64(s.MaxQueuedBytes),
 	}
 	if err := st.WriteMessage(msg(head)); err != nil {
 		return err

@@ -62,6 +62,9 @@ func fromUnixMs(ms int64) *time.Time {
 
 func u32(n int) uint32 { return uint32(min(max(int64(n), 0), 1<<31)) }
 
+// u64 is n on the wire; a negative count (none is) is sent as 0.
+func u64(n int64) uint64 { return uint64(max(n, 0)) }
+
 // --- Edge side: the Edge's own types to the wire ---------------------------
 
 func nodeToWire(n nodes.NodeSnapshot) *iopv1.EdgeNodeSnapshot {

@@ -19,7 +19,7 @@ type bigEdge struct {
 }
 
 func (b *bigEdge) Status() controlplane.Status {
-	return controlplane.Status{GeneratedAt: time.Now(), Routes: 3, Queued: 5, MaxQueued: 1024, QueueFull: 7, ConfigRevision: 1, Nodes: b.nodes}
+	return controlplane.Status{GeneratedAt: time.Now(), Routes: 3, Queued: 5, MaxQueued: 1024, QueueFull: 7, QueuedBytes: 5 << 10, MaxQueuedBytes: 256 << 20, ConfigRevision: 1, Nodes: b.nodes}
 }
 func (b *bigEdge) Subscribe() *nodes.Subscription { return b.reg.Subscribe() }
 func (b *bigEdge) Command(controlplane.Command) (controlplane.Operation, error) {
@@ -67,7 +67,7 @@ func TestLargeStatus(t *testing.T) {
 			online++
 		}
 	}
-	if online != n/2 || e.Routes != 3 || e.Queued != 5 || e.MaxQueued != 1024 || e.QueueFull != 7 {
-		t.Fatalf("online %d routes %d, queued %d of %d, %d turned away", online, e.Routes, e.Queued, e.MaxQueued, e.QueueFull)
+	if online != n/2 || e.Routes != 3 || e.Queued != 5 || e.MaxQueued != 1024 || e.QueueFull != 7 || e.QueuedBytes != 5<<10 || e.MaxQueuedBytes != 256<<20 {
+		t.Fatalf("online %d routes %d, queued %d of %d (%d of %d bytes), %d turned away", online, e.Routes, e.Queued, e.MaxQueued, e.QueuedBytes, e.MaxQueuedBytes, e.QueueFull)
 	}
 }

@@ -37,8 +37,12 @@ type EdgeView struct {
 	// MaxQueued is the most requests that may wait in the Edge's queue (0:
 	// not reported); QueueFull counts those it turned away since it
 	// started because its queue was full.
-	MaxQueued      int        `json:"max_queued,omitempty"`
-	QueueFull      uint64     `json:"queue_full"`
+	MaxQueued int    `json:"max_queued,omitempty"`
+	QueueFull uint64 `json:"queue_full"`
+	// QueuedBytes is what the queued requests' bodies hold, and
+	// MaxQueuedBytes the most they may (0: not reported).
+	QueuedBytes    uint64     `json:"queued_bytes"`
+	MaxQueuedBytes uint64     `json:"max_queued_bytes,omitempty"`
 	ConfigRevision uint64     `json:"config_revision"`
 	Nodes          []NodeView `json:"nodes"`
 }
@@ -190,6 +194,7 @@ func (h *Hub) applyStatus(c *edgeConn, head *iopv1.EdgeStatusResponse, nodes []N
 	es.view.StatusAt = &now
 	es.view.Routes, es.view.Queued, es.view.ConfigRevision = int(head.GetRouteCount()), int(head.GetQueued()), head.GetConfigRevision()
 	es.view.MaxQueued, es.view.QueueFull = int(head.GetMaxQueued()), head.GetQueueFull()
+	es.view.QueuedBytes, es.view.MaxQueuedBytes = head.GetQueuedBytes(), head.GetMaxQueuedBytes()
 	es.view.Nodes = nodes
 	es.viewSeq = head.GetEventSeq()
 	kept := es.recent[:0]

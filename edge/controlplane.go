@@ -69,6 +69,8 @@ func (s *Server) Status() controlplane.Status {
 		Queued:         ps.Queued,
 		MaxQueued:      snap.maxQueued,
 		QueueFull:      ps.QueueFull,
+		QueuedBytes:    ps.QueuedBytes,
+		MaxQueuedBytes: snap.maxQueuedBytes,
 		ConfigRevision: s.configRev.Load(),
 		EventSeq:       seq,
 		Nodes:          snaps,

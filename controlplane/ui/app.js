@@ -158,12 +158,25 @@ async function render() {
 }
 
 // queueText says how many requests wait in an Edge's admission queue, of
-// the most that may, and how many it turned away because it was full.
+// the most that may, what their bodies hold of the most they may, and how
+// many it turned away because it was full.
 function queueText(edge) {
   let t = `queued ${edge.queued}`;
   if (edge.max_queued) t += `/${edge.max_queued}`;
+  if (edge.max_queued_bytes) t += ` (${sizeText(edge.queued_bytes)} of ${sizeText(edge.max_queued_bytes)})`;
   if (edge.queue_full) t += ` · ${edge.queue_full} turned away (queue full)`;
   return t;
+}
+
+// sizeText writes a byte count in binary units: "0 B", "1.5 KiB", "256 MiB".
+function sizeText(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return `${Number.isInteger(n) ? n : n.toFixed(1)} ${units[i]}`;
 }
 
 // coolingText says what of provider p a provider_cooling event found

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -383,6 +384,8 @@ type edgeJSON struct {
 	Queued         int                     `json:"queued"`
 	MaxQueued      int                     `json:"max_queued"`
 	QueueFull      uint64                  `json:"queue_full"`
+	QueuedBytes    uint64                  `json:"queued_bytes"`
+	MaxQueuedBytes uint64                  `json:"max_queued_bytes"`
 	ConfigRevision uint64                  `json:"config_revision"`
 	NodeCount      int                     `json:"node_count"`
 	NodesOnline    int                     `json:"nodes_online"`
@@ -392,12 +395,31 @@ type edgeJSON struct {
 }
 
 // queued is how many requests wait in the Edge's queue, of the most that
-// may when the Edge reports it: "3/1024".
+// may, and what their bodies hold of the most they may, when the Edge
+// reports them: "3/1024 (1.5 MiB of 256 MiB)".
 func (e edgeJSON) queued() string {
+	s := strconv.Itoa(e.Queued)
 	if e.MaxQueued > 0 {
-		return fmt.Sprintf("%d/%d", e.Queued, e.MaxQueued)
+		s += "/" + strconv.Itoa(e.MaxQueued)
 	}
-	return strconv.Itoa(e.Queued)
+	if e.MaxQueuedBytes > 0 {
+		s += fmt.Sprintf(" (%s of %s)", size(e.QueuedBytes), size(e.MaxQueuedBytes))
+	}
+	return s
+}
+
+// size writes a byte count in binary units: "0 B", "1.5 KiB", "256 MiB".
+func size(n uint64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	v, i := float64(n), 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if v == math.Trunc(v) {
+		return fmt.Sprintf("%d %s", int64(v), units[i])
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
 }
 
 func (c *client) edges(ctx context.Context) error {

@@ -58,7 +58,7 @@ operators:
 		Nodes: []nodes.Record{{ID: "n1", TokenHash: nodes.HashToken("node-token-0123456789abcdef"), Providers: []nodes.ProviderSpec{
 			{ID: "p1", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"m"}, Capacity: 2}}}},
 		Routes:    []edge.Route{{Model: "m", Targets: []edge.Target{{ProviderID: "p1", Model: "m"}}}},
-		MaxQueued: 64,
+		MaxQueued: 64, MaxQueuedBytes: 64 << 20,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ operators:
 	}
 	out, err := cli("edge", "e1", "-refresh")
 	if err != nil || !strings.Contains(out, "n1") || !strings.Contains(out, "p1") || !strings.Contains(out, "offline") ||
-		!strings.Contains(out, "queued 0/64, 0 turned away by a full queue") {
+		!strings.Contains(out, "queued 0/64 (0 B of 64 MiB), 0 turned away by a full queue") {
 		t.Fatalf("edge e1: %v\n%s", err, out)
 	}
 	out, err = cli("command", "e1", "provider.disable", "-provider", "p1")
@@ -214,6 +214,25 @@ func TestCoolingText(t *testing.T) {
 	} {
 		if got := coolingText(tt.p); got != tt.want {
 			t.Errorf("coolingText(%+v) = %q, want %q", tt.p, got, tt.want)
+		}
+	}
+}
+
+// TestQueuedText: the edges and edge commands show the queue against
+// each bound the Edge reports, the bytes in binary units.
+func TestQueuedText(t *testing.T) {
+	for _, c := range []struct {
+		e    edgeJSON
+		want string
+	}{
+		{edgeJSON{Queued: 3}, "3"},
+		{edgeJSON{Queued: 3, MaxQueued: 1024}, "3/1024"},
+		{edgeJSON{Queued: 3, MaxQueued: 1024, QueuedBytes: 1536 << 10, MaxQueuedBytes: 256 << 20}, "3/1024 (1.5 MiB of 256 MiB)"},
+		{edgeJSON{MaxQueued: 8, MaxQueuedBytes: 1 << 40}, "0/8 (0 B of 1 TiB)"},
+		{edgeJSON{Queued: 1, MaxQueued: 8, QueuedBytes: 1000, MaxQueuedBytes: 4096}, "1/8 (1000 B of 4 KiB)"},
+	} {
+		if got := c.e.queued(); got != c.want {
+			t.Errorf("queued(%+v) = %q, want %q", c.e, got, c.want)
 		}
 	}
 }

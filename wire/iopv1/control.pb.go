@@ -478,10 +478,14 @@ type EdgeStatusResponse struct {
 	// max_queued is the most requests that may wait in the admission queue
 	// (0: not reported); queue_full counts the requests the Edge turned
 	// away since it started because its queue was full.
-	MaxQueued     uint32 `protobuf:"varint,8,opt,name=max_queued,json=maxQueued,proto3" json:"max_queued,omitempty"`
-	QueueFull     uint64 `protobuf:"varint,9,opt,name=queue_full,json=queueFull,proto3" json:"queue_full,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxQueued uint32 `protobuf:"varint,8,opt,name=max_queued,json=maxQueued,proto3" json:"max_queued,omitempty"`
+	QueueFull uint64 `protobuf:"varint,9,opt,name=queue_full,json=queueFull,proto3" json:"queue_full,omitempty"`
+	// queued_bytes is what the queued requests' bodies hold together, and
+	// max_queued_bytes the most they may (0: not reported).
+	QueuedBytes    uint64 `protobuf:"varint,10,opt,name=queued_bytes,json=queuedBytes,proto3" json:"queued_bytes,omitempty"`
+	MaxQueuedBytes uint64 `protobuf:"varint,11,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3" json:"max_queued_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EdgeStatusResponse) Reset() {
@@ -573,6 +577,20 @@ func (x *EdgeStatusResponse) GetMaxQueued() uint32 {
 func (x *EdgeStatusResponse) GetQueueFull() uint64 {
 	if x != nil {
 		return x.QueueFull
+	}
+	return 0
+}
+
+func (x *EdgeStatusResponse) GetQueuedBytes() uint64 {
+	if x != nil {
+		return x.QueuedBytes
+	}
+	return 0
+}
+
+func (x *EdgeStatusResponse) GetMaxQueuedBytes() uint64 {
+	if x != nil {
+		return x.MaxQueuedBytes
 	}
 	return 0
 }
@@ -1195,7 +1213,7 @@ const file_iop_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\"\x13\n" +
-	"\x11EdgeStatusRequest\"\xb5\x02\n" +
+	"\x11EdgeStatusRequest\"\x82\x03\n" +
 	"\x12EdgeStatusResponse\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12*\n" +
 	"\x11generated_unix_ms\x18\x02 \x01(\x03R\x0fgeneratedUnixMs\x12\x1d\n" +
@@ -1209,7 +1227,10 @@ const file_iop_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"max_queued\x18\b \x01(\rR\tmaxQueued\x12\x1d\n" +
 	"\n" +
-	"queue_full\x18\t \x01(\x04R\tqueueFull\"\x97\x03\n" +
+	"queue_full\x18\t \x01(\x04R\tqueueFull\x12!\n" +
+	"\fqueued_bytes\x18\n" +
+	" \x01(\x04R\vqueuedBytes\x12(\n" +
+	"\x10max_queued_bytes\x18\v \x01(\x04R\x0emaxQueuedBytes\"\x97\x03\n" +
 	"\x10EdgeNodeSnapshot\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1e\n" +
