@@ -396,6 +396,45 @@ func TestQueueFullBytes(t *testing.T) {
 	}
 }
 
+// TestMaxConcurrentCountsQueued: a key's MaxConcurrent counts its
+// requests waiting for a slot too, so a key cannot take more of the queue
+// than its limit: its second request is refused (429) while its first
+// waits, and the queue holds one.
+func TestMaxConcurrentCountsQueued(t *testing.T) {
+	const conc = "sk-conc-0123456789abcdef0123456"
+	g := newGate()
+	r := newRig(t, rigOpts{capacity: 1, queueTimeout: time.Minute, reply: g.reply, mutate: func(c *edge.Config) {
+		c.APIKeys = append(c.APIKeys, edge.APIKey{Name: "conc", Hash: edge.HashKey(conc), Models: []string{"*"}, MaxConcurrent: 1})
+	}})
+	var wg sync.WaitGroup
+	statuses := make(chan int, 2)
+	post := func(key, prompt string) {
+		wg.Go(func() {
+			status, _, _ := r.post(t, key, chatJSON("gpt-local", prompt))
+			statuses <- status
+		})
+	}
+	post(apiKey, "hold")
+	waitUntil(t, "the slot held", func() bool { return contains(g.served(), "hold") })
+	post(conc, "waiting")
+	waitUntil(t, "conc's first request queued", func() bool { return r.srv.PoolStats().Queued == 1 })
+	status, hdr, body := r.post(t, conc, chatJSON("gpt-local", "second"))
+	if status != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" || !strings.Contains(body, "concurrent") {
+		t.Fatalf("conc's second request while its first waits: %d Retry-After %q\n%s", status, hdr.Get("Retry-After"), body)
+	}
+	if s := r.srv.PoolStats(); s.Queued != 1 {
+		t.Fatalf("queued %d, want only conc's first", s.Queued)
+	}
+	close(g.release)
+	wg.Wait()
+	close(statuses)
+	for s := range statuses {
+		if s != http.StatusOK {
+			t.Errorf("a held or queued request ended %d", s)
+		}
+	}
+}
+
 // TestLeastLoadedRoute: a least_loaded route spreads held requests over
 // its providers (two of the same capacity: one each), where an ordered
 // one would put both on its first.

@@ -158,7 +158,11 @@ type APIKey struct {
 	// RequestsPerMinute, TokensPerMinute (input plus output, counted from
 	// the usage providers report) and MaxConcurrent limit the key; beyond
 	// them a request gets 429 with Retry-After. Zero means no limit.
-	// RequestsPerMinute counts the requests the Edge dispatched to a
+	// MaxConcurrent counts the key's requests from admission to their
+	// end, those waiting for a slot included, so it also bounds the
+	// key's share of the queue (Config.MaxQueued, MaxQueuedBytes): a key
+	// without it can fill the queue and turn away the newcomers of its
+	// class and below. RequestsPerMinute counts the requests the Edge dispatched to a
 	// provider, as Usage does: a malformed request (400) or one refused
 	// for want of a slot (503) takes nothing from it. Token counts
 	// (count_tokens) and reads of a stored response (GET
