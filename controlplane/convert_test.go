@@ -1,6 +1,9 @@
 package controlplane
 
 import (
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"net/url"
 	"testing"
 	"time"
 
@@ -101,5 +104,26 @@ func TestCoolingChanges(t *testing.T) {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestOperatorCertName: a certificate names an operator by its common
+// name, unless it has none or carries a SPIFFE ID (in any letter case).
+func TestOperatorCertName(t *testing.T) {
+	spiffe, _ := url.Parse("SPIFFE://iop.test/edge/e1")
+	web, _ := url.Parse("https://carol.example")
+	for _, c := range []struct {
+		cert x509.Certificate
+		want string
+		ok   bool
+	}{
+		{x509.Certificate{Subject: pkix.Name{CommonName: "carol"}}, "carol", true},
+		{x509.Certificate{Subject: pkix.Name{CommonName: "carol"}, URIs: []*url.URL{web}}, "carol", true},
+		{x509.Certificate{}, "", false},
+		{x509.Certificate{Subject: pkix.Name{CommonName: "e1"}, URIs: []*url.URL{web, spiffe}}, "", false},
+	} {
+		if got, ok := operatorCertName(&c.cert); got != c.want || ok != c.ok {
+			t.Errorf("operatorCertName(CN %q, URIs %v) = %q, %v; want %q, %v", c.cert.Subject.CommonName, c.cert.URIs, got, ok, c.want, c.ok)
+		}
 	}
 }

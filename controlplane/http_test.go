@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/controlplane"
+	"github.com/iop-dev/iop/edge/identity"
 	"github.com/iop-dev/iop/internal/testpki"
 	"github.com/iop-dev/iop/wire"
 )
@@ -582,5 +583,69 @@ func TestHubReloadRotatesTLS(t *testing.T) {
 	}
 	if !trusts(newCA) || trusts(oldCA) {
 		t.Fatal("after the reload: not the renewed certificate")
+	}
+}
+
+// TestOperatorMTLS: with OperatorMTLS, a client certificate the operator
+// server verified signs an operator in by its common name, and being a
+// credential the browser attaches by itself it needs the CSRF token for a
+// command. A workload's certificate (one with a SPIFFE ID: an Edge's from
+// the Edge CA, or one from the operator CA itself) is not an operator's.
+func TestOperatorMTLS(t *testing.T) {
+	edgeCA, err := identity.NewCA("iop.test", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opCA := testpki.NewCA(t, "operators")
+	h := startHub(t, "", func(c *controlplane.Config) { c.OperatorMTLS = true })
+	startEdge(t, "e1", h.addr, nil)
+	waitFor(t, "e1 connected", func() bool { e, _ := h.hub.Edge("e1"); return e.Connected })
+
+	// The operator server trusts both CAs, as one that shares a CA file
+	// with the Edge listener would.
+	roots := opCA.Pool.Clone()
+	roots.AddCert(edgeCA.Cert)
+	srv := httptest.NewUnstartedServer(h.hub.Handler())
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{opCA.Issue(t, testpki.Leaf{})}, ClientCAs: roots, ClientAuth: tls.VerifyClientCertIfGiven}
+	srv.StartTLS()
+	defer srv.Close()
+	client := func(cert tls.Certificate) *http.Client {
+		tc := &tls.Config{RootCAs: opCA.Pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	}
+	edgePEM, edgeKey, err := edgeCA.Issue(identity.KindEdge, "e1", identity.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edgeCert, err := tls.X509KeyPair(edgePEM, edgeKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := apiCall{method: "GET", path: "/api/edges"}
+	for name, cert := range map[string]tls.Certificate{
+		"an Edge's certificate":                         edgeCert,
+		"a workload's certificate from the operator CA": opCA.Issue(t, testpki.Leaf{CommonName: "svc", URIs: []string{"spiffe://iop.test/node/n1"}}),
+	} {
+		if a := do(t, client(cert), srv.URL, list); a.status != http.StatusUnauthorized {
+			t.Errorf("%s: %d, want 401", name, a.status)
+		}
+	}
+
+	carol := client(opCA.Issue(t, testpki.Leaf{CommonName: "carol"}))
+	a := do(t, carol, srv.URL, apiCall{method: "GET", path: "/api/session"})
+	if a.status != 200 || a.json(t)["operator"] != "carol" {
+		t.Fatalf("carol's session: %d %s", a.status, a.body)
+	}
+	csrf, _ := a.json(t)["csrf"].(string)
+	if a := do(t, carol, srv.URL, list); a.status != 200 || !strings.Contains(a.body, `"e1"`) {
+		t.Fatalf("carol lists the edges: %d %s", a.status, a.body)
+	}
+	refresh := apiCall{method: "POST", path: "/api/edges/e1/commands", body: `{"operation":"config.refresh"}`}
+	if a := do(t, carol, srv.URL, refresh); a.status != http.StatusForbidden {
+		t.Fatalf("a command by certificate without the CSRF token: %d, want 403", a.status)
+	}
+	refresh.header = map[string]string{"X-CSRF-Token": csrf}
+	if a := do(t, carol, srv.URL, refresh); a.status != 200 || a.json(t)["outcome"] != "succeeded" {
+		t.Fatalf("a command by certificate with the CSRF token: %d %s", a.status, a.body)
 	}
 }

@@ -81,7 +81,10 @@ type Config struct {
 	// in to the status page with it.
 	Operators []Operator
 	// OperatorMTLS also accepts a verified client certificate on the
-	// operator HTTPS server as an operator (named by its common name).
+	// operator HTTPS server as an operator, named by its common name. A
+	// certificate without a common name, or with a SPIFFE ID (a
+	// workload's, as package edge/identity issues to Edges and Nodes),
+	// is not an operator's.
 	OperatorMTLS bool
 	// StatusInterval is how often each connected Edge is asked for its
 	// status. Zero means DefaultStatusInterval.

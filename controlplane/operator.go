@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/x509"
 	"encoding/hex"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -108,11 +110,28 @@ func (o *operators) authenticate(r *http.Request) (principal, bool) {
 	}
 	if o.mtls && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
 		leaf := r.TLS.VerifiedChains[0][0]
-		mac := hmac.New(sha256.New, o.secret[:])
-		mac.Write(leaf.Raw)
-		return principal{name: leaf.Subject.CommonName, ambient: true, csrf: hex.EncodeToString(mac.Sum(nil))}, true
+		if name, ok := operatorCertName(leaf); ok {
+			mac := hmac.New(sha256.New, o.secret[:])
+			mac.Write(leaf.Raw)
+			return principal{name: name, ambient: true, csrf: hex.EncodeToString(mac.Sum(nil))}, true
+		}
 	}
 	return principal{}, false
+}
+
+// operatorCertName returns the operator a verified client certificate
+// names: its common name. A certificate without one names no one, and
+// neither does a workload's: one carrying a SPIFFE ID (an Edge's or a
+// Node's, from package edge/identity) is a machine's credential, never an
+// operator's, even where the operator CA and the workload CA are one.
+func operatorCertName(leaf *x509.Certificate) (string, bool) {
+	for _, u := range leaf.URIs {
+		if strings.EqualFold(u.Scheme, "spiffe") {
+			return "", false
+		}
+	}
+	name := leaf.Subject.CommonName
+	return name, name != ""
 }
 
 // login starts a cookie session for a token's operator.

@@ -34,7 +34,8 @@ type HubFile struct {
 		Token Secret `yaml:"token"`
 	} `yaml:"operators"`
 	// OperatorMTLS accepts a verified client certificate on the HTTPS
-	// server (http.tls.client_ca_file) as an operator.
+	// server (http.tls.client_ca_file) as an operator, named by its
+	// common name; a workload's certificate (with a SPIFFE ID) never is.
 	OperatorMTLS bool `yaml:"operator_mtls"`
 	Limits       struct {
 		StatusInterval time.Duration `yaml:"status_interval"`

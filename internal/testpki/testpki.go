@@ -4,6 +4,7 @@
 package testpki
 
 import (
+	"cmp"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -61,6 +62,8 @@ type Leaf struct {
 	IPs      []net.IP
 	// URIs, such as a SPIFFE id.
 	URIs []string
+	// CommonName is the subject's; "test leaf" when empty.
+	CommonName string
 	// NotAfter; one day from now when zero. A past value makes an expired
 	// certificate.
 	NotAfter time.Time
@@ -91,7 +94,7 @@ func (ca *CA) Issue(t testing.TB, l Leaf) tls.Certificate {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(t),
-		Subject:      pkix.Name{CommonName: "test leaf"},
+		Subject:      pkix.Name{CommonName: cmp.Or(l.CommonName, "test leaf")},
 		NotBefore:    time.Now().Add(-2 * time.Hour),
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
