@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,8 +38,8 @@ const (
 type EdgeRecord struct {
 	ID string
 	// TokenHash is the SHA-256 of the Edge's token (HashToken). Zero means
-	// the Edge must present a verified client certificate whose common
-	// name or a DNS name is its ID.
+	// the Edge must present a verified client certificate naming its ID
+	// (see Config.TrustDomain for how a certificate names an Edge).
 	TokenHash [32]byte
 }
 
@@ -75,7 +74,9 @@ type Config struct {
 	// issues them; identity.CheckTrustDomain says which names it
 	// accepts), in addition to its token when its record has one.
 	// Empty means a certificate may name an Edge by common name or DNS
-	// name, and only Edges without a token need one.
+	// name, and only Edges without a token need one; a workload's
+	// certificate (one with a SPIFFE ID) names only the Edge its ID
+	// names, of any trust domain, so a Node's never passes for an Edge.
 	TrustDomain string
 	// Operators may use the operator API with their bearer token, or sign
 	// in to the status page with it.
@@ -424,8 +425,7 @@ func (h *Hub) authenticate(id string, credential []byte, sess *wire.Session) iop
 			named, err := identity.PeerID(&cs, td, identity.KindEdge)
 			certNamed = err == nil && named == id
 		} else {
-			leaf := cs.VerifiedChains[0][0]
-			certNamed = leaf.Subject.CommonName == id || slices.Contains(leaf.DNSNames, id)
+			certNamed = certNamesEdge(cs.VerifiedChains[0][0], id)
 		}
 	}
 	if h.cfg.TrustDomain != "" && !certNamed {

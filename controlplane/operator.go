@@ -8,11 +8,13 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/iop-dev/iop/edge/identity"
 	"github.com/iop-dev/iop/internal/httpauth"
 )
 
@@ -125,13 +127,30 @@ func (o *operators) authenticate(r *http.Request) (principal, bool) {
 // Node's, from package edge/identity) is a machine's credential, never an
 // operator's, even where the operator CA and the workload CA are one.
 func operatorCertName(leaf *x509.Certificate) (string, bool) {
-	for _, u := range leaf.URIs {
-		if strings.EqualFold(u.Scheme, "spiffe") {
-			return "", false
-		}
+	if hasSPIFFE(leaf) {
+		return "", false
 	}
 	name := leaf.Subject.CommonName
 	return name, name != ""
+}
+
+// certNamesEdge reports whether a verified client certificate names Edge
+// id outside managed mode. A workload's certificate (one with a SPIFFE
+// ID) names only the Edge its ID names, so that a Node's certificate
+// from a CA the Hub trusts can never pass for an Edge of the same name;
+// any other names the Edge of its common name or of one of its DNS names.
+func certNamesEdge(leaf *x509.Certificate, id string) bool {
+	if !hasSPIFFE(leaf) {
+		return leaf.Subject.CommonName == id || slices.Contains(leaf.DNSNames, id)
+	}
+	_, kind, named, err := identity.Workload(leaf)
+	return err == nil && kind == identity.KindEdge && named == id
+}
+
+// hasSPIFFE reports whether a certificate carries a SPIFFE URI, well
+// formed or not.
+func hasSPIFFE(leaf *x509.Certificate) bool {
+	return slices.ContainsFunc(leaf.URIs, func(u *url.URL) bool { return strings.EqualFold(u.Scheme, "spiffe") })
 }
 
 // login starts a cookie session for a token's operator.

@@ -135,20 +135,37 @@ func PeerID(cs *tls.ConnectionState, trustDomain string, kind Kind) (string, err
 // CertID returns the workload id a certificate names (see PeerID). It
 // does not verify the certificate.
 func CertID(cert *x509.Certificate, trustDomain string, kind Kind) (string, error) {
+	td, k, id, err := Workload(cert)
+	if err != nil {
+		return "", err
+	}
+	if td != trustDomain || k != kind {
+		return "", fmt.Errorf("%w: %q is not a %s of trust domain %q", ErrNoIdentity, ID(td, k, id), kind, trustDomain)
+	}
+	return id, nil
+}
+
+// Workload returns the trust domain, kind and id of the SPIFFE ID a
+// certificate carries, read as strictly as CertID reads it but of any
+// trust domain and kind: for a caller that must tell a workload's
+// certificate from another, and one workload's kind from another's. A
+// certificate without exactly one well-formed SPIFFE ID of a known kind
+// is ErrNoIdentity. It does not verify the certificate.
+func Workload(cert *x509.Certificate) (trustDomain string, kind Kind, id string, err error) {
 	var found []*url.URL
 	for _, u := range cert.URIs {
-		if u.Scheme == "spiffe" {
+		if strings.EqualFold(u.Scheme, "spiffe") {
 			found = append(found, u)
 		}
 	}
 	if len(found) != 1 {
-		return "", fmt.Errorf("%w: %d SPIFFE IDs in the certificate", ErrNoIdentity, len(found))
+		return "", "", "", fmt.Errorf("%w: %d SPIFFE IDs in the certificate", ErrNoIdentity, len(found))
 	}
 	td, k, id, ok := parseID(found[0])
-	if !ok || td != trustDomain || k != kind {
-		return "", fmt.Errorf("%w: %q is not a %s of trust domain %q", ErrNoIdentity, found[0], kind, trustDomain)
+	if !ok || (k != KindNode && k != KindEdge) {
+		return "", "", "", fmt.Errorf("%w: %q is not a workload ID", ErrNoIdentity, found[0])
 	}
-	return id, nil
+	return td, k, id, nil
 }
 
 // CA is a certificate authority for one trust domain.

@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/url"
 	"os"
@@ -86,6 +87,25 @@ func TestCertIDStrict(t *testing.T) {
 	} {
 		if _, err := CertID(&x509.Certificate{URIs: uris}, "iop.test", KindNode); !errors.Is(err, ErrNoIdentity) {
 			t.Errorf("%s: %v", name, err)
+		}
+		if _, _, _, err := Workload(&x509.Certificate{URIs: uris}); !errors.Is(err, ErrNoIdentity) {
+			t.Errorf("Workload, %s: %v", name, err)
+		}
+	}
+	// Workload reads any trust domain and either kind, and nothing else.
+	for s, want := range map[string]string{
+		"spiffe://other.example/edge/E-1": "other.example edge E-1",
+		"spiffe://iop.test/node/gpu.1":    "iop.test node gpu.1",
+		"spiffe://iop.test/operator/bob":  "",
+		"https://iop.test/node/a":         "",
+	} {
+		td, kind, id, err := Workload(&x509.Certificate{URIs: []*url.URL{u(s)}})
+		got := ""
+		if err == nil {
+			got = fmt.Sprint(td, " ", kind, " ", id)
+		}
+		if got != want || (want == "") != errors.Is(err, ErrNoIdentity) {
+			t.Errorf("Workload(%s) = %q, %v; want %q", s, got, err, want)
 		}
 	}
 }
