@@ -239,20 +239,28 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// interactive is the API key of priority 5 that newFullQueueRig adds.
+const interactive = "sk-inter-0123456789abcdef012345"
+
+// newFullQueueRig is an Edge of capacity 1 whose upstream answers through
+// g, with a priority-5 key (interactive), a minute's queue timeout, its
+// metrics registered, and the queue bound by bound.
+func newFullQueueRig(t *testing.T, g *gate, bound func(*edge.Config)) *rig {
+	return newRig(t, rigOpts{capacity: 1, queueTimeout: time.Minute, reply: g.reply, mutate: func(c *edge.Config) {
+		c.APIKeys = append(c.APIKeys, edge.APIKey{Name: "interactive", Hash: edge.HashKey(interactive), Models: []string{"*"}, Priority: 5})
+		c.Metrics = prometheus.NewRegistry()
+		bound(c)
+	}})
+}
+
 // TestQueueFull: with Config.MaxQueued requests waiting, a newcomer is
 // refused at once with 503 (an Anthropic client's with 529
 // overloaded_error) and Retry-After; a newcomer of a higher class takes
 // the place of the last in line, which is refused instead; the requests
 // left in the queue are served, the higher class first.
 func TestQueueFull(t *testing.T) {
-	const interactive = "sk-inter-0123456789abcdef012345"
-	reg := prometheus.NewRegistry()
 	g := newGate()
-	r := newRig(t, rigOpts{capacity: 1, queueTimeout: time.Minute, reply: g.reply, mutate: func(c *edge.Config) {
-		c.APIKeys = append(c.APIKeys, edge.APIKey{Name: "interactive", Hash: edge.HashKey(interactive), Models: []string{"*"}, Priority: 5})
-		c.MaxQueued = 2
-		c.Metrics = reg
-	}})
+	r := newFullQueueRig(t, g, func(c *edge.Config) { c.MaxQueued = 2 })
 	results := make(chan string, 4)
 	var wg sync.WaitGroup
 	send := func(key, prompt string) {
@@ -286,13 +294,7 @@ func TestQueueFull(t *testing.T) {
 		t.Fatalf("pool %+v, want 2 queued and 3 refused as full", s)
 	}
 	close(g.release)
-	wg.Wait()
-	close(results)
-	var rest []string
-	for res := range results {
-		rest = append(rest, res)
-	}
-	slices.Sort(rest)
+	rest := ended(&wg, results)
 	if want := []string{"first 200", "hold slot 200", "urgent 200"}; !slices.Equal(rest, want) {
 		t.Fatalf("results %v, want %v", rest, want)
 	}
@@ -317,14 +319,8 @@ func TestQueueFull(t *testing.T) {
 // (503, Retry-After 1, outcome queue_full); a smaller one still queues;
 // a higher class displaces as many of the last in line as its body needs.
 func TestQueueFullBytes(t *testing.T) {
-	const interactive = "sk-inter-0123456789abcdef012345"
-	reg := prometheus.NewRegistry()
 	g := newGate()
-	r := newRig(t, rigOpts{capacity: 1, queueTimeout: time.Minute, reply: g.reply, mutate: func(c *edge.Config) {
-		c.APIKeys = append(c.APIKeys, edge.APIKey{Name: "interactive", Hash: edge.HashKey(interactive), Models: []string{"*"}, Priority: 5})
-		c.MaxBodyBytes, c.MaxQueuedBytes = 4096, 4096
-		c.Metrics = reg
-	}})
+	r := newFullQueueRig(t, g, func(c *edge.Config) { c.MaxBodyBytes, c.MaxQueuedBytes = 4096, 4096 })
 	// body is a request whose prompt is padded by size bytes.
 	body := func(prompt string, size int) string {
 		if size > 0 {
@@ -374,13 +370,7 @@ func TestQueueFullBytes(t *testing.T) {
 		t.Fatalf("displaced %v, want %v", displaced, w)
 	}
 	close(g.release)
-	wg.Wait()
-	close(results)
-	var rest []string
-	for res := range results {
-		rest = append(rest, res)
-	}
-	slices.Sort(rest)
+	rest := ended(&wg, results)
 	if w := []string{"hold 200", "urgent 200"}; !slices.Equal(rest, w) {
 		t.Fatalf("results %v, want %v", rest, w)
 	}
@@ -433,6 +423,19 @@ func TestMaxConcurrentCountsQueued(t *testing.T) {
 			t.Errorf("a held or queued request ended %d", s)
 		}
 	}
+}
+
+// ended waits for wg's requests and returns what they sent on results,
+// sorted.
+func ended(wg *sync.WaitGroup, results chan string) []string {
+	wg.Wait()
+	close(results)
+	var out []string
+	for res := range results {
+		out = append(out, res)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // TestLeastLoadedRoute: a least_loaded route spreads held requests over

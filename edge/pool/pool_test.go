@@ -646,6 +646,86 @@ func TestKickEndsWhenCandidatesDisagree(t *testing.T) {
 // the place of the request that would be served last (the lowest class's
 // latest arrival), which is refused instead. Aging counts: a low request
 // that waited long enough is not displaced by a fresh higher one.
+// queueRig holds the one slot of candidate c of a pool and queues named
+// requests for it, each in its own goroutine, recording how each ends.
+type queueRig struct {
+	t    *testing.T
+	c    Candidate
+	hold *Lease
+	out  chan queueOutcome
+	wg   sync.WaitGroup
+}
+
+type queueOutcome struct {
+	name string
+	err  error
+}
+
+func newQueueRig(t *testing.T, p *Pool) *queueRig {
+	t.Helper()
+	q := &queueRig{t: t, c: cand("n", "p", 1, 1), out: make(chan queueOutcome, 16)}
+	var err error
+	if q.hold, err = p.Acquire(context.Background(), Request{Candidates: fixed(q.c), Timeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// enqueue starts name's Acquire of req on p and waits until it queued, or
+// until the pool refused someone.
+func (q *queueRig) enqueue(p *Pool, name string, req Request) {
+	q.t.Helper()
+	req.Candidates, req.Timeout = fixed(q.c), 10*time.Second
+	before := p.Stats()
+	q.wg.Go(func() {
+		l, err := p.Acquire(context.Background(), req)
+		q.out <- queueOutcome{name, err}
+		if l != nil {
+			l.Release()
+		}
+	})
+	for s := p.Stats(); s.Queued == before.Queued && s.QueueFull == before.QueueFull; s = p.Stats() {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// refused reads the next outcomes, one per name, each of which must be a
+// refusal, and compares their names as a set (refused together, they
+// return in any order).
+func (q *queueRig) refused(want ...string) {
+	q.t.Helper()
+	var got []string
+	for range want {
+		o := <-q.out
+		if !errors.Is(o.err, ErrQueueFull) {
+			q.t.Fatalf("%s: %v, want ErrQueueFull", o.name, o.err)
+		}
+		got = append(got, o.name)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		q.t.Fatalf("refused %v, want %v", got, want)
+	}
+}
+
+// serve releases the held slot and returns the names of the n queued
+// requests in the order they were served, after all of them ended.
+func (q *queueRig) serve(n int) string {
+	q.t.Helper()
+	q.hold.Release()
+	var served []string
+	for range n {
+		o := <-q.out
+		if o.err != nil {
+			q.t.Fatalf("%s: %v", o.name, o.err)
+		}
+		served = append(served, o.name)
+	}
+	q.wg.Wait()
+	return strings.Join(served, ",")
+}
+
 // TestQueueBytes: MaxQueuedBytes bounds what the waiting requests hold
 // together. A newcomer that would pass it is refused, unless the requests
 // that would be served last all rank below it and refusing them makes
@@ -653,51 +733,10 @@ func TestKickEndsWhenCandidatesDisagree(t *testing.T) {
 // room. One larger than the bound alone never waits.
 func TestQueueBytes(t *testing.T) {
 	p := &Pool{AgingStep: time.Hour, slots: map[Key]*slot{}}
-	c := cand("n", "p", 1, 1)
-	hold, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	type outcome struct {
-		name string
-		err  error
-	}
-	out := make(chan outcome, 16)
-	var wg sync.WaitGroup
-	// enqueue starts name's Acquire and waits until it queued or until
-	// the pool refused someone.
+	q := newQueueRig(t, p)
 	enqueue := func(name string, prio int, size int64) {
 		t.Helper()
-		before := p.Stats()
-		wg.Go(func() {
-			l, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Priority: prio, Size: size, MaxQueuedBytes: 100, Timeout: 10 * time.Second})
-			out <- outcome{name, err}
-			if l != nil {
-				l.Release()
-			}
-		})
-		for s := p.Stats(); s.Queued == before.Queued && s.QueueFull == before.QueueFull; s = p.Stats() {
-			time.Sleep(time.Millisecond)
-		}
-	}
-	// refused reads the next n outcomes, each of which must be a refusal,
-	// and compares their names as a set (refused together, they return
-	// in any order).
-	refused := func(want ...string) {
-		t.Helper()
-		var got []string
-		for range want {
-			o := <-out
-			if !errors.Is(o.err, ErrQueueFull) {
-				t.Fatalf("%s: %v, want ErrQueueFull", o.name, o.err)
-			}
-			got = append(got, o.name)
-		}
-		slices.Sort(got)
-		slices.Sort(want)
-		if !slices.Equal(got, want) {
-			t.Fatalf("refused %v, want %v", got, want)
-		}
+		q.enqueue(p, name, Request{Priority: prio, Size: size, MaxQueuedBytes: 100})
 	}
 	queued := func(n int, bytes int64) {
 		t.Helper()
@@ -708,33 +747,23 @@ func TestQueueBytes(t *testing.T) {
 	enqueue("a", 0, 40)
 	enqueue("b", 0, 40)
 	enqueue("c", 0, 30) // 110 > 100, and it would be served last
-	refused("c")
+	q.refused("c")
 	enqueue("d", 0, 20) // exactly 100
 	queued(3, 100)
 	enqueue("huge", 5, 101) // larger than the bound alone: no one is displaced
-	refused("huge")
+	q.refused("huge")
 	queued(3, 100)
 	enqueue("x", 2, 50) // d then b make room: 40 + 50
-	refused("d", "b")
+	q.refused("d", "b")
 	queued(2, 90)
 	enqueue("y", 1, 60) // a (40) is not enough, and x ranks above y
-	refused("y")
+	q.refused("y")
 	queued(2, 90)
 	enqueue("z", 1, 60) // the same, after nothing changed
-	refused("z")
+	q.refused("z")
 	enqueue("e", 1, 10)
 	queued(3, 100)
-	hold.Release()
-	var served []string
-	for range 3 {
-		o := <-out
-		if o.err != nil {
-			t.Fatalf("%s: %v", o.name, o.err)
-		}
-		served = append(served, o.name)
-	}
-	wg.Wait()
-	if got := strings.Join(served, ","); got != "x,e,a" {
+	if got := q.serve(3); got != "x,e,a" {
 		t.Fatalf("served %s, want x,e,a", got)
 	}
 	if s := p.Stats(); s.Granted != s.Released || s.Queued != 0 || s.QueuedBytes != 0 || s.QueueFull != 6 {
@@ -744,64 +773,26 @@ func TestQueueBytes(t *testing.T) {
 
 func TestQueueBound(t *testing.T) {
 	p := &Pool{AgingStep: time.Hour, slots: map[Key]*slot{}}
-	c := cand("n", "p", 1, 1)
-	hold, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	type outcome struct {
-		name string
-		err  error
-	}
-	out := make(chan outcome, 8)
-	var wg sync.WaitGroup
-	// enqueue starts name's Acquire and waits until it queued, or (when
-	// refused) until it returned.
+	q := newQueueRig(t, p)
 	enqueue := func(p *Pool, name string, prio int) {
 		t.Helper()
-		before := p.Stats()
-		wg.Go(func() {
-			l, err := p.Acquire(context.Background(), Request{Candidates: fixed(c), Priority: prio, MaxQueued: 3, Timeout: 10 * time.Second})
-			out <- outcome{name, err}
-			if l != nil {
-				l.Release()
-			}
-		})
-		for s := p.Stats(); s.Queued == before.Queued && s.QueueFull == before.QueueFull; s = p.Stats() {
-			time.Sleep(time.Millisecond)
-		}
-	}
-	refused := func(want string) {
-		t.Helper()
-		if o := <-out; o.name != want || !errors.Is(o.err, ErrQueueFull) {
-			t.Fatalf("%s: %v, want %s refused with ErrQueueFull", o.name, o.err, want)
-		}
+		q.enqueue(p, name, Request{Priority: prio, MaxQueued: 3})
 	}
 	enqueue(p, "low-1", 0)
 	enqueue(p, "low-2", 0)
 	enqueue(p, "mid-1", 1)
 	enqueue(p, "low-3", 0) // served last: refused itself
-	refused("low-3")
+	q.refused("low-3")
 	enqueue(p, "high", 2) // takes low-2's place, the latest of the lowest class
-	refused("low-2")
+	q.refused("low-2")
 	enqueue(p, "mid-2", 1) // takes low-1's place
-	refused("low-1")
+	q.refused("low-1")
 	enqueue(p, "mid-3", 1) // would come after mid-2, in the lowest class left
-	refused("mid-3")
+	q.refused("mid-3")
 	if s := p.Stats(); s.Queued != 3 || s.QueueFull != 4 {
 		t.Fatalf("stats %+v, want 3 queued and 4 refused", s)
 	}
-	hold.Release()
-	var served []string
-	for range 3 {
-		o := <-out
-		if o.err != nil {
-			t.Fatalf("%s: %v", o.name, o.err)
-		}
-		served = append(served, o.name)
-	}
-	wg.Wait()
-	if got := strings.Join(served, ","); got != "high,mid-1,mid-2" {
+	if got := q.serve(3); got != "high,mid-1,mid-2" {
 		t.Fatalf("served %s", got)
 	}
 	if s := p.Stats(); s.Granted != s.Released || s.Queued != 0 {
@@ -811,18 +802,12 @@ func TestQueueBound(t *testing.T) {
 	// Aging: three low requests that waited five steps rank above a fresh
 	// class-2 request, which is refused.
 	p2 := &Pool{AgingStep: 20 * time.Millisecond, slots: map[Key]*slot{}}
-	hold, _ = p2.Acquire(context.Background(), Request{Candidates: fixed(c), Timeout: time.Second})
+	q = newQueueRig(t, p2)
 	for _, name := range []string{"aged-1", "aged-2", "aged-3"} {
 		enqueue(p2, name, 0)
 	}
 	time.Sleep(100 * time.Millisecond)
 	enqueue(p2, "fresh-high", 2)
-	refused("fresh-high")
-	hold.Release()
-	for range 3 {
-		if o := <-out; o.err != nil {
-			t.Fatalf("%s: %v", o.name, o.err)
-		}
-	}
-	wg.Wait()
+	q.refused("fresh-high")
+	q.serve(3)
 }
