@@ -149,7 +149,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) bool
 		apiError(w, http.StatusBadRequest, "invalid_body", "invalid JSON body: "+err.Error())
 		return false
 	}
-	if dec.More() {
+	// Only white space may follow: another value, or a stray "}" or
+	// "]" (which More would not see), is refused.
+	if _, err := dec.Token(); err != io.EOF {
 		apiError(w, http.StatusBadRequest, "invalid_body", "one JSON object expected")
 		return false
 	}
