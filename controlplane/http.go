@@ -358,6 +358,11 @@ func sseEvent(w http.ResponseWriter, f *http.ResponseController, typ string, v a
 	return f.Flush()
 }
 
+// streamEvents streams the Hub's events for as long as the client stays
+// and its credential still signs it in: a stream whose session ends
+// (sign-out, expiry) or whose operator a reload removes or gives another
+// token ends at once, and one whose certificate expires ends by the next
+// keep-alive.
 func (h *Hub) streamEvents(w http.ResponseWriter, r *http.Request) {
 	sub := h.Subscribe()
 	defer sub.Close()
@@ -365,13 +370,31 @@ func (h *Hub) streamEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	p := principalOf(r)
 	for {
-		ctx, cancel := context.WithTimeout(r.Context(), keepAliveEvery)
+		// Watched before the check, so that no change between the two
+		// goes unseen.
+		changed, wake := context.WithCancel(r.Context())
+		stop := h.ops.watch(wake)
+		if !h.ops.valid(p) {
+			stop()
+			wake()
+			return
+		}
+		ctx, cancel := context.WithTimeout(changed, keepAliveEvery)
 		ev, err := sub.Next(ctx)
 		cancel()
+		stop()
+		woken := changed.Err() != nil && r.Context().Err() == nil
+		wake()
+		if woken && !h.ops.valid(p) {
+			return // not even an event that came with the change
+		}
 		switch {
 		case errors.Is(err, ErrResync):
 			err = sseEvent(w, f, "resync", map[string]string{"note": "events were dropped; re-read /api/edges"})
+		case err != nil && woken:
+			continue // the operators changed, not this credential
 		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
 			if _, err = io.WriteString(w, ": keep-alive\n\n"); err == nil {
 				err = f.Flush()

@@ -652,3 +652,85 @@ func TestOperatorMTLS(t *testing.T) {
 		t.Fatalf("a command by certificate with the CSRF token: %d %s", a.status, a.body)
 	}
 }
+
+// TestEventStreamEndsWithItsCredential: an open event stream lasts only
+// as long as the credential that opened it still signs in. Signing out
+// ends the session's stream; a reload that removes an operator ends its
+// bearer token's and its session's streams, before the next event; a
+// stream whose credential is untouched goes on and carries that event.
+func TestEventStreamEndsWithItsCredential(t *testing.T) {
+	const bobToken = "bob-token-0123456789abcdef0123456789"
+	alice := controlplane.Operator{Name: "alice", TokenHash: controlplane.HashToken(operatorToken)}
+	bob := controlplane.Operator{Name: "bob", TokenHash: controlplane.HashToken(bobToken)}
+	var cfg controlplane.Config
+	h := startHub(t, "", func(c *controlplane.Config) { c.Operators = []controlplane.Operator{alice, bob}; cfg = *c })
+	e1 := startEdge(t, "e1", h.addr, nil)
+	waitFor(t, "e1 connected", func() bool { v, _ := h.hub.Edge("e1"); return v.Connected })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// signIn returns a client holding token's page session, and its CSRF
+	// token.
+	signIn := func(token string) (*http.Client, string) {
+		jar, _ := cookiejar.New(nil)
+		c := &http.Client{Jar: jar}
+		a := do(t, c, h.url, apiCall{method: "POST", path: "/api/login", body: `{"token":"` + token + `"}`})
+		if a.status != 200 {
+			t.Fatalf("login: %d %s", a.status, a.body)
+		}
+		csrf, _ := a.json(t)["csrf"].(string)
+		return c, csrf
+	}
+	// open starts an event stream and returns its reader.
+	open := func(c *http.Client, header map[string]string) func() (string, string, error) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", h.url+"/api/events/stream", nil)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		if resp.StatusCode != 200 {
+			t.Fatalf("event stream: %d", resp.StatusCode)
+		}
+		return sseReader(resp.Body)
+	}
+	// ends reads a stream to its end, failing on any event.
+	ends := func(name string, next func() (string, string, error)) {
+		t.Helper()
+		typ, data, err := next()
+		if err != io.EOF {
+			t.Fatalf("%s: %q %s %v, want the stream to end", name, typ, data, err)
+		}
+	}
+	aliceWeb, aliceCSRF := signIn(operatorToken)
+	bobWeb, _ := signIn(bobToken)
+	aliceSession := open(aliceWeb, nil)
+	aliceBearer := open(http.DefaultClient, bearer(operatorToken))
+	bobSession := open(bobWeb, nil)
+	bobBearer := open(http.DefaultClient, bearer(bobToken))
+
+	if a := do(t, aliceWeb, h.url, apiCall{method: "POST", path: "/api/logout", header: map[string]string{"X-CSRF-Token": aliceCSRF}}); a.status/100 != 2 {
+		t.Fatalf("logout: %d %s", a.status, a.body)
+	}
+	ends("alice's session after she signed out", aliceSession)
+
+	cfg.Operators = []controlplane.Operator{alice}
+	if err := h.hub.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	e1.startNode() // the next event
+	ends("bob's session after a reload removed him", bobSession)
+	ends("bob's bearer stream after a reload removed him", bobBearer)
+	for {
+		typ, data, err := aliceBearer()
+		if err != nil {
+			t.Fatalf("alice's bearer stream ended: %v", err)
+		}
+		if typ == "node_ready" && strings.Contains(data, `"node_id":"n-e1"`) {
+			break
+		}
+	}
+}

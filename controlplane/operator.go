@@ -44,6 +44,8 @@ type operators struct {
 
 	mu       sync.Mutex
 	sessions map[[32]byte]*opSession // by SHA-256 of the session id
+	watchers map[uint64]func()       // told of every change (watch)
+	nextW    uint64
 }
 
 type opSession struct {
@@ -59,7 +61,11 @@ type principal struct {
 	// ambient: the credential is one a browser attaches by itself.
 	ambient bool
 	csrf    string
-	session [32]byte // the cookie session's key, if any
+	// The credential, to check it again (valid): the cookie session's
+	// key, the bearer token's hash, or the certificate's end.
+	session   [32]byte
+	tokenHash [32]byte
+	certEnd   time.Time
 }
 
 func newOperators(list []Operator, mtls bool) *operators {
@@ -95,7 +101,7 @@ func (o *operators) authenticate(r *http.Request) (principal, bool) {
 			return principal{}, false
 		}
 		name, ok := o.byToken(token)
-		return principal{name: name}, ok
+		return principal{name: name, tokenHash: sha256.Sum256([]byte(token))}, ok
 	}
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		key := sha256.Sum256([]byte(c.Value))
@@ -115,7 +121,7 @@ func (o *operators) authenticate(r *http.Request) (principal, bool) {
 		if name, ok := operatorCertName(leaf); ok {
 			mac := hmac.New(sha256.New, o.secret[:])
 			mac.Write(leaf.Raw)
-			return principal{name: name, ambient: true, csrf: hex.EncodeToString(mac.Sum(nil))}, true
+			return principal{name: name, ambient: true, csrf: hex.EncodeToString(mac.Sum(nil)), certEnd: leaf.NotAfter}, true
 		}
 	}
 	return principal{}, false
@@ -181,6 +187,7 @@ func (o *operators) login(token string) (id string, s *opSession, ok bool) {
 			}
 		}
 		delete(o.sessions, oldest)
+		o.notifyLocked()
 	}
 	s.tokenHash = sha256.Sum256([]byte(token))
 	o.sessions[sha256.Sum256([]byte(id))] = s
@@ -198,12 +205,56 @@ func (o *operators) setList(list []Operator) {
 			delete(o.sessions, k)
 		}
 	}
+	o.notifyLocked()
 }
 
 func (o *operators) logout(p principal) {
 	o.mu.Lock()
 	delete(o.sessions, p.session)
+	o.notifyLocked()
 	o.mu.Unlock()
+}
+
+// valid reports whether p's credential still signs it in: its session
+// has not ended (signed out, expired, or its operator removed or given
+// another token), its bearer token is still its operator's, or its
+// certificate has not expired. A stream opened with a credential ends
+// when it no longer does.
+func (o *operators) valid(p principal) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case p.session != [32]byte{}:
+		s := o.sessions[p.session]
+		return s != nil && time.Now().Before(s.expires)
+	case p.tokenHash != [32]byte{}:
+		return slices.ContainsFunc(o.list, func(op Operator) bool { return op.Name == p.name && op.TokenHash == p.tokenHash })
+	}
+	return time.Now().Before(p.certEnd)
+}
+
+// watch calls f after every change to the operators or their sessions,
+// until stop is called. f must not call back into o.
+func (o *operators) watch(f func()) (stop func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.watchers == nil {
+		o.watchers = map[uint64]func(){}
+	}
+	o.nextW++
+	id := o.nextW
+	o.watchers[id] = f
+	return func() {
+		o.mu.Lock()
+		delete(o.watchers, id)
+		o.mu.Unlock()
+	}
+}
+
+func (o *operators) notifyLocked() {
+	for _, f := range o.watchers {
+		f()
+	}
 }
 
 // csrfOK checks a state-changing request made with an ambient credential.
