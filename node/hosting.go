@@ -44,7 +44,9 @@ func intersect(allow map[string]Hosted, cfg *iopv1.NodeConfig, leases bool) *hos
 	}
 	for _, pc := range cfg.GetProviders() {
 		id := pc.GetId()
-		if id == "" || plan.providers[id] != nil {
+		// A capacity of 0 is no Edge's configuration (edge.yaml needs 1
+		// at least): it is refused, never read as "no limit".
+		if id == "" || plan.providers[id] != nil || pc.GetCapacity() == 0 {
 			refuse(id, iopv1.RefusalReason_REFUSAL_REASON_INVALID)
 			continue
 		}

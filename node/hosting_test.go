@@ -64,6 +64,14 @@ func TestIntersect(t *testing.T) {
 		t.Errorf("vllm should serve exactly the configured model")
 	}
 
+	// A capacity of 0 is refused, never read as "no limit".
+	none := pc("ollama", "ollama", local)
+	none.Capacity = 0
+	plan = intersect(allow, &iopv1.NodeConfig{Providers: []*iopv1.ProviderConfig{none}}, false)
+	if len(plan.order) != 0 || len(plan.refused) != 1 || plan.refused[0].GetReason() != iopv1.RefusalReason_REFUSAL_REASON_INVALID {
+		t.Fatalf("capacity 0: hosted %v, refused %v", plan.order, plan.refused)
+	}
+
 	// Adapter and category must both match.
 	plan = intersect(allow, &iopv1.NodeConfig{Providers: []*iopv1.ProviderConfig{
 		pc("vllm", "anthropic", local, "qwen"),

@@ -116,7 +116,7 @@ func (s *session) admitRun(req *execution.RunRequest) (*hosted, *execution.Failu
 		return nil, execution.Failf(execution.FailureInvalidRequest, "model not offered by provider %q", req.ProviderID)
 	case !s.health[req.ProviderID]:
 		return nil, execution.Failf(execution.FailureUnavailable, "provider %q unhealthy", req.ProviderID)
-	case h.cap > 0 && s.inflight[req.ProviderID] >= h.cap:
+	case s.inflight[req.ProviderID] >= h.cap:
 		return nil, execution.Failf(execution.FailureUnavailable, "provider %q at capacity", req.ProviderID)
 	}
 	s.inflight[req.ProviderID]++

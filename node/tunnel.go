@@ -180,7 +180,7 @@ func (s *session) admitTunnel(id string) (execution.Tunneler, *hosted, string) {
 	if !ok {
 		return nil, nil, "provider has no raw tunnel"
 	}
-	if h.cap > 0 && s.inflight[id] >= h.cap {
+	if s.inflight[id] >= h.cap {
 		return nil, nil, noteAtCapacity
 	}
 	s.inflight[id]++
