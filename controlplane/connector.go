@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/iop-dev/iop/edge/identity"
 	"github.com/iop-dev/iop/edge/nodes"
 	"github.com/iop-dev/iop/internal/backoff"
 	"github.com/iop-dev/iop/internal/nodewire"
@@ -76,7 +77,7 @@ func NewConnector(cfg ConnectorConfig, b Backend) (*Connector, error) {
 	if cfg.HubAddr == "" {
 		return nil, errors.New("controlplane: connector: HubAddr is required")
 	}
-	if err := validEdgeID(cfg.EdgeID); err != nil {
+	if err := identity.CheckID(cfg.EdgeID); err != nil {
 		return nil, fmt.Errorf("controlplane: connector: EdgeID: %w", err)
 	}
 	if b == nil {
@@ -382,18 +383,4 @@ func (c *Connector) version() string {
 		return "dev"
 	}
 	return c.cfg.Version
-}
-
-// validEdgeID accepts ids of letters, digits, '.', '_' and '-', 1 to 128
-// bytes.
-func validEdgeID(id string) error {
-	if id == "" || len(id) > 128 {
-		return fmt.Errorf("length %d outside 1..128", len(id))
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%q has a character outside [A-Za-z0-9._-]", id)
-		}
-	}
-	return nil
 }

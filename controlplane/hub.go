@@ -119,7 +119,7 @@ type Config struct {
 func (c *Config) Validate() error {
 	seen := map[string]bool{}
 	for i, e := range c.Edges {
-		if err := validEdgeID(e.ID); err != nil {
+		if err := identity.CheckID(e.ID); err != nil {
 			return fmt.Errorf("controlplane: config: Edges[%d].ID: %w", i, err)
 		}
 		if seen[e.ID] {
@@ -392,7 +392,7 @@ func (h *Hub) hello(ctx context.Context, sess *wire.Session) *edgeConn {
 		return reject(iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_MALFORMED, "the first message must be a hello")
 	}
 	id := req.GetEdgeId()
-	if err := validEdgeID(id); err != nil {
+	if err := identity.CheckID(id); err != nil {
 		h.log.Warn("edge hello refused: invalid edge id", "remote", sess.RemoteAddr())
 		return reject(iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_MALFORMED, "invalid edge id")
 	}

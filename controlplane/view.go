@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/iop-dev/iop/edge/identity"
 	"github.com/iop-dev/iop/wire/iopv1"
 )
 
@@ -161,7 +162,7 @@ func readSnapshots(r io.Reader, n int) ([]NodeView, error) {
 		if err := proto.Unmarshal(buf, &m); err != nil {
 			return nil, fmt.Errorf("controlplane: status node %d: %w", i, err)
 		}
-		if err := validEdgeID(m.GetNodeId()); err != nil {
+		if err := identity.CheckID(m.GetNodeId()); err != nil {
 			return nil, fmt.Errorf("controlplane: status node %d: node id: %w", i, err)
 		}
 		out = append(out, nodeFromWire(&m))
@@ -271,7 +272,7 @@ func (h *Hub) applyEvent(c *edgeConn, ev *iopv1.EdgeNodeEvent) {
 		return
 	}
 	kind, ok := eventKindFrom(ev.GetKind())
-	if !ok || validEdgeID(ev.GetNodeId()) != nil {
+	if !ok || identity.CheckID(ev.GetNodeId()) != nil {
 		return // an event this build does not know: the next status covers it
 	}
 	h.mu.Lock()
