@@ -1188,3 +1188,39 @@ func TestUnreportedUsageChargedByEstimate(t *testing.T) {
 		t.Fatalf("second run over the estimated budget: %d %v %s", status, h, body)
 	}
 }
+
+// TestMetricsToken: with MetricsTokenHash, /metrics needs its bearer
+// token (401 without it, or with another), while
+// /healthz stays open; a reload that drops the token opens /metrics again.
+func TestMetricsToken(t *testing.T) {
+	const token = "metrics-token-0123456789abcdef0123"
+	var cfg edge.Config
+	r := newRig(t, rigOpts{mutate: func(c *edge.Config) {
+		c.Metrics = prometheus.NewRegistry()
+		c.MetricsTokenHash = edge.HashKey(token)
+		cfg = *c
+	}})
+	for name, h := range map[string]map[string]string{
+		"no token":       nil,
+		"another token":  {"Authorization": "Bearer " + apiKey},
+		"not a bearer":   {"Authorization": "Basic " + token},
+		"an empty token": {"Authorization": "Bearer "},
+	} {
+		if status, body := r.get(t, "/metrics", h); status != http.StatusUnauthorized || strings.Contains(body, "iop_edge") {
+			t.Errorf("%s: %d\n%.200s", name, status, body)
+		}
+	}
+	if status, body := r.get(t, "/metrics", map[string]string{"Authorization": "Bearer " + token}); status != 200 || !strings.Contains(body, "iop_edge_queue_depth") {
+		t.Fatalf("with the token: %d\n%.200s", status, body)
+	}
+	if status, _ := r.get(t, "/healthz", nil); status != 200 {
+		t.Fatalf("/healthz: %d", status)
+	}
+	cfg.MetricsTokenHash = [32]byte{}
+	if err := r.srv.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := r.get(t, "/metrics", nil); status != 200 || !strings.Contains(body, "iop_edge_queue_depth") {
+		t.Fatalf("after a reload without the token: %d", status)
+	}
+}

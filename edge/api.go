@@ -3,6 +3,8 @@ package edge
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -169,7 +171,7 @@ func (s *Server) routes() http.Handler {
 	}))
 	handle("GET /readyz", http.HandlerFunc(s.readyz))
 	if s.reg2 != nil {
-		handle("GET /metrics", promhttp.HandlerFor(s.reg2, promhttp.HandlerOpts{}))
+		handle("GET /metrics", s.metricsAuth(promhttp.HandlerFor(s.reg2, promhttp.HandlerOpts{})))
 	}
 	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request, _ string) {
 		if allow := httpmux.Allowed(served, r); allow != "" {
@@ -180,6 +182,23 @@ func (s *Server) routes() http.Handler {
 		fail(w, clientAPI(r), http.StatusNotFound, "not_found", "Unknown path "+r.Method+" "+r.URL.Path, "not_found")
 	}))
 	return s.cors(mux, served)
+}
+
+// metricsAuth requires Config.MetricsTokenHash's bearer token, when one
+// is configured, before next serves the metrics.
+func (s *Server) metricsAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if want := s.snap.Load().metricsToken; want != ([32]byte{}) {
+			token, _ := httpauth.Bearer(r.Header.Get("Authorization"))
+			sum := sha256.Sum256([]byte(token))
+			if token == "" || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="iop-metrics"`)
+				http.Error(w, "401 the metrics need their bearer token", http.StatusUnauthorized)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // readyz answers 200 while the Edge is serving and at least one route has

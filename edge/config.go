@@ -83,6 +83,14 @@ type Config struct {
 	// Metrics, when set, receives the Edge's Prometheus metrics and is
 	// served on /metrics. Nil means no metrics.
 	Metrics *prometheus.Registry
+	// MetricsTokenHash, when set, is the SHA-256 (HashKey) of the bearer
+	// token /metrics requires (Prometheus: authorization credentials);
+	// without it a scrape gets 401. Zero leaves /metrics open to whoever
+	// reaches the API listener. The metrics name API keys, Nodes and
+	// providers and count each key's tokens, so set it wherever clients
+	// you do not operate reach that listener. /healthz and /readyz stay
+	// open either way (reloadable).
+	MetricsTokenHash [32]byte
 	// CORSOrigins are the browser origins whose pages may call the API
 	// under /v1/ directly ("https://chat.example.com", exactly as a
 	// browser sends its Origin header), or "*" alone for every origin.

@@ -121,7 +121,8 @@
 // and refusals by limit, as the iop_edge_key_* metrics do.
 //
 // Operators see requests through Prometheus metrics (Config.Metrics, on
-// /metrics; bounded labels), /healthz and /readyz, and, with
+// /metrics, behind a bearer token with Config.MetricsTokenHash; bounded
+// labels), /healthz and /readyz, and, with
 // Config.AccessLog, one log line per request as it ends (request ids,
 // model, key name, provider, node, status, timings, tokens). The metrics
 // also give when the listeners' certificates and each connected Node's

@@ -88,6 +88,7 @@ type snapshot struct {
 	workspaces     map[string]WorkspaceSpec
 	cors           *cors.Policy // nil: no CORS headers
 	accessLog      bool
+	metricsToken   [32]byte // zero: /metrics is open
 }
 
 type providerInfo struct {
@@ -117,6 +118,7 @@ func newSnapshot(c *Config) *snapshot {
 	}
 	s.cors, _ = newCORSPolicy(c.CORSOrigins) // Validate checked it
 	s.accessLog = c.AccessLog
+	s.metricsToken = c.MetricsTokenHash
 	for _, w := range c.Workspaces {
 		s.workspaces[w.Ref] = w
 	}

@@ -208,6 +208,11 @@ func check(path string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "%s is valid.\n", path)
 	fmt.Fprintf(out, "  api          %s (%s)\n", f.API.Listen, f.API.TLS.ServerMode())
+	if f.API.MetricsToken != nil {
+		fmt.Fprintf(out, "  metrics      /metrics behind a bearer token\n")
+	} else {
+		fmt.Fprintf(out, "  metrics      /metrics open to whoever reaches the api listener (api.metrics_token closes it)\n")
+	}
 	fmt.Fprintf(out, "  nodes_listen %s (%s)\n", f.NodesListen, f.NodeTLS.ServerMode())
 	fmt.Fprintf(out, "  state_dir    %s\n", f.StatePath(""))
 	fmt.Fprintf(out, "  api keys     %d\n", len(f.APIKeys))

@@ -239,7 +239,7 @@ func TestCheck(t *testing.T) {
 	if err := subcommand([]string{"check", "-config", cfg}, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{cfg + " is valid.", "nodes        1, with 1 providers", "routes       1", "credentials  1"} {
+	for _, want := range []string{cfg + " is valid.", "nodes        1, with 1 providers", "routes       1", "credentials  1", "metrics      /metrics open to whoever reaches the api listener"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("check printed:\n%s\nwant it to include %q", out.String(), want)
 		}

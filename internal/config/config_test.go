@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/iop-dev/iop/credentiallease"
+	"github.com/iop-dev/iop/edge"
 )
 
 // examples is a file under the repository's examples, found from the
@@ -176,6 +177,21 @@ func TestEdgeStrictness(t *testing.T) {
 	}
 	if !cfg.AccessLog {
 		t.Fatal("access_log not carried")
+	}
+	t.Setenv("IOP_TEST_METRICS_TOKEN", "metrics-token-0123456789abcdef0123")
+	ok = strings.Replace(minimalEdge, `api: {listen: "127.0.0.1:0"}`, `api: {listen: "127.0.0.1:0", metrics_token: {env: IOP_TEST_METRICS_TOKEN}}`, 1)
+	if ef, err = ParseEdge([]byte(ok), t.TempDir()); err != nil {
+		t.Fatalf("metrics_token refused: %v", err)
+	}
+	if cfg, err = ef.Config(1); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MetricsTokenHash != edge.HashKey("metrics-token-0123456789abcdef0123") {
+		t.Fatal("metrics_token not carried")
+	}
+	short := strings.Replace(minimalEdge, `api: {listen: "127.0.0.1:0"}`, `api: {listen: "127.0.0.1:0", metrics_token: {env: IOP_TEST_SHORT_KEY}}`, 1)
+	if _, err := ParseEdge([]byte(short), t.TempDir()); err == nil || !strings.Contains(err.Error(), "api.metrics_token") {
+		t.Fatalf("a short metrics_token: %v", err)
 	}
 	ok = strings.Replace(minimalEdge, "provider: p1, model: m}", "provider: p1, model: m, model_class: openai-reasoning}", 1)
 	if ef, err = ParseEdge([]byte(ok), t.TempDir()); err != nil {

@@ -27,6 +27,8 @@ type EdgeFile struct {
 		TLS         *TLSFiles `yaml:"tls"`
 		CORSOrigins []string  `yaml:"cors_origins"`
 		AccessLog   bool      `yaml:"access_log"`
+		// MetricsToken, when set, is the bearer token /metrics requires.
+		MetricsToken *Secret `yaml:"metrics_token"`
 	} `yaml:"api"`
 	NodesListen string    `yaml:"nodes_listen"`
 	NodeTLS     *TLSFiles `yaml:"node_tls"`
@@ -193,6 +195,13 @@ func (f *EdgeFile) build(epoch uint32, create bool) (edge.Config, error) {
 		AgingStep:         f.Limits.AgingStep,
 		CORSOrigins:       f.API.CORSOrigins,
 		AccessLog:         f.API.AccessLog,
+	}
+	if t := f.API.MetricsToken; t != nil {
+		h, err := t.hash(f.dir)
+		if err != nil {
+			return cfg, fmt.Errorf("api.metrics_token: %w", err)
+		}
+		cfg.MetricsTokenHash = h
 	}
 	for i, k := range f.APIKeys {
 		h, err := k.Key.hash(f.dir)
