@@ -361,8 +361,7 @@ func sseEvent(w http.ResponseWriter, f *http.ResponseController, typ string, v a
 // streamEvents streams the Hub's events for as long as the client stays
 // and its credential still signs it in: a stream whose session ends
 // (sign-out, expiry) or whose operator a reload removes or gives another
-// token ends at once, and one whose certificate expires ends by the next
-// keep-alive.
+// token ends at once, and so does one whose certificate expires.
 func (h *Hub) streamEvents(w http.ResponseWriter, r *http.Request) {
 	sub := h.Subscribe()
 	defer sub.Close()
@@ -381,7 +380,11 @@ func (h *Hub) streamEvents(w http.ResponseWriter, r *http.Request) {
 			wake()
 			return
 		}
-		ctx, cancel := context.WithTimeout(changed, keepAliveEvery)
+		wait := keepAliveEvery
+		if !p.certEnd.IsZero() {
+			wait = min(wait, time.Until(p.certEnd)) // wake when it expires
+		}
+		ctx, cancel := context.WithTimeout(changed, wait)
 		ev, err := sub.Next(ctx)
 		cancel()
 		stop()

@@ -651,6 +651,28 @@ func TestOperatorMTLS(t *testing.T) {
 	if a := do(t, carol, srv.URL, refresh); a.status != 200 || a.json(t)["outcome"] != "succeeded" {
 		t.Fatalf("a command by certificate with the CSRF token: %d %s", a.status, a.body)
 	}
+
+	// An event stream opened with a certificate ends when it expires, not
+	// at the next keep-alive (15 s; the deadline here is shorter).
+	dave := client(opCA.Issue(t, testpki.Leaf{CommonName: "dave", NotAfter: time.Now().Add(2 * time.Second)}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/events/stream", nil)
+	resp, err := dave.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("dave's event stream: %d", resp.StatusCode)
+	}
+	for next := sseReader(resp.Body); ; {
+		if _, _, err := next(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("dave's event stream, as his certificate expires: %v, want its end", err)
+		}
+	}
 }
 
 // TestEventStreamEndsWithItsCredential: an open event stream lasts only
