@@ -108,6 +108,16 @@ func TestOperatorAuth(t *testing.T) {
 		}
 	}
 
+	// The operator's token sent twice is ambiguous, and refused.
+	twice, _ := http.NewRequest("GET", h.url+"/api/edges", nil)
+	twice.Header.Add("Authorization", "Bearer "+operatorToken)
+	twice.Header.Add("Authorization", "Bearer "+operatorToken)
+	if resp, err := c.Do(twice); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("Authorization twice: %d, want 401", resp.StatusCode)
+	}
+
 	// A bearer token: reads and commands, no CSRF token needed (a browser
 	// never attaches it by itself). The scheme's name is matched in any
 	// case.

@@ -95,7 +95,11 @@ func (o *operators) byToken(token string) (string, bool) {
 
 // authenticate returns the request's operator, if any.
 func (o *operators) authenticate(r *http.Request) (principal, bool) {
-	if auth := r.Header.Get("Authorization"); auth != "" {
+	auth, present, once := httpauth.One(r.Header, "Authorization")
+	if present && !once {
+		return principal{}, false // sent twice: ambiguous
+	}
+	if auth != "" {
 		token, ok := httpauth.Bearer(auth)
 		if !ok {
 			return principal{}, false

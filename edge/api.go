@@ -189,7 +189,8 @@ func (s *Server) routes() http.Handler {
 func (s *Server) metricsAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if want := s.snap.Load().metricsToken; want != ([32]byte{}) {
-			token, _ := httpauth.Bearer(r.Header.Get("Authorization"))
+			h, _, _ := httpauth.One(r.Header, "Authorization")
+			token, _ := httpauth.Bearer(h)
 			sum := sha256.Sum256([]byte(token))
 			if token == "" || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="iop-metrics"`)
@@ -262,13 +263,19 @@ func apiError(w http.ResponseWriter, status int, msg, typ string, code any) {
 
 // presentedKey reads "Authorization: Bearer <key>" (the scheme in any
 // case) or, without an Authorization header, x-api-key. An Authorization
-// header of another scheme presents no key, whatever x-api-key says.
+// header of another scheme presents no key, whatever x-api-key says, and
+// neither does a header sent twice.
 func presentedKey(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); h != "" {
+	h, present, once := httpauth.One(r.Header, "Authorization")
+	switch {
+	case present && !once:
+		return ""
+	case h != "":
 		k, _ := httpauth.Bearer(h)
 		return k
 	}
-	return r.Header.Get("X-Api-Key")
+	k, _, _ := httpauth.One(r.Header, "X-Api-Key")
+	return k
 }
 
 func (s *Server) authFor(w http.ResponseWriter, r *http.Request, snap *snapshot, a api) *APIKey {

@@ -456,6 +456,25 @@ func TestAuthorizationSchemes(t *testing.T) {
 			}
 		})
 	}
+	// A credential header sent twice presents no key, even when both
+	// values are the key: which one a proxy on the way reads may differ.
+	for _, name := range []string{"Authorization", "X-Api-Key"} {
+		value := apiKey
+		if name == "Authorization" {
+			value = "Bearer " + apiKey
+		}
+		req, _ := http.NewRequest("GET", r.url+"/v1/models", nil)
+		req.Header.Add(name, value)
+		req.Header.Add(name, value)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s twice: %d, want 401", name, resp.StatusCode)
+		}
+	}
 }
 
 func TestQueueTimeout(t *testing.T) {

@@ -2,7 +2,26 @@
 // Authorization header.
 package httpauth
 
-import "strings"
+import (
+	"net/http"
+	"strings"
+)
+
+// One returns the value of header name in h when it appears exactly once.
+// A credential header sent twice is ambiguous (which one a proxy on the
+// way, or the server, reads differs), so a caller refuses it rather than
+// guess: present is true whenever the header appears, and ok only when it
+// appears once.
+func One(h http.Header, name string) (value string, present, ok bool) {
+	vs := h.Values(name)
+	switch len(vs) {
+	case 0:
+		return "", false, false
+	case 1:
+		return vs[0], true, true
+	}
+	return "", true, false
+}
 
 // Bearer returns the token of an Authorization value that uses the Bearer
 // scheme ("Bearer <token>"). The scheme's name is matched without regard

@@ -1,6 +1,7 @@
 package httpauth
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -28,6 +29,29 @@ func TestBearer(t *testing.T) {
 		token, ok := Bearer(tc.in)
 		if token != tc.token || ok != tc.ok {
 			t.Errorf("Bearer(%q) = %q, %v; want %q, %v", tc.in, token, ok, tc.token, tc.ok)
+		}
+	}
+}
+
+func TestOne(t *testing.T) {
+	h := http.Header{}
+	h.Add("Authorization", "Bearer a")
+	h.Add("X-Api-Key", "k1")
+	h.Add("X-Api-Key", "k2")
+	h.Add("Empty", "")
+	for _, tc := range []struct {
+		name, value   string
+		present, once bool
+	}{
+		{"Authorization", "Bearer a", true, true},
+		{"authorization", "Bearer a", true, true},
+		{"X-Api-Key", "", true, false},
+		{"Empty", "", true, true},
+		{"Missing", "", false, false},
+	} {
+		v, present, once := One(h, tc.name)
+		if v != tc.value || present != tc.present || once != tc.once {
+			t.Errorf("One(%s) = %q, %v, %v; want %q, %v, %v", tc.name, v, present, once, tc.value, tc.present, tc.once)
 		}
 	}
 }
