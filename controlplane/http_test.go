@@ -193,6 +193,15 @@ func TestOperatorAuth(t *testing.T) {
 	if a := do(t, bc, h.url, list); a.status != 200 {
 		t.Fatalf("cookie list: %d", a.status)
 	}
+	// The session cookie sent twice, the real one first or second (a
+	// sibling site may set one for the parent domain), signs no one in.
+	u, _ := url.Parse(h.url)
+	real := jar.Cookies(u)[0]
+	for _, cookies := range []string{real.Name + "=" + real.Value + "; " + real.Name + "=planted", real.Name + "=planted; " + real.Name + "=" + real.Value} {
+		if a := do(t, c, h.url, apiCall{method: "GET", path: "/api/edges", header: map[string]string{"Cookie": cookies}}); a.status != 401 {
+			t.Errorf("session cookie twice (%.30s...): %d, want 401", cookies, a.status)
+		}
+	}
 	origin := h.url
 	for name, hdr := range map[string]map[string]string{
 		"no csrf token":      {"Origin": origin},
@@ -214,7 +223,6 @@ func TestOperatorAuth(t *testing.T) {
 	}
 
 	// Sign-out ends the session at the server, not only in the browser.
-	u, _ := url.Parse(h.url)
 	saved := jar.Cookies(u)
 	if a := do(t, bc, h.url, apiCall{method: "POST", path: "/api/logout", header: map[string]string{"Origin": origin, "X-CSRF-Token": csrf}}); a.status != 200 {
 		t.Fatalf("logout: %d", a.status)

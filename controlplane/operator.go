@@ -107,8 +107,10 @@ func (o *operators) authenticate(r *http.Request) (principal, bool) {
 		name, ok := o.byToken(token)
 		return principal{name: name, tokenHash: sha256.Sum256([]byte(token))}, ok
 	}
-	if c, err := r.Cookie(sessionCookie); err == nil {
-		key := sha256.Sum256([]byte(c.Value))
+	// A session cookie sent twice (one a sibling site set for the parent
+	// domain, say) is ambiguous: neither signs in.
+	if cs := r.CookiesNamed(sessionCookie); len(cs) == 1 {
+		key := sha256.Sum256([]byte(cs[0].Value))
 		o.mu.Lock()
 		s := o.sessions[key]
 		if s != nil && time.Now().After(s.expires) {
