@@ -16,6 +16,7 @@ import (
 
 	"github.com/iop-dev/iop/edge/identity"
 	"github.com/iop-dev/iop/internal/httpauth"
+	"github.com/iop-dev/iop/internal/watch"
 )
 
 // Operator authentication. An operator is recognized by, in order:
@@ -44,8 +45,8 @@ type operators struct {
 
 	mu       sync.Mutex
 	sessions map[[32]byte]*opSession // by SHA-256 of the session id
-	watchers map[uint64]func()       // told of every change (watch)
-	nextW    uint64
+
+	changes watch.Set // told after every change to the list or the sessions
 }
 
 type opSession struct {
@@ -177,14 +178,14 @@ func (o *operators) login(token string) (id string, s *opSession, ok bool) {
 	id = hex.EncodeToString(raw[:])
 	s = &opSession{name: name, csrf: hex.EncodeToString(csrf[:]), expires: time.Now().Add(sessionTTL)}
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	now := time.Now()
 	for k, v := range o.sessions {
 		if now.After(v.expires) {
 			delete(o.sessions, k)
 		}
 	}
-	if len(o.sessions) >= maxSessions {
+	evicted := len(o.sessions) >= maxSessions
+	if evicted {
 		var oldest [32]byte
 		var at time.Time
 		for k, v := range o.sessions {
@@ -193,10 +194,13 @@ func (o *operators) login(token string) (id string, s *opSession, ok bool) {
 			}
 		}
 		delete(o.sessions, oldest)
-		o.notifyLocked()
 	}
 	s.tokenHash = sha256.Sum256([]byte(token))
 	o.sessions[sha256.Sum256([]byte(id))] = s
+	o.mu.Unlock()
+	if evicted {
+		o.changes.Notify()
+	}
 	return id, s, true
 }
 
@@ -204,21 +208,21 @@ func (o *operators) login(token string) (id string, s *opSession, ok bool) {
 // whose token changed, end.
 func (o *operators) setList(list []Operator) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	o.list = list
 	for k, s := range o.sessions {
 		if !slices.ContainsFunc(list, func(op Operator) bool { return op.Name == s.name && op.TokenHash == s.tokenHash }) {
 			delete(o.sessions, k)
 		}
 	}
-	o.notifyLocked()
+	o.mu.Unlock()
+	o.changes.Notify()
 }
 
 func (o *operators) logout(p principal) {
 	o.mu.Lock()
 	delete(o.sessions, p.session)
-	o.notifyLocked()
 	o.mu.Unlock()
+	o.changes.Notify()
 }
 
 // valid reports whether p's credential still signs it in: its session
@@ -240,28 +244,9 @@ func (o *operators) valid(p principal) bool {
 }
 
 // watch calls f after every change to the operators or their sessions,
-// until stop is called. f must not call back into o.
-func (o *operators) watch(f func()) (stop func()) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.watchers == nil {
-		o.watchers = map[uint64]func(){}
-	}
-	o.nextW++
-	id := o.nextW
-	o.watchers[id] = f
-	return func() {
-		o.mu.Lock()
-		delete(o.watchers, id)
-		o.mu.Unlock()
-	}
-}
-
-func (o *operators) notifyLocked() {
-	for _, f := range o.watchers {
-		f()
-	}
-}
+// until stop is called. The change is made before f is called: a check
+// made after watch began either sees it or is followed by f.
+func (o *operators) watch(f func()) (stop func()) { return o.changes.Add(f) }
 
 // csrfOK checks a state-changing request made with an ambient credential.
 func csrfOK(r *http.Request, p principal) bool {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/iop-dev/iop/controlplane"
@@ -85,43 +84,7 @@ func (s *Server) Status() controlplane.Status {
 // the next status carries its new end. notify must not block; it is called
 // from request and timer goroutines, never under the Server's locks.
 func (s *Server) WatchStatus(notify func()) (stop func()) {
-	return s.watchers.add(notify)
-}
-
-// statusWatchers are the functions WatchStatus registered.
-type statusWatchers struct {
-	mu   sync.Mutex
-	next uint64
-	fns  map[uint64]func()
-}
-
-func (w *statusWatchers) add(fn func()) (stop func()) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.fns == nil {
-		w.fns = map[uint64]func(){}
-	}
-	w.next++
-	id := w.next
-	w.fns[id] = fn
-	return func() {
-		w.mu.Lock()
-		delete(w.fns, id)
-		w.mu.Unlock()
-	}
-}
-
-// notify calls every watcher, outside the lock.
-func (w *statusWatchers) notify() {
-	w.mu.Lock()
-	fns := make([]func(), 0, len(w.fns))
-	for _, fn := range w.fns {
-		fns = append(fns, fn)
-	}
-	w.mu.Unlock()
-	for _, fn := range fns {
-		fn()
-	}
+	return s.watchers.Add(notify)
 }
 
 // Subscribe implements controlplane.Backend.

@@ -26,6 +26,7 @@ import (
 	"github.com/iop-dev/iop/edge/pool"
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/internal/cors"
+	"github.com/iop-dev/iop/internal/watch"
 )
 
 // ErrServerClosed is returned by Serve and ServeNodes after Shutdown or
@@ -56,7 +57,7 @@ type Server struct {
 	closing   atomic.Bool
 	responses responseIndex
 	cool      cooldown                      // providers that said "not now", out of admission for a while
-	watchers  statusWatchers                // WatchStatus's callers, told when a cooldown begins or ends
+	watchers  watch.Set                     // WatchStatus's callers, told when a cooldown begins or ends
 	configRev atomic.Uint64                 // configuration loads: 1 at New
 	source    func() (Config, error)        // Config.ConfigSource
 	reloadMu  sync.Mutex                    // one reload (Reload or config.refresh) at a time
@@ -169,7 +170,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{log: log, access: log.Named("access"), reg: reg, pool: pool.New(), servers: map[*http.Server]struct{}{}, reg2: cfg.Metrics, maxDecoded: maxDecoded}
 	s.cool.kick = s.pool.Kick
-	s.cool.changed = s.watchers.notify
+	s.cool.changed = s.watchers.Notify
 	s.pool.AgingStep = cfg.AgingStep
 	s.source = cfg.ConfigSource
 	if l := cfg.Leases; l != nil {
