@@ -371,25 +371,24 @@ func (h *Hub) streamEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	p := principalOf(r)
 	for {
-		// Watched before the check, so that no change between the two
-		// goes unseen.
-		changed, wake := context.WithCancel(r.Context())
-		stop := h.ops.watch(wake)
-		if !h.ops.valid(p) {
-			stop()
-			wake()
-			return
-		}
 		wait := keepAliveEvery
 		if !p.certEnd.IsZero() {
 			wait = min(wait, time.Until(p.certEnd)) // wake when it expires
 		}
-		ctx, cancel := context.WithTimeout(changed, wait)
+		// A change to the operators cancels the wait (the timeout ends it
+		// with DeadlineExceeded instead). Watched before the check, so
+		// that no change between the two goes unseen.
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		stop := h.ops.watch(cancel)
+		if !h.ops.valid(p) {
+			stop()
+			cancel()
+			return
+		}
 		ev, err := sub.Next(ctx)
-		cancel()
 		stop()
-		woken := changed.Err() != nil && r.Context().Err() == nil
-		wake()
+		woken := errors.Is(ctx.Err(), context.Canceled) && r.Context().Err() == nil
+		cancel()
 		if woken && !h.ops.valid(p) {
 			return // not even an event that came with the change
 		}
