@@ -424,15 +424,7 @@ func TestOperatorStreams(t *testing.T) {
 	}
 	events := sseReader(resp.Body)
 	e1.startNode()
-	for {
-		typ, data, err := events()
-		if err != nil {
-			t.Fatalf("events stream ended: %v", err)
-		}
-		if typ == "node_ready" && strings.Contains(data, `"node_id":"n-e1"`) {
-			break
-		}
-	}
+	awaitEvent(t, "the events stream", events, "node_ready", `"node_id":"n-e1"`)
 
 	req, _ = http.NewRequestWithContext(ctx, "POST", h.url+"/api/edges/e1/commands", strings.NewReader(`{"operation":"node.capabilities","node_id":"n-e1"}`))
 	req.Header.Set("Authorization", "Bearer "+operatorToken)
@@ -470,6 +462,21 @@ func TestOperatorStreams(t *testing.T) {
 	}
 	if !strings.Contains(result, `"capabilities"`) || !strings.Contains(result, "p-e1") {
 		t.Fatalf("capabilities result: %s", result)
+	}
+}
+
+// awaitEvent reads the events of stream name until one of type typ whose
+// data holds substr; the stream's end fails the test.
+func awaitEvent(t *testing.T, name string, next func() (string, string, error), typ, substr string) {
+	t.Helper()
+	for {
+		got, data, err := next()
+		if err != nil {
+			t.Fatalf("%s ended before a %s event with %s: %v", name, typ, substr, err)
+		}
+		if got == typ && strings.Contains(data, substr) {
+			return
+		}
 	}
 }
 
@@ -634,14 +641,7 @@ func TestOperatorMTLS(t *testing.T) {
 		tc := &tls.Config{RootCAs: opCA.Pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}}
 		return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
 	}
-	edgePEM, edgeKey, err := edgeCA.Issue(identity.KindEdge, "e1", identity.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	edgeCert, err := tls.X509KeyPair(edgePEM, edgeKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	edgeCert := workloadCert(t, edgeCA, identity.KindEdge, "e1", identity.Options{})
 	list := apiCall{method: "GET", path: "/api/edges"}
 	for name, cert := range map[string]tls.Certificate{
 		"an Edge's certificate":                         edgeCert,
@@ -764,13 +764,5 @@ func TestEventStreamEndsWithItsCredential(t *testing.T) {
 	e1.startNode() // the next event
 	ends("bob's session after a reload removed him", bobSession)
 	ends("bob's bearer stream after a reload removed him", bobBearer)
-	for {
-		typ, data, err := aliceBearer()
-		if err != nil {
-			t.Fatalf("alice's bearer stream ended: %v", err)
-		}
-		if typ == "node_ready" && strings.Contains(data, `"node_id":"n-e1"`) {
-			break
-		}
-	}
+	awaitEvent(t, "alice's bearer stream", aliceBearer, "node_ready", `"node_id":"n-e1"`)
 }

@@ -24,20 +24,14 @@ func TestManagedEdgeIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	other, _ := identity.NewCA("iop.test", 0)
-	srvPEM, srvKey, _ := ca.Issue(identity.KindEdge, "hub", identity.Options{IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}})
-	srvCert, _ := tls.X509KeyPair(srvPEM, srvKey)
+	srvCert := workloadCert(t, ca, identity.KindEdge, "hub", identity.Options{IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}})
 	h := startHub(t, "", func(c *controlplane.Config) {
 		c.TLS = &tls.Config{Certificates: []tls.Certificate{srvCert}, ClientCAs: ca.Pool()}
 		c.TrustDomain = "iop.test"
 	})
 	backend := startEdge(t, "e1", "", nil)
 	cert := func(from *identity.CA, id string, opt identity.Options) []tls.Certificate {
-		c, k, err := from.Issue(identity.KindEdge, id, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pair, _ := tls.X509KeyPair(c, k)
-		return []tls.Certificate{pair}
+		return []tls.Certificate{workloadCert(t, from, identity.KindEdge, id, opt)}
 	}
 	attempt := func(certs []tls.Certificate) controlplane.ConnectorStatus {
 		return connectOnce(t, backend, controlplane.ConnectorConfig{HubAddr: h.addr, EdgeID: "e1", Token: edgeToken("e1"),
@@ -52,11 +46,7 @@ func TestManagedEdgeIdentity(t *testing.T) {
 		{"another CA", cert(other, "e1", identity.Options{}), false},
 		{"expired", cert(ca, "e1", identity.Options{NotBefore: time.Now().Add(-48 * time.Hour), Validity: time.Hour}), false},
 		{"certificate for another edge", cert(ca, "e2", identity.Options{}), true},
-		{"a node's certificate", func() []tls.Certificate {
-			c, k, _ := ca.Issue(identity.KindNode, "e1", identity.Options{})
-			pair, _ := tls.X509KeyPair(c, k)
-			return []tls.Certificate{pair}
-		}(), true},
+		{"a node's certificate", []tls.Certificate{workloadCert(t, ca, identity.KindNode, "e1", identity.Options{})}, true},
 	} {
 		st := attempt(c.certs)
 		var he *controlplane.HelloError
@@ -87,6 +77,20 @@ func TestTrustDomainChecked(t *testing.T) {
 			t.Errorf("New with trust domain %q: %v, want identity.ErrName", td, err)
 		}
 	}
+}
+
+// workloadCert issues a key and certificate from ca for a workload.
+func workloadCert(t *testing.T, ca *identity.CA, kind identity.Kind, id string, opt identity.Options) tls.Certificate {
+	t.Helper()
+	c, k, err := ca.Issue(kind, id, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair
 }
 
 // connectOnce runs a connector for backend with cfg (fast backoff) until
@@ -133,15 +137,7 @@ func TestCertificateNamedEdges(t *testing.T) {
 		c.AllowUnknownEdges = true
 	})
 	issued := func(kind identity.Kind, id string) tls.Certificate {
-		c, k, err := workloads.Issue(kind, id, identity.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pair, err := tls.X509KeyPair(c, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pair
+		return workloadCert(t, workloads, kind, id, identity.Options{})
 	}
 	for _, c := range []struct {
 		name, edge string
