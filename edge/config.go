@@ -78,7 +78,15 @@ type Config struct {
 	// the request path. Zero means DefaultLongContextTokens (reloadable).
 	LongContextTokens int
 	// AgingStep is how long a queued request takes to climb one priority
-	// class. Zero means pool.DefaultAgingStep.
+	// class, so that a low class is never starved: a request that has
+	// climbed to the highest class any key has is served before every
+	// request that came after it. That must happen while it may still
+	// wait (QueueTimeout, or RequestTimeout when shorter), or a steady
+	// flow of higher-class requests would overtake it until it was
+	// refused; Validate refuses an AgingStep that climbs the keys'
+	// span of priorities too slowly for that. Zero derives a step that
+	// climbs the span in half that wait, and is at most
+	// pool.DefaultAgingStep (reloadable).
 	AgingStep time.Duration
 	// Metrics, when set, receives the Edge's Prometheus metrics and is
 	// served on /metrics. Nil means no metrics.
@@ -427,6 +435,19 @@ func (c *Config) validate() error {
 	if body, queued := cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes), cmp.Or(c.MaxQueuedBytes, DefaultMaxQueuedBytes); queued < body {
 		return fmt.Errorf("MaxQueuedBytes (%d) is below MaxBodyBytes (%d): an accepted body that large could never wait for a slot", queued, body)
 	}
+	if lo, hi := c.prioritySpan(); c.AgingStep > 0 && hi >= 0 {
+		span, wait := time.Duration(c.APIKeys[hi].Priority-c.APIKeys[lo].Priority), c.queueWait()
+		// span*AgingStep >= wait, without the product overflowing.
+		if most := (wait - 1) / span; c.AgingStep > most {
+			if r := most.Truncate(time.Millisecond); r > 0 {
+				most = r
+			}
+			return fmt.Errorf("AgingStep %v: a request of key %q (priority %d) would climb to the priority of key %q (%d) only after %d steps, "+
+				"but may wait at most %v (QueueTimeout, or RequestTimeout when shorter), so every later request of %q could overtake it until it was refused; "+
+				"set AgingStep to at most %v, or to zero to derive one",
+				c.AgingStep, c.APIKeys[lo].Name, c.APIKeys[lo].Priority, c.APIKeys[hi].Name, c.APIKeys[hi].Priority, span, wait, c.APIKeys[hi].Name, most)
+		}
+	}
 	if err := c.NodeWire.Validate(); err != nil {
 		return fmt.Errorf("NodeWire: %w", err)
 	}
@@ -434,6 +455,46 @@ func (c *Config) validate() error {
 		return err
 	}
 	return c.validateLeases()
+}
+
+// queueWait is the longest a request may wait for a slot: QueueTimeout,
+// or RequestTimeout when that is shorter.
+func (c *Config) queueWait() time.Duration {
+	return min(cmp.Or(c.QueueTimeout, DefaultQueueTimeout), cmp.Or(c.RequestTimeout, DefaultRequestTimeout))
+}
+
+// prioritySpan returns the indexes in APIKeys of a key of the lowest
+// priority and one of the highest, the first of each; hi is -1 when all
+// keys have one priority (or there are none).
+func (c *Config) prioritySpan() (lo, hi int) {
+	lo, hi = -1, -1
+	for i, k := range c.APIKeys {
+		if lo < 0 || k.Priority < c.APIKeys[lo].Priority {
+			lo = i
+		}
+		if hi < 0 || k.Priority > c.APIKeys[hi].Priority {
+			hi = i
+		}
+	}
+	if lo < 0 || c.APIKeys[lo].Priority == c.APIKeys[hi].Priority {
+		return lo, -1
+	}
+	return lo, hi
+}
+
+// agingStep is the aging step in effect: AgingStep when set, else one
+// that climbs the keys' span of priorities in half of queueWait, at most
+// pool.DefaultAgingStep.
+func (c *Config) agingStep() time.Duration {
+	if c.AgingStep > 0 {
+		return c.AgingStep
+	}
+	lo, hi := c.prioritySpan()
+	if hi < 0 {
+		return pool.DefaultAgingStep
+	}
+	span := time.Duration(c.APIKeys[hi].Priority - c.APIKeys[lo].Priority)
+	return min(pool.DefaultAgingStep, max(c.queueWait()/(2*span), 1))
 }
 
 // validateLeases checks credentials, the lease signer and managed mode.

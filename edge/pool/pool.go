@@ -144,7 +144,8 @@ var (
 // Pool is the admission state. It is safe for concurrent use.
 type Pool struct {
 	// AgingStep is how long a waiting request takes to climb one class.
-	// Zero means DefaultAgingStep. Set it before use.
+	// Zero means DefaultAgingStep. Set it before use; SetAgingStep
+	// changes it later.
 	AgingStep time.Duration
 
 	mu      sync.Mutex
@@ -362,6 +363,16 @@ func (w *waiter) effective(now time.Time, step time.Duration) int {
 	return w.req.Priority + int(now.Sub(w.arrived)/step)
 }
 
+// SetAgingStep changes AgingStep while the pool is in use. It applies to
+// the requests already waiting too: each has climbed one class per new
+// step it has waited.
+func (p *Pool) SetAgingStep(d time.Duration) {
+	p.mu.Lock()
+	p.AgingStep = d
+	p.mu.Unlock()
+}
+
+// agingStep is AgingStep or its default; p.mu is held.
 func (p *Pool) agingStep() time.Duration {
 	if p.AgingStep <= 0 {
 		return DefaultAgingStep

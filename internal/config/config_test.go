@@ -41,7 +41,7 @@ func TestSamplesLoad(t *testing.T) {
 	}
 	// Every limit the sample sets reaches the Config.
 	if cfg.MaxBodyBytes != 16<<20 || cfg.QueueTimeout != 30*time.Second || cfg.MaxQueued != 1024 || cfg.MaxQueuedBytes != 256<<20 || cfg.RequestTimeout != 10*time.Minute ||
-		cfg.KeepAlive != 15*time.Second || cfg.LongContextTokens != 32768 || cfg.AgingStep != 10*time.Second {
+		cfg.KeepAlive != 15*time.Second || cfg.LongContextTokens != 32768 || cfg.AgingStep != 2*time.Second {
 		t.Fatalf("edge limits: body %d, queue %v, queued %d (%d bytes), request %v, keep-alive %v, long context %d, aging %v",
 			cfg.MaxBodyBytes, cfg.QueueTimeout, cfg.MaxQueued, cfg.MaxQueuedBytes, cfg.RequestTimeout, cfg.KeepAlive, cfg.LongContextTokens, cfg.AgingStep)
 	}
@@ -119,6 +119,8 @@ func TestEdgeStrictness(t *testing.T) {
 		{"one secret under two names", `models: ["*"]`, "APIKeys[1] (b): same secret as APIKeys[0] (a)"},
 		{"queue bytes below a body", "nodes_listen:", "MaxQueuedBytes (1024) is below MaxBodyBytes (2048)"},
 		{"queue bytes below the default body", "nodes_listen:", "MaxQueuedBytes (1048576) is below MaxBodyBytes (16777216)"},
+		{"aging too slow for the queue timeout", `models: ["*"]`, `AgingStep 3s: a request of key "a" (priority 0) would climb to the priority of key "b" (10) only after 10 steps, but may wait at most 30s`},
+		{"aging too slow for the request timeout", `models: ["*"]`, "set AgingStep to at most 999ms"},
 	}
 	replacements := []string{
 		"state_dir: state\nstatedir: oops",
@@ -135,6 +137,8 @@ func TestEdgeStrictness(t *testing.T) {
 		"models: [\"*\"]\n  - name: b\n    key: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}\n    models: [pub]",
 		"limits: {max_body_bytes: 2048, max_queued_bytes: 1024}\nnodes_listen:",
 		"limits: {max_queued_bytes: 1048576}\nnodes_listen:",
+		"models: [\"*\"]\n  - name: b\n    key: {sha256: 0000000000000000000000000000000000000000000000000000000000000003}\n    models: [pub]\n    priority: 10\nlimits: {aging_step: 3s}",
+		"models: [\"*\"]\n  - name: b\n    key: {sha256: 0000000000000000000000000000000000000000000000000000000000000003}\n    models: [pub]\n    priority: 10\nlimits: {aging_step: 2s, request_timeout: 10s}",
 	}
 	t.Setenv("IOP_TEST_SHORT_KEY", "short")
 	for i, tc := range cases {
@@ -202,6 +206,17 @@ func TestEdgeStrictness(t *testing.T) {
 	}
 	if got := cfg.Routes[0].Targets[0].ModelClass; got != "openai-reasoning" {
 		t.Fatalf("model_class not carried: %q", got)
+	}
+	// Two classes ten apart climbed in 29.99 s of a 30 s queue timeout.
+	ok = strings.Replace(minimalEdge, `models: ["*"]`, "models: [\"*\"]\n  - name: b\n    key: {sha256: 0000000000000000000000000000000000000000000000000000000000000003}\n    models: [pub]\n    priority: 10\nlimits: {aging_step: 2999ms}", 1)
+	if ef, err = ParseEdge([]byte(ok), t.TempDir()); err != nil {
+		t.Fatalf("aging_step 2999ms refused: %v", err)
+	}
+	if cfg, err = ef.Config(1); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AgingStep != 2999*time.Millisecond || cfg.APIKeys[1].Priority != 10 {
+		t.Fatalf("aging_step %v, priority %d", cfg.AgingStep, cfg.APIKeys[1].Priority)
 	}
 	if _, err := ParseEdge([]byte(minimalEdge+"---\nextra: doc\n"), t.TempDir()); err == nil {
 		t.Fatal("a second YAML document was accepted")
