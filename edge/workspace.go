@@ -73,11 +73,10 @@ func validAuthority(a workspace.Authority) error {
 	if len(a.Commands) > 0 && !slices.Contains(a.Ops, workspace.OpCommand) {
 		return errors.New("commands without the command operation")
 	}
-	l := a.Limits
-	if l.ReadBytes <= 0 || l.ListEntries <= 0 || l.WriteBytes <= 0 || l.CommandTimeout <= 0 || l.OutputBytes <= 0 {
-		return errors.New("every limit must be set and positive")
-	}
-	return nil
+	// The Node refuses limits above the ceilings; checked here, a grant
+	// no Node would accept is refused at load, and every limit fits its
+	// wire field.
+	return a.Limits.Validate()
 }
 
 func authorityTo(a workspace.Authority) *iopv1.WorkspaceAuthority {

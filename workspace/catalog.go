@@ -37,7 +37,11 @@ type Limits struct {
 // Ceilings no configured limit may exceed.
 var maxLimits = Limits{ReadBytes: 64 << 20, ListEntries: 100_000, WriteBytes: 64 << 20, CommandTimeout: time.Hour, OutputBytes: 16 << 20}
 
-func (l Limits) validate() error {
+// Validate reports a limit that is unset, negative, or above its ceiling
+// (64 MiB for each byte limit but OutputBytes, 16 MiB; 100,000 list
+// entries; an hour for a command). A catalog refuses such an entry, and a
+// Node such an authority, so an Edge checks its grants with it too.
+func (l Limits) Validate() error {
 	switch {
 	case l.ReadBytes <= 0 || l.ListEntries <= 0 || l.WriteBytes <= 0 || l.CommandTimeout <= 0 || l.OutputBytes <= 0:
 		return errors.New("every limit must be set and positive")
@@ -215,7 +219,7 @@ func (e *Entry) validate() error {
 			return fmt.Errorf("unknown operation %q", op)
 		}
 	}
-	if err := e.Limits.validate(); err != nil {
+	if err := e.Limits.Validate(); err != nil {
 		return fmt.Errorf("limits: %w", err)
 	}
 	for _, n := range e.Env {
@@ -315,7 +319,7 @@ func (c *Catalog) Check(ref string, a Authority) error {
 			return fail(CodeDenied, "grant", "", fmt.Errorf("command %q is not allowed for %q", id, ref))
 		}
 	}
-	if err := a.Limits.validate(); err != nil || !a.Limits.within(e.Limits) {
+	if err := a.Limits.Validate(); err != nil || !a.Limits.within(e.Limits) {
 		return fail(CodeDenied, "grant", "", errors.New("limits above the node's"))
 	}
 	return nil

@@ -499,6 +499,11 @@ func TestWorkspaceSections(t *testing.T) {
 		"unknown op":    strings.Replace(doc, "ops: [read,", "ops: [exec,", 1),
 		"missing limit": strings.Replace(doc, "output_bytes: 65536", "", 1),
 		"unknown key":   strings.Replace(doc, "node: n1", "node: n1\n    shell: true", 1),
+		// Above the ceilings every Node refuses (and, for list entries,
+		// beyond the wire's 32 bits: 2^32+1 would have travelled as 1).
+		"list entries above the ceiling": strings.Replace(doc, "list_entries: 1000", "list_entries: 4294967297", 1),
+		"read bytes above the ceiling":   strings.Replace(doc, "read_bytes: 1048576", "read_bytes: 1073741824", 1),
+		"command timeout above an hour":  strings.Replace(doc, "command_timeout: 60s", "command_timeout: 2h", 1),
 	} {
 		if _, err := ParseEdge([]byte(bad), dir); err == nil {
 			t.Errorf("%s: accepted", name)
