@@ -37,10 +37,13 @@ type Record struct {
 
 // ProviderSpec is one provider as the Edge configures it.
 type ProviderSpec struct {
-	ID                  string
-	Adapter             string
-	Category            execution.Category
-	Models              []string
+	ID       string
+	Adapter  string
+	Category execution.Category
+	Models   []string
+	// Capacity is how many requests the provider runs at once, 1 to
+	// MaxCapacity; LongContextCapacity how many of them may be long
+	// context (0: any).
 	Capacity            int
 	LongContextCapacity int
 	// APIs names the client APIs the provider's upstream serves natively
@@ -71,8 +74,8 @@ func (r Record) Validate() error {
 		if err := info.Validate(); err != nil {
 			return fmt.Errorf("nodes: record %q: Providers[%d]: %w", r.ID, i, err)
 		}
-		if p.Capacity == 0 {
-			return fmt.Errorf("nodes: record %q: Providers[%d] (%q): Capacity must be at least 1", r.ID, i, p.ID)
+		if p.Capacity == 0 || p.Capacity > MaxCapacity {
+			return fmt.Errorf("nodes: record %q: Providers[%d] (%q): Capacity %d outside 1..%d", r.ID, i, p.ID, p.Capacity, MaxCapacity)
 		}
 		if p.LongContextCapacity > p.Capacity {
 			return fmt.Errorf("nodes: record %q: Providers[%d] (%q): LongContextCapacity above Capacity", r.ID, i, p.ID)
@@ -84,6 +87,11 @@ func (r Record) Validate() error {
 	}
 	return nil
 }
+
+// MaxCapacity bounds a provider's Capacity: far above any provider's
+// concurrency, and well inside the wire's 32-bit field (a larger value
+// would reach the Node truncated).
+const MaxCapacity = 1 << 20
 
 // maxIDLen bounds node and provider ids.
 const maxIDLen = 128
