@@ -275,7 +275,9 @@ type Route struct {
 type Target struct {
 	ProviderID string
 	Model      string
-	Weight     int
+	// Weight is the target's share of a weighted route's choices, 0 to
+	// pool.MaxWeight (0 counts as 1).
+	Weight int
 	// ModelClass says, for a request translated into Chat Completions or
 	// Responses, how Model takes an output limit and a reasoning effort,
 	// where its name does not tell (an Azure deployment is named by its
@@ -405,8 +407,8 @@ func (c *Config) validate() error {
 				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: unknown provider %q", i, r.Model, j, t.ProviderID)
 			case t.Model == "":
 				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: Model is empty", i, r.Model, j)
-			case t.Weight < 0:
-				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: negative Weight", i, r.Model, j)
+			case t.Weight < 0 || t.Weight > pool.MaxWeight:
+				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: Weight %d outside 0..%d", i, r.Model, j, t.Weight, pool.MaxWeight)
 			case !validModelClass(t.ModelClass):
 				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: ModelClass %q is not %s, %s or %s", i, r.Model, j, t.ModelClass, ModelOpenAIReasoning, ModelOpenAIChat, ModelOther)
 			}

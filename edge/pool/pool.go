@@ -39,6 +39,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -66,7 +67,8 @@ type Candidate struct {
 	// passes the lower of its configuration's and the one the Node has
 	// applied.
 	Capacity int
-	// Weight is the route's weight for this target (weighted routes).
+	// Weight is the route's weight for this target (weighted routes):
+	// below 1 counts as 1, above MaxWeight as MaxWeight.
 	Weight int
 	// LongContextCapacity is how many of Capacity may hold long-context
 	// requests; 0 means no separate limit.
@@ -121,6 +123,9 @@ const (
 	// over providers of any size.
 	LeastLoaded
 )
+
+// MaxWeight is the largest Candidate.Weight that counts as itself.
+const MaxWeight = 1 << 20
 
 // DefaultAgingStep is how long a waiting request takes to climb one
 // priority class.
@@ -637,28 +642,40 @@ func (p *Pool) leastLoadedLocked(cs []Candidate) Candidate {
 	best, bestIn := cs[0], p.slots[cs[0].Key].inFlight
 	for _, c := range cs[1:] {
 		in := p.slots[c.Key].inFlight
-		// in/c.Capacity < bestIn/best.Capacity, without division.
-		if in*best.Capacity < bestIn*c.Capacity {
+		if lessShare(in, c.Capacity, bestIn, best.Capacity) {
 			best, bestIn = c, in
 		}
 	}
 	return best
 }
 
+// lessShare reports whether a/ca < b/cb (a, b >= 0; ca, cb > 0) exactly,
+// without division: a*cb < b*ca, in 128 bits, so no capacity overflows
+// it.
+func lessShare(a, ca, b, cb int) bool {
+	h1, l1 := bits.Mul64(uint64(a), uint64(cb))
+	h2, l2 := bits.Mul64(uint64(b), uint64(ca))
+	return h1 < h2 || h1 == h2 && l1 < l2
+}
+
 func pickWeighted(cs []Candidate) Candidate {
-	total := 0
+	var total uint64 // at most len(cs) * MaxWeight: no overflow
 	for _, c := range cs {
-		total += max(c.Weight, 1)
+		total += weight(c)
 	}
-	n := rand.IntN(total)
+	n := rand.Uint64N(total)
 	for _, c := range cs {
-		n -= max(c.Weight, 1)
-		if n < 0 {
+		w := weight(c)
+		if n < w {
 			return c
 		}
+		n -= w
 	}
 	return cs[len(cs)-1]
 }
+
+// weight is c's Weight within 1..MaxWeight.
+func weight(c Candidate) uint64 { return uint64(min(max(c.Weight, 1), MaxWeight)) }
 
 func (p *Pool) release(l *Lease) {
 	p.released.Add(1)

@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -260,6 +261,62 @@ func TestLeastLoaded(t *testing.T) {
 		if l != nil {
 			l.Release()
 		}
+	}
+	if s := p.Stats(); s.Granted != s.Released {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestChoiceArithmetic: choosing by weight or by load never overflows,
+// whatever the candidates' weights and capacities. A weight sum past the
+// int range made the weighted choice panic with the pool's lock held,
+// and every later Acquire hung; a share compared through an overflowed
+// product chose the fuller provider.
+func TestChoiceArithmetic(t *testing.T) {
+	p := New()
+	huge, small := cand("n", "huge", 1, 8), cand("n", "small", 1, 8)
+	huge.Weight, small.Weight = math.MaxInt, math.MaxInt
+	for range 20 {
+		l, err := p.Acquire(context.Background(), Request{Candidates: fixed(huge, small), Choose: ByWeight, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+	}
+	// A weight above MaxWeight counts as MaxWeight: a MaxWeight-to-1
+	// choice, not one of 2^62 to 1.
+	small.Weight = 1
+	counts := map[string]int{}
+	for range 2000 {
+		l, _ := p.Acquire(context.Background(), Request{Candidates: fixed(huge, small), Choose: ByWeight, Timeout: time.Second})
+		counts[l.ProviderID]++
+		l.Release()
+	}
+	if counts["huge"] < 1990 {
+		t.Fatalf("weighted choice %v", counts)
+	}
+
+	big, four := cand("n", "big", 1, math.MaxInt), cand("n", "four", 1, 4)
+	var held []*Lease
+	for range 2 {
+		l, err := p.Acquire(context.Background(), Request{Candidates: fixed(four), Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	// four holds 2/4, big 0/MaxInt: big.
+	l, err := p.Acquire(context.Background(), Request{Candidates: fixed(big, four), Choose: LeastLoaded, Timeout: time.Second})
+	if err != nil || l.ProviderID != "big" {
+		t.Fatalf("least loaded with four at 2/4 and big empty: %v %v, want big", l, err)
+	}
+	// big holds 1/MaxInt, four 2/4: big again.
+	l2, err := p.Acquire(context.Background(), Request{Candidates: fixed(four, big), Choose: LeastLoaded, Timeout: time.Second})
+	if err != nil || l2.ProviderID != "big" {
+		t.Fatalf("least loaded with four at 2/4 and big at 1/MaxInt: %v %v, want big", l2, err)
+	}
+	for _, l := range append(held, l, l2) {
+		l.Release()
 	}
 	if s := p.Stats(); s.Granted != s.Released {
 		t.Fatalf("stats %+v", s)

@@ -120,6 +120,7 @@ func TestEdgeStrictness(t *testing.T) {
 		{"one secret under two names", `models: ["*"]`, "APIKeys[1] (b): same secret as APIKeys[0] (a)"},
 		{"queue bytes below a body", "nodes_listen:", "MaxQueuedBytes (1024) is below MaxBodyBytes (2048)"},
 		{"queue bytes below the default body", "nodes_listen:", "MaxQueuedBytes (1048576) is below MaxBodyBytes (16777216)"},
+		{"weight beyond the pool's", "provider: p1, model: m}", "Routes[0] (pub).Targets[0]: Weight 9223372036854775807 outside 0..1048576"},
 		{"aging too slow for the queue timeout", `models: ["*"]`, `AgingStep 3s: a request of key "a" (priority 0) would climb to the priority of key "b" (10) only after 10 steps, but may wait at most 30s`},
 		{"aging too slow for the request timeout", `models: ["*"]`, "set AgingStep to at most 999ms"},
 	}
@@ -139,6 +140,7 @@ func TestEdgeStrictness(t *testing.T) {
 		"models: [\"*\"]\n  - name: b\n    key: {sha256: 0000000000000000000000000000000000000000000000000000000000000001}\n    models: [pub]",
 		"limits: {max_body_bytes: 2048, max_queued_bytes: 1024}\nnodes_listen:",
 		"limits: {max_queued_bytes: 1048576}\nnodes_listen:",
+		"provider: p1, model: m, weight: 9223372036854775807}",
 		"models: [\"*\"]\n  - name: b\n    key: {sha256: 0000000000000000000000000000000000000000000000000000000000000003}\n    models: [pub]\n    priority: 10\nlimits: {aging_step: 3s}",
 		"models: [\"*\"]\n  - name: b\n    key: {sha256: 0000000000000000000000000000000000000000000000000000000000000003}\n    models: [pub]\n    priority: 10\nlimits: {aging_step: 2s, request_timeout: 10s}",
 	}
