@@ -39,6 +39,8 @@ type ConnectorConfig struct {
 	Wire *wire.Config
 	// Backoff is the reconnect policy. Zero means gRPC's (1 s, x1.6,
 	// jitter 0.2, max 120 s); it resets after an accepted hello.
+	// NewConnector refuses a negative duration, a Multiplier below 1 or
+	// not finite, a Jitter outside [0, 1) and a Max above a day.
 	Backoff backoff.Config
 	// HelloTimeout bounds dial and hello. Zero means 15 s.
 	HelloTimeout time.Duration
@@ -85,6 +87,9 @@ func NewConnector(cfg ConnectorConfig, b Backend) (*Connector, error) {
 	}
 	if err := cfg.Wire.Validate(); err != nil {
 		return nil, fmt.Errorf("controlplane: connector: Wire: %w", err)
+	}
+	if err := cfg.Backoff.Validate(); err != nil {
+		return nil, fmt.Errorf("controlplane: connector: Backoff: %w", err)
 	}
 	log := cfg.Logger
 	if log == nil {

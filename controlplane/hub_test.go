@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/iop-dev/iop/controlplane"
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/internal/backoff"
 	"github.com/iop-dev/iop/internal/testproxy"
 	"github.com/iop-dev/iop/node"
 	"github.com/iop-dev/iop/wire"
@@ -492,6 +494,9 @@ func TestHelloRules(t *testing.T) {
 	rejected("duplicate of a live edge", hello("e1", edgeToken("e1")), "DUPLICATE")
 	if _, err := controlplane.NewConnector(controlplane.ConnectorConfig{HubAddr: h.addr, EdgeID: ""}, e1.srv); err == nil {
 		t.Fatal("a connector with an empty edge id")
+	}
+	if _, err := controlplane.NewConnector(controlplane.ConnectorConfig{HubAddr: h.addr, EdgeID: "e2", Backoff: backoff.Config{Multiplier: math.NaN()}}, e1.srv); err == nil || !strings.Contains(err.Error(), "Multiplier") {
+		t.Fatalf("a connector whose backoff multiplier is NaN: %v", err)
 	}
 	// A hand-written hello with an empty id, as another implementation
 	// might send it.

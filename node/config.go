@@ -11,6 +11,7 @@ import (
 	"github.com/iop-dev/iop/credentiallease"
 	"github.com/iop-dev/iop/edge/identity"
 	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/internal/backoff"
 	"github.com/iop-dev/iop/wire"
 	"github.com/iop-dev/iop/workspace"
 )
@@ -42,7 +43,9 @@ type Config struct {
 	// Wire tunes the session. Nil means wire defaults.
 	Wire *wire.Config
 	// Backoff is the reconnect policy. Zero fields mean gRPC's defaults
-	// (1 s, x1.6, jitter 0.2, at most 120 s).
+	// (1 s, x1.6, jitter 0.2, at most 120 s); Validate refuses a negative
+	// duration, a Multiplier below 1 or not finite, a Jitter outside
+	// [0, 1) and a Max above a day.
 	Backoff Backoff
 	// HealthInterval is how often providers that implement
 	// execution.HealthChecker are checked. Zero means 15 s. A provider
@@ -140,6 +143,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Leases != nil && c.Leases.NodeID() != c.NodeID {
 		errs = append(errs, fmt.Errorf("Leases opens leases for node %q, not %q", c.Leases.NodeID(), c.NodeID))
+	}
+	if err := backoff.Config(c.Backoff).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("Backoff: %w", err))
 	}
 	if c.HealthInterval < 0 || c.UnhealthyInterval < 0 || c.RegisterTimeout < 0 {
 		errs = append(errs, errors.New("HealthInterval, UnhealthyInterval and RegisterTimeout must not be negative"))

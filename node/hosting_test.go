@@ -3,7 +3,9 @@ package node
 import (
 	"crypto/tls"
 	"errors"
+	"math"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
@@ -109,6 +111,8 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Providers = append(c.Providers, Hosted{Provider: p}) },
 		func(c *Config) { c.Providers = []Hosted{{}} },
 		func(c *Config) { c.HealthInterval = -1 },
+		func(c *Config) { c.Backoff.Jitter = math.NaN() },
+		func(c *Config) { c.Backoff.Max = 48 * time.Hour },
 		func(c *Config) { c.EdgeIdentity = &EdgeIdentity{TrustDomain: "iop.test", EdgeID: "e1"} }, // no TLS
 		func(c *Config) {
 			c.TLS, c.EdgeIdentity = &tls.Config{}, &EdgeIdentity{TrustDomain: "IOP.test", EdgeID: "e1"}

@@ -3,6 +3,9 @@
 package backoff
 
 import (
+	"errors"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -13,6 +16,8 @@ const (
 	DefaultMultiplier = 1.6
 	DefaultJitter     = 0.2
 	DefaultMax        = 120 * time.Second
+	// MaxMax bounds Max: a day between attempts is already no retry.
+	MaxMax = 24 * time.Hour
 )
 
 // Config is a backoff policy. Zero fields take the defaults above.
@@ -30,21 +35,41 @@ type Backoff struct {
 	rand    func() float64
 }
 
-// New returns a Backoff for cfg.
+// Validate reports a field the delays cannot be computed from: a negative
+// duration, a Multiplier below 1 or not finite, a Jitter outside [0, 1)
+// (NaN included), or a Max above MaxMax. A Base above Max is allowed:
+// every delay is then Max.
+func (c Config) Validate() error {
+	switch {
+	case c.Base < 0 || c.Max < 0:
+		return errors.New("backoff: Base and Max must not be negative")
+	case c.Multiplier != 0 && !(c.Multiplier >= 1 && !math.IsInf(c.Multiplier, 1)):
+		return fmt.Errorf("backoff: Multiplier %v is not a finite number of at least 1", c.Multiplier)
+	case !(c.Jitter >= 0 && c.Jitter < 1):
+		return fmt.Errorf("backoff: Jitter %v is outside [0, 1)", c.Jitter)
+	case c.Max > MaxMax:
+		return fmt.Errorf("backoff: Max %v is above %v", c.Max, MaxMax)
+	}
+	return nil
+}
+
+// New returns a Backoff for cfg. A field Validate refuses takes its
+// default (a Max above MaxMax is MaxMax), so every delay is positive and
+// at most Max plus its jitter.
 func New(cfg Config) *Backoff {
+	if cfg.Max <= 0 {
+		cfg.Max = DefaultMax
+	}
+	cfg.Max = min(cfg.Max, MaxMax)
 	if cfg.Base <= 0 {
 		cfg.Base = DefaultBase
 	}
-	if cfg.Multiplier < 1 {
+	cfg.Base = min(cfg.Base, cfg.Max)
+	if !(cfg.Multiplier >= 1) || math.IsInf(cfg.Multiplier, 1) {
 		cfg.Multiplier = DefaultMultiplier
 	}
-	if cfg.Jitter < 0 || cfg.Jitter >= 1 {
+	if !(cfg.Jitter > 0 && cfg.Jitter < 1) {
 		cfg.Jitter = DefaultJitter
-	} else if cfg.Jitter == 0 {
-		cfg.Jitter = DefaultJitter
-	}
-	if cfg.Max <= 0 {
-		cfg.Max = DefaultMax
 	}
 	return &Backoff{cfg: cfg, rand: rand.Float64}
 }

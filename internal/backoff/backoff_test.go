@@ -1,6 +1,7 @@
 package backoff
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -57,6 +58,39 @@ func TestSoon(t *testing.T) {
 		b.rand = func() float64 { return r }
 		if d := b.Soon(time.Second); d < 800*time.Millisecond || d > 1200*time.Millisecond {
 			t.Errorf("rand=%v: Soon(1s) = %v outside 1s +-20%%", r, d)
+		}
+	}
+}
+
+// TestValidate: a policy the delays cannot be computed from is refused,
+// and New, given one anyway, still yields delays within its bounds: a NaN
+// multiplier or jitter, or a Max whose jittered value passes the Duration
+// range, came out as a negative delay (a reconnect loop without pause).
+func TestValidate(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	for _, c := range []Config{
+		{}, {Base: time.Millisecond, Multiplier: 1, Jitter: 0.5, Max: time.Second}, {Multiplier: 2}, {Max: MaxMax}, {Base: time.Hour},
+	} {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%+v refused: %v", c, err)
+		}
+	}
+	bad := []Config{
+		{Base: -1}, {Max: -1}, {Multiplier: 0.5}, {Multiplier: nan}, {Multiplier: inf}, {Multiplier: -1},
+		{Jitter: -0.1}, {Jitter: 1}, {Jitter: nan}, {Max: MaxMax + 1}, {Base: -1 << 62},
+	}
+	for _, c := range bad {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+		b := New(c)
+		for i := range 40 {
+			if d := b.Next(); d <= 0 || d > 2*MaxMax {
+				t.Fatalf("%+v: delay %d = %v", c, i, d)
+			}
+			if d := b.Soon(time.Duration(math.MaxInt64)); d <= 0 || d > 2*MaxMax {
+				t.Fatalf("%+v: soon = %v", c, d)
+			}
 		}
 	}
 }
