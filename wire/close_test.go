@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"io"
+	"math"
 	"net"
 	"testing"
 	"time"
@@ -172,6 +173,8 @@ func TestConfigValidate(t *testing.T) {
 		{StreamWindow: 100},
 		{StreamWindow: maxStreamWindow + 1},
 		{MaxStreams: -1},
+		{MaxStreams: maxMaxStreams + 1}, // every peer would refuse the preface
+		{MaxStreams: math.MaxInt},       // would announce a truncated count
 		{AcceptBacklog: -1},
 		{WriteTimeout: -time.Second},
 		{TestHeartbeat: &HeartbeatProfile{}},

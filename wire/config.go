@@ -34,6 +34,9 @@ const (
 
 	minStreamWindow = 2 * (maxChunk + headerSize)
 	maxStreamWindow = 1 << 30
+	// maxMaxStreams bounds MaxStreams: a preface announcing more is
+	// refused by the peer.
+	maxMaxStreams = 1 << 20
 )
 
 // HeartbeatProfile is a heartbeat interval and response wait. Only tests set
@@ -55,7 +58,8 @@ type Config struct {
 	// queued on one stream. Zero means DefaultStreamWindow.
 	StreamWindow int
 	// MaxStreams is how many concurrent streams the peer may open; more are
-	// reset with ResetRefused. Zero means DefaultMaxStreams.
+	// reset with ResetRefused. Zero means DefaultMaxStreams; at most 2^20,
+	// the most a peer accepts.
 	MaxStreams int
 	// AcceptBacklog is how many opened streams may wait for AcceptStream;
 	// more are reset with ResetRefused. Zero means MaxStreams: every stream
@@ -104,8 +108,8 @@ func (c *Config) Validate() error {
 	if c.StreamWindow != 0 && (c.StreamWindow < minStreamWindow || c.StreamWindow > maxStreamWindow) {
 		errs = append(errs, fmt.Errorf("StreamWindow %d outside [%d, %d]", c.StreamWindow, minStreamWindow, maxStreamWindow))
 	}
-	if c.MaxStreams < 0 {
-		errs = append(errs, fmt.Errorf("MaxStreams %d is negative", c.MaxStreams))
+	if c.MaxStreams < 0 || c.MaxStreams > maxMaxStreams {
+		errs = append(errs, fmt.Errorf("MaxStreams %d outside [0, %d]", c.MaxStreams, maxMaxStreams))
 	}
 	if c.AcceptBacklog < 0 {
 		errs = append(errs, fmt.Errorf("AcceptBacklog %d is negative", c.AcceptBacklog))

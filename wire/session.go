@@ -266,7 +266,7 @@ func (s *Session) readPreface() (*iopv1.Preface, error) {
 	if w := p.GetStreamWindow(); w < minStreamWindow || w > maxStreamWindow {
 		return nil, &CloseError{Reason: ReasonProtocolError, Detail: fmt.Sprintf("peer stream window %d out of range", w)}
 	}
-	if n := p.GetMaxStreams(); n == 0 || n > 1<<20 {
+	if n := p.GetMaxStreams(); n == 0 || n > maxMaxStreams {
 		return nil, &CloseError{Reason: ReasonProtocolError, Detail: fmt.Sprintf("peer max streams %d out of range", n)}
 	}
 	return p, nil
