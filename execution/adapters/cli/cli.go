@@ -1,7 +1,9 @@
 // Package cli is the adapter for command-line tools: each run executes an
 // operator-defined, exact argv template from node.yaml, without a shell.
 // The prompt goes in through stdin, or as the single argv element that
-// equals the declared placeholder; stdout streams back as output deltas.
+// equals the declared placeholder (a prompt that would read as an option
+// is refused unless "--" comes before it); stdout streams back as output
+// deltas.
 // The command runs in its own process group, which is killed whole on
 // cancel, deadline, or after the command exits. CLI providers serve
 // normalized runs only (no raw tunnel).
@@ -31,7 +33,11 @@ type Config struct {
 	Argv []string
 	// Placeholder, when set, is an argv element replaced by the prompt
 	// (exactly one element must equal it, whole). Empty means the prompt
-	// goes to stdin.
+	// goes to stdin. A prompt that begins with "-" would be read as an
+	// option of the command (a client's "--output=/etc/x"), so such a run
+	// is refused as an invalid request, unless an element "--" comes
+	// before the placeholder: most tools take every argument after it as
+	// an operand.
 	Placeholder string
 	// Env names environment variables passed through from the Node's own
 	// environment. Nothing else is inherited except a fixed PATH.
@@ -49,6 +55,9 @@ type Config struct {
 type Adapter struct {
 	info execution.Info
 	cfg  Config
+	// operand says that Argv ends the options ("--") before the
+	// placeholder, so a prompt beginning with "-" cannot be one.
+	operand bool
 }
 
 var (
@@ -70,9 +79,13 @@ func New(cfg Config) (*Adapter, error) {
 			return nil, fmt.Errorf("cli: provider %q: Argv[%d] contains NUL", cfg.ID, i)
 		}
 	}
+	operand := false
 	if cfg.Placeholder != "" {
 		n := 0
 		for _, a := range cfg.Argv[1:] {
+			if a == "--" && n == 0 {
+				operand = true
+			}
 			if a == cfg.Placeholder {
 				n++
 			} else if strings.Contains(a, cfg.Placeholder) {
@@ -92,7 +105,7 @@ func New(cfg Config) (*Adapter, error) {
 		cfg.MaxOutput = 16 << 20
 	}
 	cfg.Argv = append([]string(nil), cfg.Argv...)
-	return &Adapter{info: info, cfg: cfg}, nil
+	return &Adapter{info: info, cfg: cfg, operand: operand}, nil
 }
 
 // Info implements execution.Provider.

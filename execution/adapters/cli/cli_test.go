@@ -61,6 +61,28 @@ func TestStdinAndPlaceholder(t *testing.T) {
 	if err != nil || out != "a b; c" {
 		t.Fatalf("placeholder: %q %v", out, err)
 	}
+	// A prompt that begins with "-" is refused where it would be an
+	// option (echo took "-E" as one and printed nothing), and taken as an
+	// operand after "--".
+	out, err = run(t, echo, context.Background(), "-E")
+	var fail *execution.Failure
+	if !errors.As(err, &fail) || fail.Class != execution.FailureInvalidRequest || out != "" {
+		t.Fatalf("a prompt that is an option: %q %v, want an invalid request", out, err)
+	}
+	base, err := cli.New(cli.Config{ID: "basename", Argv: []string{lookPath(t, "basename"), "--", "{prompt}"}, Placeholder: "{prompt}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err = run(t, base, context.Background(), "--output=x"); err != nil || out != "--output=x\n" {
+		t.Fatalf("a prompt after --: %q %v", out, err)
+	}
+	late, err := cli.New(cli.Config{ID: "late", Argv: []string{lookPath(t, "basename"), "{prompt}", "--"}, Placeholder: "{prompt}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = run(t, late, context.Background(), "-x"); !errors.As(err, &fail) || fail.Class != execution.FailureInvalidRequest {
+		t.Fatalf("a \"--\" after the placeholder ends nothing: %v", err)
+	}
 }
 
 func TestEnvironmentIsAllowListed(t *testing.T) {

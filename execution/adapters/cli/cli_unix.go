@@ -18,6 +18,10 @@ import (
 // Run implements execution.Provider.
 func (a *Adapter) Run(ctx context.Context, req *execution.RunRequest, w execution.EventWriter) (execution.Result, error) {
 	prompt := Prompt(req.Input)
+	if a.cfg.Placeholder != "" && !a.operand && strings.HasPrefix(prompt, "-") {
+		return execution.Result{}, execution.Failf(execution.FailureInvalidRequest,
+			"the prompt begins with \"-\" and would be read as an option of the command (its template puts no \"--\" before the prompt)")
+	}
 	argv := append([]string(nil), a.cfg.Argv...)
 	if a.cfg.Placeholder != "" {
 		for i := 1; i < len(argv); i++ {
