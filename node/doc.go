@@ -20,7 +20,9 @@
 // upstream refused the connection, say) at once, so that the Edge stops
 // sending it work after one failed request rather than at the next round.
 // The check decides, not the failure: an upstream that answers it stays
-// healthy.
+// healthy. A panic in a provider's code (a run, a tunnel, a health check,
+// a command) fails that one call, as an internal failure or an unhealthy
+// check, and is logged with its stack; the Node and its other calls go on.
 //
 // When a connection ends, every run it owns is cancelled, and the runtime
 // reconnects with gRPC's backoff (1 s, x1.6, jitter 0.2, at most 120 s),

@@ -76,7 +76,11 @@ func (s *session) run(st *wire.Stream, m *iopv1.RunRequest) {
 	})
 
 	out.write(execution.Event{Kind: execution.EventStarted, Model: req.Target})
-	res, err := h.p.Run(ctx, req, out)
+	var res execution.Result
+	err = s.rt.contain("run", req.ProviderID, func() (err error) {
+		res, err = h.p.Run(ctx, req, out)
+		return err
+	})
 	s.releaseRun(req, true)
 	if err == nil && out.err == nil {
 		out.terminal(execution.Event{Kind: execution.EventCompleted, StopReason: stopReason(res.StopReason)})
@@ -275,7 +279,11 @@ func (s *session) providerCommand(id, adapter, argument string) ([]byte, string)
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
-	b, err := cmd.Command(ctx, name, sel)
+	var b []byte
+	err := s.rt.contain("command", id, func() (err error) {
+		b, err = cmd.Command(ctx, name, sel)
+		return err
+	})
 	if err != nil {
 		return nil, failureNote(err)
 	}

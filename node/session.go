@@ -281,7 +281,7 @@ func (s *session) checkHealth(ctx context.Context, plan *hostingPlan, only map[s
 		}
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, min(s.rt.healthInterval(), 5*time.Second))
-			err := hc.CheckHealth(cctx)
+			err := s.rt.contain("health check", id, func() error { return hc.CheckHealth(cctx) })
 			cancel()
 			mu.Lock()
 			results[id] = err == nil

@@ -109,7 +109,7 @@ func (s *session) tunnel(st *wire.Stream, m *iopv1.ProviderTunnelRequest) {
 			req.Body = bytes.NewReader(body)
 		}
 	}
-	err = tn.Tunnel(ctx, req, out)
+	err = s.rt.contain("tunnel", m.GetProviderId(), func() error { return tn.Tunnel(ctx, req, out) })
 	release()
 	if err == nil {
 		out.finish(&iopv1.ProviderTunnelEnd{Ok: true})
