@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -312,9 +313,6 @@ func (h *Hub) recentEvents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"events": h.RecentEvents()})
 }
 
-// keepAliveEvery is how often a silent SSE stream gets a comment.
-const keepAliveEvery = 15 * time.Second
-
 // sseStart begins an event stream, or answers 500 when the server's
 // writer cannot flush. It flushes through http.ResponseController, so a
 // middleware's writer that offers Flush only by Unwrap still streams.
@@ -359,9 +357,7 @@ func sseEvent(w http.ResponseWriter, f *http.ResponseController, typ string, v a
 }
 
 // streamEvents streams the Hub's events for as long as the client stays
-// and its credential still signs it in: a stream whose session ends
-// (sign-out, expiry) or whose operator a reload removes or gives another
-// token ends at once, and so does one whose certificate expires.
+// and its credential still signs it in (serveStream).
 func (h *Hub) streamEvents(w http.ResponseWriter, r *http.Request) {
 	sub := h.Subscribe()
 	defer sub.Close()
@@ -369,9 +365,38 @@ func (h *Hub) streamEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	h.serveStream(w, f, r, func(ctx context.Context) (func() error, error) {
+		ev, err := sub.Next(ctx)
+		switch {
+		case errors.Is(err, ErrResync):
+			return func() error {
+				return sseEvent(w, f, "resync", map[string]string{"note": "events were dropped; re-read /api/edges"})
+			}, nil
+		case err != nil:
+			return nil, err
+		}
+		return func() error { return sseEvent(w, f, string(ev.Kind), ev) }, nil
+	})
+}
+
+// errStreamEnd is what a stream's send returns after its last event.
+var errStreamEnd = errors.New("controlplane: stream ended")
+
+// serveStream runs an operator's event stream (the Hub's events, a
+// command's phases) for as long as the client stays and its credential
+// still signs it in: a stream whose session ends (sign-out, expiry), whose
+// operator a reload removes or gives another token, or whose certificate
+// expires ends at once, before anything else is written. next waits for
+// the stream's next item and returns how to send it; it returns ctx's
+// error when ctx ends first, and any other error to end the stream. ctx
+// ends at the next keep-alive (a comment that keeps proxies from cutting
+// a silent stream), at the certificate's end, and at any change to the
+// operators. send's error ends the stream (errStreamEnd after a last
+// event).
+func (h *Hub) serveStream(w io.Writer, f *http.ResponseController, r *http.Request, next func(ctx context.Context) (send func() error, err error)) {
 	p := principalOf(r)
 	for {
-		wait := keepAliveEvery
+		wait := cmp.Or(h.cfg.KeepAlive, DefaultKeepAlive)
 		if !p.certEnd.IsZero() {
 			wait = min(wait, time.Until(p.certEnd)) // wake when it expires
 		}
@@ -385,26 +410,25 @@ func (h *Hub) streamEvents(w http.ResponseWriter, r *http.Request) {
 			cancel()
 			return
 		}
-		ev, err := sub.Next(ctx)
+		send, err := next(ctx)
 		stop()
 		woken := errors.Is(ctx.Err(), context.Canceled) && r.Context().Err() == nil
+		timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) && r.Context().Err() == nil
 		cancel()
 		if woken && !h.ops.valid(p) {
-			return // not even an event that came with the change
+			return // not even an item that came with the change
 		}
 		switch {
-		case errors.Is(err, ErrResync):
-			err = sseEvent(w, f, "resync", map[string]string{"note": "events were dropped; re-read /api/edges"})
 		case err != nil && woken:
 			continue // the operators changed, not this credential
-		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+		case err != nil && timedOut:
 			if _, err = io.WriteString(w, ": keep-alive\n\n"); err == nil {
 				err = f.Flush()
 			}
 		case err != nil:
 			return
 		default:
-			err = sseEvent(w, f, string(ev.Kind), ev)
+			err = send()
 		}
 		if err != nil {
 			return
@@ -468,19 +492,24 @@ func (h *Hub) postCommand(w http.ResponseWriter, r *http.Request) {
 		if sseEvent(w, f, "accepted", map[string]any{"command_id": run.ID, "accepted": true}) != nil {
 			return
 		}
-		for {
-			ev, err := run.Next(r.Context())
-			if err == io.EOF {
-				return
+		// The phases follow as a stream of their own: kept alive through a
+		// long silent drain, and ended with the operator's credential (as
+		// when the client leaves, the Edge stops following the command and
+		// keeps what it changed: a drained node stays draining).
+		h.serveStream(w, f, r, func(ctx context.Context) (func() error, error) {
+			ev, err := run.Next(ctx)
+			switch {
+			case err == io.EOF || err != nil && ctx.Err() != nil:
+				return nil, err
+			case err != nil:
+				return func() error {
+					sseEvent(w, f, "error", map[string]string{"message": "the edge's answer broke off"})
+					return errStreamEnd
+				}, nil
 			}
-			if err != nil {
-				sseEvent(w, f, "error", map[string]string{"message": "the edge's answer broke off"})
-				return
-			}
-			if sseEvent(w, f, "phase", phaseJSON(ev)) != nil {
-				return
-			}
-		}
+			return func() error { return sseEvent(w, f, "phase", phaseJSON(ev)) }, nil
+		})
+		return
 	}
 	events, err := run.Wait(r.Context())
 	out := map[string]any{"command_id": run.ID, "accepted": true}

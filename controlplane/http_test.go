@@ -12,12 +12,14 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/iop-dev/iop/controlplane"
 	"github.com/iop-dev/iop/edge/identity"
+	"github.com/iop-dev/iop/execution/upstreamtest"
 	"github.com/iop-dev/iop/internal/testpki"
 	"github.com/iop-dev/iop/wire"
 )
@@ -765,4 +767,109 @@ func TestEventStreamEndsWithItsCredential(t *testing.T) {
 	ends("bob's session after a reload removed him", bobSession)
 	ends("bob's bearer stream after a reload removed him", bobBearer)
 	awaitEvent(t, "alice's bearer stream", aliceBearer, "node_ready", `"node_id":"n-e1"`)
+}
+
+// TestCommandStream: a command's phases streamed to an operator are kept
+// alive while the command is silent (a drain waiting on a held request
+// reports nothing new), and the stream ends, before its terminal phase,
+// when a reload removes the operator; the node stays draining.
+// Before, the stream wrote nothing between phases, which a proxy's idle
+// timeout cut, and outlived the operator's removal.
+func TestCommandStream(t *testing.T) {
+	const bobToken = "bob-token-0123456789abcdef0123456789"
+	alice := controlplane.Operator{Name: "alice", TokenHash: controlplane.HashToken(operatorToken)}
+	bob := controlplane.Operator{Name: "bob", TokenHash: controlplane.HashToken(bobToken)}
+	var cfg controlplane.Config
+	h := startHub(t, "", func(c *controlplane.Config) {
+		c.Operators = []controlplane.Operator{alice, bob}
+		c.KeepAlive = 100 * time.Millisecond
+		cfg = *c
+	})
+	release := make(chan struct{})
+	defer close(release)
+	e1 := startEdge(t, "e1", h.addr, func(r *upstreamtest.Request) upstreamtest.Script {
+		if strings.Contains(r.Prompt, "hold") {
+			<-release
+		}
+		return upstreamtest.Echo(r)
+	})
+	e1.startNode()
+	waitFor(t, "n-e1 online", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return onlineWithCapacity(n) })
+	held := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", e1.url+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hold"}]}`))
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			held <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		held <- resp.StatusCode
+	}()
+	waitFor(t, "the held request at the upstream", func() bool {
+		return slices.ContainsFunc(e1.upstream.Requests(), func(q *upstreamtest.Request) bool { return q.Prompt == "hold" })
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", h.url+"/api/edges/e1/commands", strings.NewReader(`{"operation":"node.drain","node_id":"n-e1"}`))
+	req.Header.Set("Authorization", "Bearer "+bobToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("drain: %d", resp.StatusCode)
+	}
+	// line reads the stream a line at a time, comments included.
+	br := bufio.NewReader(resp.Body)
+	line := func() (string, error) {
+		l, err := br.ReadString('\n')
+		return strings.TrimRight(l, "\r\n"), err
+	}
+	var phases []string
+	for keepAlives := 0; keepAlives < 3; {
+		l, err := line()
+		if err != nil {
+			t.Fatalf("after phases %v and %d keep-alives: %v", phases, keepAlives, err)
+		}
+		switch {
+		case l == ": keep-alive":
+			keepAlives++
+		case strings.HasPrefix(l, "data: "):
+			phases = append(phases, l)
+		}
+	}
+	if !slices.ContainsFunc(phases, func(p string) bool { return strings.Contains(p, `"in_flight":1`) }) {
+		t.Fatalf("phases before the keep-alives: %v, want the drain's progress with the held request", phases)
+	}
+
+	cfg.Operators = []controlplane.Operator{alice}
+	if err := h.hub.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		l, err := line()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("bob's command stream after a reload removed him: %v", err)
+		}
+		if strings.HasPrefix(l, "data: ") {
+			t.Fatalf("bob's command stream after a reload removed him: %q", l)
+		}
+	}
+	if n, _ := nodeView(h.hub, "e1", "n-e1"); !n.Draining {
+		t.Fatal("the node left draining with the command's stream")
+	}
+	release <- struct{}{}
+	if code := <-held; code != 200 {
+		t.Fatalf("the held request: %d", code)
+	}
 }

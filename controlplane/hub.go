@@ -32,6 +32,7 @@ const (
 	DefaultMaxPending     = 256
 	DefaultEventBuffer    = 256
 	DefaultRecentEvents   = 200
+	DefaultKeepAlive      = 15 * time.Second
 )
 
 // EdgeRecord is an Edge the Hub enrolls.
@@ -110,6 +111,10 @@ type Config struct {
 	// RecentEvents is how many events RecentEvents keeps. Zero means
 	// DefaultRecentEvents.
 	RecentEvents int
+	// KeepAlive is how often a silent operator stream (the events, a
+	// command's phases) gets an SSE comment, so that proxies keep it
+	// open. Zero means DefaultKeepAlive.
+	KeepAlive time.Duration
 	// Logger receives Hub events (ids and reasons, never tokens). Nil
 	// means silent.
 	Logger hclog.Logger
@@ -158,7 +163,7 @@ func (c *Config) Validate() error {
 		}
 		hashes[o.TokenHash] = i
 	}
-	if c.StatusInterval < 0 || c.StatusTimeout < 0 || c.CommandTimeout < 0 || c.ProbeTimeout < 0 || c.HelloTimeout < 0 || c.MaxPending < 0 || c.EventBuffer < 0 || c.RecentEvents < 0 {
+	if c.StatusInterval < 0 || c.StatusTimeout < 0 || c.CommandTimeout < 0 || c.ProbeTimeout < 0 || c.HelloTimeout < 0 || c.MaxPending < 0 || c.EventBuffer < 0 || c.RecentEvents < 0 || c.KeepAlive < 0 {
 		return errors.New("controlplane: config: negative interval, timeout or size")
 	}
 	return c.Wire.Validate()
@@ -619,8 +624,8 @@ func (c *edgeConn) askStatus() {
 // one; an operator removed, or whose token changed, loses every session it
 // had. Who may connect is fixed at New: a cfg that changes TrustDomain,
 // AllowUnknownEdges or OperatorMTLS, or turns TLS on or off, is refused
-// (ErrFixedAtNew) rather than half applied. The limits, Wire and Logger
-// are fixed at New too and taken as they were. An invalid or refused cfg
+// (ErrFixedAtNew) rather than half applied. The limits, KeepAlive, Wire
+// and Logger are fixed at New too and taken as they were. An invalid or refused cfg
 // changes nothing.
 func (h *Hub) Reload(cfg Config) error {
 	if err := cfg.Validate(); err != nil {

@@ -291,7 +291,7 @@ func TestHubFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(cfg.Edges) != 2 || cfg.Edges[0].ID != "edge-a" || cfg.Edges[0].TokenHash == ([32]byte{}) ||
-		len(cfg.Operators) != 1 || cfg.CommandTimeout.Minutes() != 5 {
+		len(cfg.Operators) != 1 || cfg.CommandTimeout.Minutes() != 5 || cfg.KeepAlive != 15*time.Second {
 		t.Fatalf("hub config %+v", cfg)
 	}
 	if _, err := ParseHub([]byte(minimalHub), t.TempDir()); err != nil {
@@ -306,6 +306,7 @@ func TestHubFile(t *testing.T) {
 		"unknown edges need mtls": {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\nallow_unknown_edges: true", "AllowUnknownEdges"},
 		"operator mtls needs ca":  {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\noperator_mtls: true", "client_ca_file"},
 		"negative limit":          {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\nlimits: {command_timeout: -1s}", "negative"},
+		"negative keep-alive":     {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\nlimits: {keep_alive: -1s}", "limits.keep_alive is negative"},
 		"unset operator token":    {"IOP_OPERATOR_TOKEN}}", "IOP_UNSET_FOR_TEST}}", "unset"},
 		"edge tls without key":    {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\nedge_tls: {cert_file: hub.crt}", "key_file"},
 		"managed without mtls":    {"edges_listen: 127.0.0.1:0", "edges_listen: 127.0.0.1:0\ntrust_domain: iop.test", "TrustDomain"},

@@ -44,6 +44,7 @@ type HubFile struct {
 		ProbeTimeout   time.Duration `yaml:"probe_timeout"`
 		HelloTimeout   time.Duration `yaml:"hello_timeout"`
 		MaxPending     int           `yaml:"max_pending"`
+		KeepAlive      time.Duration `yaml:"keep_alive"`
 	} `yaml:"limits"`
 
 	dir string
@@ -87,7 +88,7 @@ func ParseHub(b []byte, dir string) (*HubFile, error) {
 	}{
 		{"limits.status_interval", f.Limits.StatusInterval}, {"limits.status_timeout", f.Limits.StatusTimeout},
 		{"limits.command_timeout", f.Limits.CommandTimeout}, {"limits.probe_timeout", f.Limits.ProbeTimeout},
-		{"limits.hello_timeout", f.Limits.HelloTimeout},
+		{"limits.hello_timeout", f.Limits.HelloTimeout}, {"limits.keep_alive", f.Limits.KeepAlive},
 	} {
 		if d.v < 0 {
 			return nil, fmt.Errorf("%s is negative", d.name)
@@ -114,6 +115,7 @@ func (f *HubFile) Config() (controlplane.Config, error) {
 		ProbeTimeout:      f.Limits.ProbeTimeout,
 		HelloTimeout:      f.Limits.HelloTimeout,
 		MaxPending:        f.Limits.MaxPending,
+		KeepAlive:         f.Limits.KeepAlive,
 	}
 	if f.EdgeTLS != nil {
 		tc, err := f.EdgeTLS.server(f.dir)
