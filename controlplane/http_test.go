@@ -428,15 +428,7 @@ func TestOperatorStreams(t *testing.T) {
 	e1.startNode()
 	awaitEvent(t, "the events stream", events, "node_ready", `"node_id":"n-e1"`)
 
-	req, _ = http.NewRequestWithContext(ctx, "POST", h.url+"/api/edges/e1/commands", strings.NewReader(`{"operation":"node.capabilities","node_id":"n-e1"}`))
-	req.Header.Set("Authorization", "Bearer "+operatorToken)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	cresp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cresp.Body.Close()
+	cresp := commandStream(t, ctx, h.url, operatorToken, `{"operation":"node.capabilities","node_id":"n-e1"}`)
 	next := sseReader(cresp.Body)
 	var seen []string
 	var result string
@@ -795,34 +787,11 @@ func TestCommandStream(t *testing.T) {
 	})
 	e1.startNode()
 	waitFor(t, "n-e1 online", func() bool { n, _ := nodeView(h.hub, "e1", "n-e1"); return onlineWithCapacity(n) })
-	held := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequest("POST", e1.url+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hold"}]}`))
-		req.Header.Set("Authorization", "Bearer "+apiKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			held <- 0
-			return
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		held <- resp.StatusCode
-	}()
-	waitFor(t, "the held request at the upstream", func() bool {
-		return slices.ContainsFunc(e1.upstream.Requests(), func(q *upstreamtest.Request) bool { return q.Prompt == "hold" })
-	})
+	held := holdRequest(t, e1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", h.url+"/api/edges/e1/commands", strings.NewReader(`{"operation":"node.drain","node_id":"n-e1"}`))
-	req.Header.Set("Authorization", "Bearer "+bobToken)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp := commandStream(t, ctx, h.url, bobToken, `{"operation":"node.drain","node_id":"n-e1"}`)
 	if resp.StatusCode != 200 {
 		t.Fatalf("drain: %d", resp.StatusCode)
 	}

@@ -221,31 +221,7 @@ func TestCommands(t *testing.T) {
 
 	// Drain: nothing new is admitted; progress reports the work held until
 	// it finishes.
-	held := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequest("POST", e1.url+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hold"}]}`))
-		req.Header.Set("Authorization", "Bearer "+apiKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			held <- 0
-			return
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		held <- resp.StatusCode
-	}()
-	waitFor(t, "the held request in flight", func() bool {
-		n, _ := nodeView(h.hub, "e1", "n-e1")
-		return len(e1.upstream.Requests()) > 2 && n.Connected
-	})
-	waitFor(t, "held request reaches the upstream", func() bool {
-		for _, q := range e1.upstream.Requests() {
-			if q.Prompt == "hold" {
-				return true
-			}
-		}
-		return false
-	})
+	held := holdRequest(t, e1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	drain, err := h.hub.Command(ctx, "e1", controlplane.Command{Operation: controlplane.OpNodeDrain, NodeID: "n-e1"})

@@ -3,8 +3,11 @@ package controlplane_test
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -357,4 +360,44 @@ func (l *eventLog) of(kind controlplane.EventKind, edgeID, nodeID string) []cont
 		}
 	}
 	return out
+}
+
+// holdRequest sends a chat request whose prompt, "hold", the test's
+// upstream holds, and returns where its status arrives (0: no answer);
+// it returns once the upstream has the request.
+func holdRequest(t *testing.T, e *edgeRig) <-chan int {
+	t.Helper()
+	held := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", e.url+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hold"}]}`))
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			held <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		held <- resp.StatusCode
+	}()
+	waitFor(t, "the held request at the upstream", func() bool {
+		return slices.ContainsFunc(e.upstream.Requests(), func(q *upstreamtest.Request) bool { return q.Prompt == "hold" })
+	})
+	return held
+}
+
+// commandStream posts an operator command with token, asking for its
+// phases as SSE, and returns the answer (closed with the test).
+func commandStream(t *testing.T, ctx context.Context, hubURL, token, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "POST", hubURL+"/api/edges/e1/commands", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
 }
