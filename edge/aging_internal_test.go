@@ -33,13 +33,13 @@ func TestAgingStepInEffect(t *testing.T) {
 		{"set", Config{APIKeys: keys(0, 10), AgingStep: time.Second}, time.Second},
 		{"never zero", Config{APIKeys: keys(0, 100), QueueTimeout: 100}, 1},
 	} {
-		if got := c.cfg.agingStep(); got != c.want {
+		if got := c.cfg.EffectiveAgingStep(); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 		if c.cfg.AgingStep == 0 {
 			if lo, hi := c.cfg.prioritySpan(); hi >= 0 {
 				span := time.Duration(c.cfg.APIKeys[hi].Priority - c.cfg.APIKeys[lo].Priority)
-				if climb := span * c.cfg.agingStep(); climb >= c.cfg.queueWait() && c.cfg.queueWait() >= 2*span {
+				if climb := span * c.cfg.EffectiveAgingStep(); climb >= c.cfg.queueWait() && c.cfg.queueWait() >= 2*span {
 					t.Errorf("%s: the span is climbed in %v, the queue wait is %v", c.name, climb, c.cfg.queueWait())
 				}
 			}

@@ -484,10 +484,11 @@ func (c *Config) prioritySpan() (lo, hi int) {
 	return lo, hi
 }
 
-// agingStep is the aging step in effect: AgingStep when set, else one
-// that climbs the keys' span of priorities in half of queueWait, at most
-// pool.DefaultAgingStep.
-func (c *Config) agingStep() time.Duration {
+// EffectiveAgingStep is the aging step the Edge uses for c: AgingStep
+// when set, else one that climbs the keys' span of priorities in half of
+// the longest a request may wait (QueueTimeout, or RequestTimeout when
+// shorter), at most pool.DefaultAgingStep.
+func (c *Config) EffectiveAgingStep() time.Duration {
 	if c.AgingStep > 0 {
 		return c.AgingStep
 	}

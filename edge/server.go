@@ -171,7 +171,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{log: log, access: log.Named("access"), reg: reg, pool: pool.New(), servers: map[*http.Server]struct{}{}, reg2: cfg.Metrics, maxDecoded: maxDecoded}
 	s.cool.kick = s.pool.Kick
 	s.cool.changed = s.watchers.Notify
-	s.pool.AgingStep = cfg.agingStep()
+	s.pool.AgingStep = cfg.EffectiveAgingStep()
 	s.source = cfg.ConfigSource
 	if l := cfg.Leases; l != nil {
 		is, _ := credentiallease.NewIssuer(l.KeyID, l.Key, l.TTL) // Validate checked it
@@ -254,7 +254,7 @@ func (s *Server) reloadLocked(cfg Config) error {
 	s.limits.prune(func(name string) bool { return keep[name] })
 	s.reg.SetLeasePolicy(leasePolicy(&cfg))
 	s.reg.Refresh(st)
-	s.pool.SetAgingStep(cfg.agingStep())
+	s.pool.SetAgingStep(cfg.EffectiveAgingStep())
 	s.pool.Kick()
 	s.log.Info("configuration reloaded", "nodes", len(cfg.Nodes), "routes", len(cfg.Routes), "keys", len(cfg.APIKeys))
 	return nil

@@ -191,6 +191,19 @@ func subcommand(args []string, out io.Writer) error {
 	return fmt.Errorf("ca %s: unknown (init, issue or sign)", args[1])
 }
 
+// priorities returns the lowest and highest priority of f's API keys.
+func priorities(f *config.EdgeFile) (lo, hi int) {
+	for i, k := range f.APIKeys {
+		if i == 0 || k.Priority < lo {
+			lo = k.Priority
+		}
+		if i == 0 || k.Priority > hi {
+			hi = k.Priority
+		}
+	}
+	return lo, hi
+}
+
 // check validates edge.yaml as a start or a reload would, writing nothing
 // (no state directory, epoch or lease-signing key), and prints what it
 // configures, with when each certificate it presents ends (one that has
@@ -216,6 +229,17 @@ func check(path string, out io.Writer) error {
 	fmt.Fprintf(out, "  nodes_listen %s (%s)\n", f.NodesListen, f.NodeTLS.ServerMode())
 	fmt.Fprintf(out, "  state_dir    %s\n", f.StatePath(""))
 	fmt.Fprintf(out, "  api keys     %d\n", len(f.APIKeys))
+	if lo, hi := priorities(f); lo < hi {
+		cfg, err := f.Preview()
+		if err != nil {
+			return err
+		}
+		how := "limits.aging_step"
+		if f.Limits.AgingStep == 0 {
+			how = "derived from them and the queue timeout"
+		}
+		fmt.Fprintf(out, "  admission    priorities %d to %d; a waiting request climbs one every %v (%s)\n", lo, hi, cfg.EffectiveAgingStep(), how)
+	}
 	fmt.Fprintf(out, "  nodes        %d, with %d providers\n", len(f.Nodes), providers)
 	fmt.Fprintf(out, "  routes       %d\n", len(f.Routes))
 	if len(f.Credentials) > 0 {

@@ -244,6 +244,23 @@ func TestCheck(t *testing.T) {
 			t.Errorf("check printed:\n%s\nwant it to include %q", out.String(), want)
 		}
 	}
+	if strings.Contains(out.String(), "admission") {
+		t.Errorf("check printed an aging step for keys of one priority:\n%s", out.String())
+	}
+	// Keys of priorities 0 and 10: the aging step in effect, derived
+	// (30 s / 20) or set.
+	prio := strings.Replace(valid, `models: ["*"]`, "models: [\"*\"]\n  - name: b\n    key: {sha256: 0000000000000000000000000000000000000000000000000000000000000003}\n    models: [pub]\n    priority: 10", 1)
+	for doc, want := range map[string]string{
+		prio:                                "admission    priorities 0 to 10; a waiting request climbs one every 1.5s (derived from them and the queue timeout)",
+		prio + "limits: {aging_step: 2s}\n": "admission    priorities 0 to 10; a waiting request climbs one every 2s (limits.aging_step)",
+	} {
+		os.WriteFile(cfg, []byte(doc), 0o644)
+		out.Reset()
+		if err := subcommand([]string{"check", "-config", cfg}, &out); err != nil || !strings.Contains(out.String(), want) {
+			t.Errorf("check: %v, printed:\n%s\nwant it to include %q", err, out.String(), want)
+		}
+	}
+	os.WriteFile(cfg, []byte(valid), 0o644)
 	if _, err := os.Lstat(filepath.Join(dir, "state")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("check made the state directory: %v", err)
 	}

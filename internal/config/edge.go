@@ -180,6 +180,12 @@ func (f *EdgeFile) StatePath(name string) string {
 // holds none yet.
 func (f *EdgeFile) Config(epoch uint32) (edge.Config, error) { return f.build(epoch, true) }
 
+// Preview builds the library configuration as Config does, but writes
+// nothing: where the lease-signing key is still to be created, a
+// throwaway key stands in. It is for reports (edge check), never to run
+// an Edge with.
+func (f *EdgeFile) Preview() (edge.Config, error) { return f.build(1, false) }
+
 // build is Config; without create, a missing lease-signing key is not
 // created (a throwaway key stands in), so that parsing writes nothing.
 func (f *EdgeFile) build(epoch uint32, create bool) (edge.Config, error) {
