@@ -29,6 +29,10 @@ type conn struct {
 	// leaseKey is the Node's X25519 key for credential leases, as it
 	// registered on this connection (empty: it takes none).
 	leaseKey []byte
+	// tokenHash is the record's TokenHash when the connection was
+	// authenticated: a reload that changes it before the connection is
+	// admitted turns the registration away.
+	tokenHash [32]byte
 
 	ready    bool
 	fenced   bool
@@ -303,12 +307,14 @@ func (r *Registry) register(ctx context.Context, sess *wire.Session) *conn {
 	if cs, ok := sess.ConnectionState(); ok {
 		hello.TLS = &cs
 	}
+	tokenHash := r.tokenHash(req.GetNodeId()) // before the check: a change after it is seen
 	if err := r.auth.Authenticate(ctx, hello); err != nil {
 		r.log.Warn("node registration refused", "node", req.GetNodeId(), "remote", sess.RemoteAddr(), "error", err)
 		r.reject(sess, st, iopv1.RegisterRejection_REGISTER_REJECTION_UNAUTHENTICATED, "unauthenticated")
 		return nil
 	}
-	c := &conn{r: r, sess: sess, ctl: st, nodeID: req.GetNodeId(), leaseKey: req.GetEncryptionPublicKey()}
+	r.hook("authenticated")
+	c := &conn{r: r, sess: sess, ctl: st, nodeID: req.GetNodeId(), leaseKey: req.GetEncryptionPublicKey(), tokenHash: tokenHash}
 	if hello.TLS != nil && len(hello.TLS.PeerCertificates) > 0 {
 		c.certExpiry = hello.TLS.PeerCertificates[0].NotAfter
 	}
@@ -400,7 +406,8 @@ func (r *Registry) admit(ctx context.Context, c *conn) (*iopv1.NodeConfig, iopv1
 			return nil, iopv1.RegisterRejection_REGISTER_REJECTION_UNAVAILABLE
 		}
 		ns := r.nodes[c.nodeID]
-		if ns == nil {
+		if ns == nil || ns.rec.TokenHash != c.tokenHash {
+			// Removed, or its token changed, since it was authenticated.
 			r.mu.Unlock()
 			return nil, iopv1.RegisterRejection_REGISTER_REJECTION_UNAUTHENTICATED
 		}

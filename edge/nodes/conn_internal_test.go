@@ -114,3 +114,57 @@ func TestDispatchErr(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenChangedWhileRegistering: a registration authenticated with a
+// token that a reload replaces before the connection is admitted is
+// turned away, as the connection would have been ended had it been
+// admitted first.
+func TestTokenChangedWhileRegistering(t *testing.T) {
+	const tok = "test-token-0123456789abcdef"
+	rec := func(token string) *StaticStore {
+		s, err := NewStaticStore([]Record{{ID: "n1", TokenHash: HashToken(token), Providers: []ProviderSpec{
+			{ID: "p1", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"m"}, Capacity: 1}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	reg, err := New(Config{Store: rec(tok), Epoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.testHookReg = func(stage string) {
+		if stage == "authenticated" {
+			reg.Refresh(rec("rotated-token-0123456789abcdef"))
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- reg.Serve(ln) }()
+	defer func() { reg.Close(); <-done }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	sess, err := wire.Dial(ctx, "tcp", ln.Addr().String(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	st, err := sess.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteMessage(nodewire.Msg(&iopv1.RegisterRequest{NodeId: "n1", Credential: []byte(tok)})); err != nil {
+		t.Fatal(err)
+	}
+	env, err := st.ReadMessage(ctx)
+	if resp := env.GetRegisterResponse(); err != nil || resp.GetAccepted() || resp.GetRejection() != iopv1.RegisterRejection_REGISTER_REJECTION_UNAUTHENTICATED {
+		t.Fatalf("a registration whose token changed while it was checked: %v %v, want UNAUTHENTICATED", env, err)
+	}
+	if _, ok := reg.Current("n1"); ok {
+		t.Fatal("the registration is current")
+	}
+}

@@ -341,7 +341,9 @@ func (r *Registry) nextGenLocked() (uint64, bool) {
 
 // Refresh swaps in a new Store (nil keeps the current one) and pushes a
 // config update to every ready Node whose payload changed. A Node removed
-// from the store is disconnected. Work in flight keeps the revision it was
+// from the store is disconnected, and so is one whose TokenHash changed
+// (it registers again with its new token; a registration checked against
+// the old one is turned away). Work in flight keeps the revision it was
 // admitted under; only new runs see the change.
 func (r *Registry) Refresh(s Store) {
 	r.mu.Lock()
@@ -353,9 +355,9 @@ func (r *Registry) Refresh(s Store) {
 	r.deliver(pushes, drops)
 }
 
-func (r *Registry) deliver(pushes []push, drops []*conn) {
-	for _, c := range drops {
-		r.goOwned(func() { c.sess.CloseWithReason(wire.ReasonRejected, "node removed from configuration") })
+func (r *Registry) deliver(pushes []push, drops []drop) {
+	for _, d := range drops {
+		r.goOwned(func() { d.c.sess.CloseWithReason(wire.ReasonRejected, d.why) })
 	}
 	for _, p := range pushes {
 		r.goOwned(func() { p.c.push(p.cfg) })
@@ -367,9 +369,16 @@ type push struct {
 	cfg *iopv1.NodeConfig
 }
 
+// drop is a connection a configuration change ends, and why (the Node
+// reads it in the session's close).
+type drop struct {
+	c   *conn
+	why string
+}
+
 // applyStoreLocked makes the node states match the store. It returns the
 // config pushes due and the connections of removed nodes.
-func (r *Registry) applyStoreLocked(s Store) (pushes []push, drops []*conn) {
+func (r *Registry) applyStoreLocked(s Store) (pushes []push, drops []drop) {
 	r.store = s
 	seen := make(map[string]bool)
 	for _, rec := range s.Records() {
@@ -378,6 +387,13 @@ func (r *Registry) applyStoreLocked(s Store) (pushes []push, drops []*conn) {
 		if ns == nil {
 			ns = &nodeState{}
 			r.nodes[rec.ID] = ns
+		}
+		if c := ns.cur; c != nil && rec.TokenHash != ns.rec.TokenHash {
+			// A token rotated (say, because it leaked) no longer keeps
+			// the connection it opened: the Node registers again with
+			// its new one.
+			r.fenceLocked(ns, c, "token changed")
+			drops = append(drops, drop{c, "node token changed; register with the new one"})
 		}
 		ns.rec = rec
 		for id := range ns.disabled {
@@ -404,7 +420,7 @@ func (r *Registry) applyStoreLocked(s Store) (pushes []push, drops []*conn) {
 		}
 		if c := ns.cur; c != nil {
 			r.fenceLocked(ns, c, "removed")
-			drops = append(drops, c)
+			drops = append(drops, drop{c, "node removed from configuration"})
 		}
 		delete(r.nodes, id)
 	}
@@ -527,6 +543,17 @@ func (r *Registry) Admission(nodeID, providerID, model string) (gen uint64, appl
 	return ns.cur.gen, applied, true
 }
 
+// tokenHash is the TokenHash of id's record now (zero for an id not
+// configured).
+func (r *Registry) tokenHash(id string) [32]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ns := r.nodes[id]; ns != nil {
+		return ns.rec.TokenHash
+	}
+	return [32]byte{}
+}
+
 // currentStore is the registry's store as of each call (Refresh replaces
 // it).
 type currentStore struct{ r *Registry }
@@ -629,7 +656,7 @@ func (r *Registry) SetProviderEnabled(providerID string, enabled bool) error {
 	r.mu.Lock()
 	err := r.setProviderEnabledLocked(providerID, enabled)
 	var pushes []push
-	var drops []*conn
+	var drops []drop
 	if err == nil {
 		pushes, drops = r.applyStoreLocked(r.store)
 	}

@@ -778,3 +778,43 @@ func TestNodeCertificateRenewal(t *testing.T) {
 		t.Fatalf("SetTLS(nil) on a TLS registry: %v", err)
 	}
 }
+
+// TestTokenChangeEndsConnection: a reload that changes a Node's token
+// (rotated, say, because it leaked) ends the connection that registered
+// with the old one, and the old token registers no more; a reload that
+// keeps it leaves the connection alone. Before, a Node authenticated
+// with a revoked token kept serving until it reconnected.
+func TestTokenChangeEndsConnection(t *testing.T) {
+	const rotated = "rotated-token-0123456789abcdef"
+	e := startEdge(t, "", 1, nodes.Config{Store: store(t, record("n1", spec("p1", "m1", 1)))})
+	sub := e.reg.Subscribe()
+	defer sub.Close()
+	rt, _ := runNode(t, e.addr, "n1", host(executiontest.New("p1", "m1")))
+	gen := waitReady(t, e, "n1", 0)
+	if ev := nextEvent(t, sub); ev.Kind != nodes.EventReady {
+		t.Fatalf("event %+v, want ready", ev)
+	}
+
+	e.reg.Refresh(store(t, record("n1", spec("p1", "m1", 2)))) // same token
+	if ev := nextEvent(t, sub); ev.Kind != nodes.EventConfigApplied || ev.Generation != gen {
+		t.Fatalf("event %+v after a reload that kept the token, want config_applied on generation %d", ev, gen)
+	}
+
+	rec := record("n1", spec("p1", "m1", 2))
+	rec.TokenHash = nodes.HashToken(rotated)
+	e.reg.Refresh(store(t, rec))
+	if ev := nextEvent(t, sub); ev.Kind != nodes.EventDisconnected || ev.Generation != gen || ev.Reason != "token changed" {
+		t.Fatalf("event %+v after the token changed, want generation %d disconnected for it", ev, gen)
+	}
+	// The Node, still holding the old token, is turned away.
+	eventually(t, "the old token refused", func() bool {
+		var re *node.RegistrationError
+		return errors.As(rt.Status().LastError, &re) && re.Rejection == iopv1.RegisterRejection_REGISTER_REJECTION_UNAUTHENTICATED
+	})
+	if _, ok := e.reg.Current("n1"); ok {
+		t.Fatal("a connection with the old token is current")
+	}
+	// Given the old token back, it registers again.
+	e.reg.Refresh(store(t, record("n1", spec("p1", "m1", 2))))
+	waitReady(t, e, "n1", gen)
+}
