@@ -207,6 +207,9 @@ type Hub struct {
 	pending   int
 	listeners map[net.Listener]struct{}
 	sessions  map[*wire.Session]struct{}
+
+	// testHookHello, when set, is called at stages of a hello (tests).
+	testHookHello func(stage string)
 }
 
 // edgeState is the Hub's state for one Edge id. Fields are guarded by the
@@ -324,6 +327,11 @@ type edgeConn struct {
 	version string
 	since   time.Time
 	refresh chan struct{} // asks the status loop for a status now
+	// rec and known are the Edge's record as it was authenticated
+	// against: a reload that changes or removes it before the
+	// connection is admitted turns the hello away.
+	rec   EdgeRecord
+	known bool
 }
 
 func (h *Hub) serveConn(nc net.Conn) {
@@ -401,14 +409,23 @@ func (h *Hub) hello(ctx context.Context, sess *wire.Session) *edgeConn {
 		h.log.Warn("edge hello refused: invalid edge id", "remote", sess.RemoteAddr())
 		return reject(iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_MALFORMED, "invalid edge id")
 	}
-	if r := h.authenticate(id, req.GetCredential(), sess); r != 0 {
+	rec, known, r := h.authenticate(id, req.GetCredential(), sess)
+	if r != 0 {
 		h.log.Warn("edge hello refused", "edge", id, "remote", sess.RemoteAddr(), "rejection", r.String())
 		return reject(r, "refused")
 	}
-	c := &edgeConn{h: h, sess: sess, ctl: st, edgeID: id, version: nodewire.Note(req.GetVersion()), since: time.Now(), refresh: make(chan struct{}, 1)}
+	if h.testHookHello != nil {
+		h.testHookHello("authenticated")
+	}
+	c := &edgeConn{h: h, sess: sess, ctl: st, edgeID: id, version: nodewire.Note(req.GetVersion()), since: time.Now(), refresh: make(chan struct{}, 1),
+		rec: rec, known: known}
 	if r := h.admit(ctx, c); r != 0 {
 		h.log.Warn("edge hello refused", "edge", id, "rejection", r.String())
-		return reject(r, "edge id has a live connection")
+		note := "edge id has a live connection"
+		if r == iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_UNAUTHENTICATED {
+			note = "refused"
+		}
+		return reject(r, note)
 	}
 	if err := st.WriteMessage(msg(&iopv1.EdgeHelloResponse{Accepted: true, Generation: c.gen})); err != nil {
 		h.drop(c, "hello answer failed")
@@ -419,11 +436,19 @@ func (h *Hub) hello(ctx context.Context, sess *wire.Session) *edgeConn {
 }
 
 // authenticate checks an Edge's identity: its token when its record has
-// one, otherwise a verified client certificate naming it.
-func (h *Hub) authenticate(id string, credential []byte, sess *wire.Session) iopv1.EdgeHelloRejection {
+// one, otherwise a verified client certificate naming it. It returns the
+// record it checked against (known false: none).
+func (h *Hub) authenticate(id string, credential []byte, sess *wire.Session) (EdgeRecord, bool, iopv1.EdgeHelloRejection) {
 	h.mu.Lock()
 	rec, known := h.records[id]
 	h.mu.Unlock()
+	r := h.check(id, rec, known, credential, sess)
+	return rec, known, r
+}
+
+// check is authenticate's decision for rec, the record of id (known
+// false: id has none).
+func (h *Hub) check(id string, rec EdgeRecord, known bool, credential []byte, sess *wire.Session) iopv1.EdgeHelloRejection {
 	certNamed := false
 	if cs, ok := sess.ConnectionState(); ok && len(cs.VerifiedChains) > 0 {
 		if td := h.cfg.TrustDomain; td != "" {
@@ -466,6 +491,12 @@ func (h *Hub) admit(ctx context.Context, c *edgeConn) iopv1.EdgeHelloRejection {
 		if h.closed {
 			h.mu.Unlock()
 			return iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_UNAVAILABLE
+		}
+		if rec, known := h.records[c.edgeID]; known != c.known || rec.TokenHash != c.rec.TokenHash {
+			// A reload removed, added or re-keyed the Edge since its
+			// hello was checked: the check no longer holds.
+			h.mu.Unlock()
+			return iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_UNAUTHENTICATED
 		}
 		es := h.edges[c.edgeID]
 		if es == nil {

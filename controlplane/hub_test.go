@@ -8,7 +8,9 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -578,4 +580,60 @@ func (c *answerFailConn) Write(p []byte) (int, error) {
 		return 0, errors.New("injected write failure")
 	}
 	return c.Conn.Write(p)
+}
+
+// TestReloadDuringHello: a hello checked against an Edge's record that a
+// reload then re-keys or removes, before the connection is admitted, is
+// turned away, as a connection already admitted would have been ended.
+// Before, it was admitted with the old token (or for an Edge no longer
+// configured).
+func TestReloadDuringHello(t *testing.T) {
+	var cfg controlplane.Config
+	h := startHub(t, "", func(c *controlplane.Config) { cfg = *c })
+	var mu sync.Mutex
+	var reload func() // the reload due at the next hello's check
+	controlplane.SetHelloHook(h.hub, func(stage string) {
+		mu.Lock()
+		f := reload
+		reload = nil
+		mu.Unlock()
+		if stage == "authenticated" && f != nil {
+			f()
+		}
+	})
+	due := func(f func()) {
+		mu.Lock()
+		reload = f
+		mu.Unlock()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	refused := func(what, id string) {
+		t.Helper()
+		env, err := sendHello(t, ctx, h.addr, id, edgeToken(id)).ReadMessage(ctx)
+		if r := env.GetEdgeHelloResponse(); err != nil || r.GetAccepted() || r.GetRejection() != iopv1.EdgeHelloRejection_EDGE_HELLO_REJECTION_UNAUTHENTICATED {
+			t.Fatalf("%s: %v %v, want UNAUTHENTICATED", what, env, err)
+		}
+		if e, _ := h.hub.Edge(id); e.Connected {
+			t.Fatalf("%s: connected", what)
+		}
+	}
+	rekeyed := cfg
+	rekeyed.Edges = slices.Clone(cfg.Edges)
+	rekeyed.Edges[1].TokenHash = controlplane.HashToken("e2-rotated-token-0123456789abcdef")
+	due(func() {
+		if err := h.hub.Reload(rekeyed); err != nil {
+			t.Error(err)
+		}
+	})
+	refused("e2 re-keyed while its hello was checked", "e2")
+
+	removed := rekeyed
+	removed.Edges = rekeyed.Edges[:2] // without e3
+	due(func() {
+		if err := h.hub.Reload(removed); err != nil {
+			t.Error(err)
+		}
+	})
+	refused("e3 removed while its hello was checked", "e3")
 }
