@@ -81,11 +81,17 @@ func (o *operators) byToken(token string) (string, bool) {
 	if token == "" {
 		return "", false
 	}
-	sum := sha256.Sum256([]byte(token))
-	name, found := "", false
 	o.mu.Lock()
 	list := o.list
 	o.mu.Unlock()
+	return tokenOwner(list, token)
+}
+
+// tokenOwner returns the operator of list whose token it is, comparing
+// against every one in constant time.
+func tokenOwner(list []Operator, token string) (string, bool) {
+	sum := sha256.Sum256([]byte(token))
+	name, found := "", false
 	for _, op := range list {
 		if subtle.ConstantTimeCompare(sum[:], op.TokenHash[:]) == 1 {
 			name, found = op.Name, true
@@ -166,18 +172,25 @@ func hasSPIFFE(leaf *x509.Certificate) bool {
 	return slices.ContainsFunc(leaf.URIs, func(u *url.URL) bool { return strings.EqualFold(u.Scheme, "spiffe") })
 }
 
-// login starts a cookie session for a token's operator.
+// login starts a cookie session for a token's operator. The token is
+// checked against the list under the same hold of the lock that adds the
+// session: a reload between the two would otherwise end the operator's
+// sessions before this one came, and it would outlive the operator.
 func (o *operators) login(token string) (id string, s *opSession, ok bool) {
-	name, ok := o.byToken(token)
-	if !ok {
+	if token == "" {
 		return "", nil, false
 	}
 	var raw, csrf [32]byte
 	rand.Read(raw[:])
 	rand.Read(csrf[:])
 	id = hex.EncodeToString(raw[:])
-	s = &opSession{name: name, csrf: hex.EncodeToString(csrf[:]), expires: time.Now().Add(sessionTTL)}
 	o.mu.Lock()
+	name, ok := tokenOwner(o.list, token)
+	if !ok {
+		o.mu.Unlock()
+		return "", nil, false
+	}
+	s = &opSession{name: name, csrf: hex.EncodeToString(csrf[:]), expires: time.Now().Add(sessionTTL)}
 	now := time.Now()
 	for k, v := range o.sessions {
 		if now.After(v.expires) {
