@@ -656,8 +656,8 @@ func (c *edgeConn) askStatus() {
 // had. Who may connect is fixed at New: a cfg that changes TrustDomain,
 // AllowUnknownEdges or OperatorMTLS, or turns TLS on or off, is refused
 // (ErrFixedAtNew) rather than half applied. The limits, KeepAlive, Wire
-// and Logger are fixed at New too and taken as they were. An invalid or refused cfg
-// changes nothing.
+// and Logger are fixed at New too and taken as they were. An invalid or
+// refused cfg changes nothing.
 func (h *Hub) Reload(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
