@@ -751,6 +751,12 @@ func (s *Server) candidates(req *request) []pool.Candidate {
 		if !ok || now.nodeID != pi.nodeID {
 			continue // gone from that Node since the request came
 		}
+		if now.credential != "" && !cur.leasable(now.credential) {
+			// Its credential is revoked (or gone): no lease will be
+			// issued, so the route's other providers serve, or the
+			// request is refused at once.
+			continue
+		}
 		if p, f := capability(pi, req.api); p == pathNone || req.unfit(p, f, t) != nil {
 			continue
 		}

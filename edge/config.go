@@ -215,7 +215,10 @@ type Credential struct {
 	// Secret reads the value at lease time (a file or an environment
 	// variable: execution.FileCredential, execution.EnvCredential).
 	Secret execution.Credential
-	// Revoked stops leasing it; Nodes refuse leases already issued.
+	// Revoked stops leasing it; Nodes refuse leases already issued. The
+	// providers it serves are no candidates while it is revoked: a
+	// request, waiting ones included, goes to the route's other
+	// providers or is refused (503).
 	Revoked bool
 }
 

@@ -21,16 +21,24 @@ var ErrCredentialUnavailable = errors.New("edge: credential unavailable for this
 // on a Node's connection of generation gen: bound to the principal, route,
 // slot, profile (provider), target, node and its key, the credential's id
 // and revision, and the generation. A provider that is not leased gets
-// nil.
+// nil. snap is the configuration the request was admitted under; the
+// credential is the current configuration's, so that a revocation or a
+// rotation reaches the requests that were waiting for a slot when it
+// came: none of them is issued a revoked credential, or an old revision.
 func (s *Server) grant(ctx context.Context, snap *snapshot, principal, route, slot string, t Target, nodeID string, gen uint64) (*execution.Grant, error) {
 	pi := snap.providers[t.ProviderID]
 	if pi.credential == "" {
 		return nil, nil
 	}
-	cred, ok := snap.creds[pi.credential]
+	cur := s.snap.Load()
+	now, ok := cur.providers[t.ProviderID]
+	if !ok || now.nodeID != nodeID || now.credential == "" {
+		return nil, fmt.Errorf("%w: provider %q changed since the request was admitted", ErrCredentialUnavailable, t.ProviderID)
+	}
+	cred := cur.creds[now.credential]
 	issuer := s.issuer.Load()
-	if !ok || cred.Revoked || issuer == nil {
-		return nil, fmt.Errorf("%w: credential %q is revoked or unknown", ErrCredentialUnavailable, pi.credential)
+	if !cur.leasable(now.credential) || issuer == nil {
+		return nil, fmt.Errorf("%w: credential %q is revoked or unknown", ErrCredentialUnavailable, now.credential)
 	}
 	key, ok := s.reg.LeaseKey(nodeID, gen)
 	if !ok {
@@ -53,6 +61,13 @@ func (s *Server) grant(ctx context.Context, snap *snapshot, principal, route, sl
 	}
 	s.metrics.leasesIssued.WithLabelValues(t.ProviderID).Inc()
 	return &execution.Grant{Lease: env, Principal: principal, Route: route}, nil
+}
+
+// leasable reports whether the credential id names one the Edge leases:
+// configured and not revoked.
+func (snap *snapshot) leasable(id string) bool {
+	c, ok := snap.creds[id]
+	return ok && !c.Revoked
 }
 
 // leasePolicy is what Nodes are told about credentials: revoked ones, and

@@ -5,8 +5,10 @@ import (
 	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -38,13 +40,19 @@ type managedRig struct {
 	state    string // the Node's state directory
 }
 
-func newManagedRig(t *testing.T) *managedRig {
+// newManagedRig starts a managed Edge whose one provider, leased, calls
+// a fake upstream; reply, when given, scripts the upstream's answers.
+func newManagedRig(t *testing.T, reply ...func(*upstreamtest.Request) upstreamtest.Script) *managedRig {
 	t.Helper()
 	ca, err := identity.NewCA("iop.test", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := upstreamtest.New(upstreamtest.Config{Models: []string{"up-model"}, APIKey: upstreamKey})
+	ucfg := upstreamtest.Config{Models: []string{"up-model"}, APIKey: upstreamKey}
+	if len(reply) > 0 {
+		ucfg.Reply = reply[0]
+	}
+	up := upstreamtest.New(ucfg)
 	up.Start()
 	t.Cleanup(up.Close)
 	t.Setenv("IOP_TEST_UPSTREAM_KEY", upstreamKey)
@@ -221,6 +229,53 @@ func TestManagedLeasedCredential(t *testing.T) {
 	reqs := r.upstream.Requests()
 	if got := reqs[len(reqs)-1].Header.Get("Authorization"); got != "Bearer sk-rotated-0123456789abcdef" {
 		t.Fatalf("after rotation the upstream saw %q", got)
+	}
+}
+
+// TestRevocationReachesQueuedRequests: a request waiting for a slot when
+// its credential is revoked is refused at once (503: its provider is no
+// candidate any more), not dispatched when a slot frees with a lease for
+// the revoked credential. The lease was issued from the configuration
+// the request was admitted under: the Node then used the revoked key, or
+// refused it (502) once it held the revocation.
+func TestRevocationReachesQueuedRequests(t *testing.T) {
+	g := newGate()
+	r := newManagedRig(t, g.reply)
+	r.runNode([]tls.Certificate{nodeCert(t, r.ca, "n1", identity.Options{})}, r.opener(r.leaseKey.Public().(ed25519.PublicKey)), "")
+	waitUntil(t, "the leased provider available", func() bool { _, ok := r.srv.Registry().Available("n1", "hosted"); return ok })
+	var wg sync.WaitGroup
+	statuses := make(chan string, 3)
+	post := func(prompt string) {
+		wg.Go(func() {
+			status, _ := r.chat(prompt)
+			statuses <- fmt.Sprintf("%s %d", prompt, status)
+		})
+	}
+	post("hold 1")
+	post("hold 2") // capacity 2: both slots held
+	waitUntil(t, "both slots held", func() bool { return len(g.served()) == 2 })
+	post("queued")
+	waitUntil(t, "the third request queued", func() bool { return r.srv.PoolStats().Queued == 1 })
+
+	cfg := r.cfg
+	cfg.Credentials = []edge.Credential{{ID: "upstream-key", Revision: 1, Secret: execution.EnvCredential("IOP_TEST_UPSTREAM_KEY"), Revoked: true}}
+	if err := r.srv.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-statuses:
+		if got != "queued 503" {
+			t.Fatalf("the queued request: %s, want 503", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the queued request still waits after its credential was revoked")
+	}
+	close(g.release)
+	if got := ended(&wg, statuses); !slices.Equal(got, []string{"hold 1 200", "hold 2 200"}) {
+		t.Fatalf("the held requests: %q", got)
+	}
+	if r.upstreamCalls() != 2 {
+		t.Fatalf("%d upstream calls, want the two held ones only", r.upstreamCalls())
 	}
 }
 
