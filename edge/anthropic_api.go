@@ -51,7 +51,7 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string)
 		if !ok {
 			continue
 		}
-		g, err := s.grant(ctx, snap, key.Name, model, rid, t, pi.nodeID, gen)
+		g, err := s.grant(ctx, key.Name, model, rid, t, pi.nodeID, gen)
 		if err != nil {
 			continue
 		}
@@ -121,7 +121,7 @@ func (s *Server) getResponse(w http.ResponseWriter, r *http.Request, rid string)
 	defer cancel()
 	// A leased provider's GET is a dispatch of its own: no route, no
 	// model, one lease for this request.
-	g, err := s.grant(ctx, snap, key.Name, "", rid, Target{ProviderID: provider}, node, gen)
+	g, err := s.grant(ctx, key.Name, "", rid, Target{ProviderID: provider}, node, gen)
 	if err != nil {
 		fail(w, apiResponses, http.StatusServiceUnavailable, "overloaded", "The provider is unavailable.", nil)
 		return

@@ -860,7 +860,7 @@ func (s *Server) open(ctx context.Context, req *request, lease *pool.Lease) (*ex
 			lease.Release()
 			return nil, http.StatusBadRequest, err
 		}
-		g, err := s.grant(ctx, req.snap, req.key.Name, req.route.Model, req.rid, t, lease.NodeID, lease.Generation)
+		g, err := s.grant(ctx, req.key.Name, req.route.Model, req.rid, t, lease.NodeID, lease.Generation)
 		if err != nil {
 			lease.Release()
 			return nil, http.StatusServiceUnavailable, err
@@ -886,7 +886,7 @@ func (s *Server) open(ctx context.Context, req *request, lease *pool.Lease) (*ex
 	}
 	in, opts := req.prep.run.in, req.prep.run.opts
 	opts.Stream = true // a renderer streams or buffers; the provider may always stream
-	g, err := s.grant(ctx, req.snap, req.key.Name, req.route.Model, req.rid, t, lease.NodeID, lease.Generation)
+	g, err := s.grant(ctx, req.key.Name, req.route.Model, req.rid, t, lease.NodeID, lease.Generation)
 	if err != nil {
 		lease.Release()
 		return nil, http.StatusServiceUnavailable, err

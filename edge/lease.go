@@ -21,19 +21,20 @@ var ErrCredentialUnavailable = errors.New("edge: credential unavailable for this
 // on a Node's connection of generation gen: bound to the principal, route,
 // slot, profile (provider), target, node and its key, the credential's id
 // and revision, and the generation. A provider that is not leased gets
-// nil. snap is the configuration the request was admitted under; the
-// credential is the current configuration's, so that a revocation or a
-// rotation reaches the requests that were waiting for a slot when it
-// came: none of them is issued a revoked credential, or an old revision.
-func (s *Server) grant(ctx context.Context, snap *snapshot, principal, route, slot string, t Target, nodeID string, gen uint64) (*execution.Grant, error) {
-	pi := snap.providers[t.ProviderID]
-	if pi.credential == "" {
-		return nil, nil
-	}
+// nil. Whether the provider is leased, and with which credential, is the
+// current configuration's, not the one the request was admitted under
+// (which the Node no longer holds once it applied the change): a
+// revocation or a rotation reaches the requests that were waiting for a
+// slot when it came, and none of them is issued a revoked credential or
+// an old revision.
+func (s *Server) grant(ctx context.Context, principal, route, slot string, t Target, nodeID string, gen uint64) (*execution.Grant, error) {
 	cur := s.snap.Load()
 	now, ok := cur.providers[t.ProviderID]
-	if !ok || now.nodeID != nodeID || now.credential == "" {
-		return nil, fmt.Errorf("%w: provider %q changed since the request was admitted", ErrCredentialUnavailable, t.ProviderID)
+	if !ok || now.nodeID != nodeID {
+		return nil, fmt.Errorf("%w: provider %q left node %q", ErrCredentialUnavailable, t.ProviderID, nodeID)
+	}
+	if now.credential == "" {
+		return nil, nil
 	}
 	cred := cur.creds[now.credential]
 	issuer := s.issuer.Load()
