@@ -66,7 +66,9 @@ const (
 	// ArgPath is a workspace path under the path rules (relative, beneath
 	// the root, no reserved component).
 	ArgPath ArgKind = "path"
-	// ArgWord is 1 to 64 of [A-Za-z0-9._-].
+	// ArgWord is 1 to 64 of [A-Za-z0-9._-], and not "." or ".." (a
+	// word is no path: a command reading one as a path must not reach
+	// the root's parent through it).
 	ArgWord ArgKind = "word"
 	// ArgInt is a decimal integer of at most 18 digits.
 	ArgInt ArgKind = "int"
@@ -124,7 +126,8 @@ func (a Authority) Within(max Authority) bool {
 }
 
 // ValidName reports whether s is a valid ref, request id, template id or
-// placeholder name: 1 to 64 of [A-Za-z0-9._-].
+// placeholder name: 1 to 64 of [A-Za-z0-9._-], and not "." or "..",
+// which name directories wherever they are used.
 func ValidName(s string) bool { return validName(s) }
 
 // Catalog is a Node's validated workspace entries.
@@ -184,7 +187,7 @@ func newCatalog(entries []Entry, host string) (*Catalog, error) {
 // validName accepts refs, template ids and placeholder names: 1 to 64 of
 // [A-Za-z0-9._-].
 func validName(s string) bool {
-	if s == "" || len(s) > 64 {
+	if s == "" || len(s) > 64 || s == "." || s == ".." {
 		return false
 	}
 	for _, r := range s {

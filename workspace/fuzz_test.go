@@ -45,6 +45,8 @@ func FuzzExpand(f *testing.F) {
 	f.Add("-rf", "1", "x")
 	f.Add("../../etc/passwd", "-1", "a b")
 	f.Add(".iop/job/x", "99999999999999999999", "--help")
+	f.Add("a", "1", "..")
+	f.Add("a", "1", ".")
 	f.Fuzz(func(tt *testing.T, file, n, w string) {
 		argv, err := expand(t, map[string]string{"file": file, "n": n, "w": w})
 		if err != nil {
@@ -60,6 +62,9 @@ func FuzzExpand(f *testing.F) {
 			if a == "" || a[0] == '-' || strings.ContainsRune(a, 0) {
 				tt.Fatalf("unsafe argument %q", a)
 			}
+		}
+		if argv[4] == "." || argv[4] == ".." {
+			tt.Fatalf("a word that names a directory: %q", argv[4])
 		}
 		if _, err := splitPath("fuzz", argv[2]); err != nil || strings.HasPrefix(argv[2], "/") {
 			tt.Fatalf("a path argument outside the rules: %q", argv[2])
