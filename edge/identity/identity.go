@@ -64,22 +64,23 @@ var (
 
 // CheckTrustDomain reports whether td is a trust domain this package
 // issues and accepts: 1 to 128 bytes of lowercase letters, digits, '.',
-// '_' and '-'. A configuration naming another could never match a
-// certificate, so its loaders refuse it at once with ErrName instead of
-// refusing every peer later.
+// '_' and '-', and not "." or "..". A configuration naming another could
+// never match a certificate, so its loaders refuse it at once with
+// ErrName instead of refusing every peer later.
 func CheckTrustDomain(td string) error {
 	if !validName(td, false) {
-		return fmt.Errorf("%w: trust domain %q: 1 to 128 bytes of lowercase letters, digits, '.', '_', '-'", ErrName, td)
+		return fmt.Errorf("%w: trust domain %q: 1 to 128 bytes of lowercase letters, digits, '.', '_', '-', and not \".\" or \"..\"", ErrName, td)
 	}
 	return nil
 }
 
 // CheckID reports whether id is a workload id this package issues and
-// accepts: 1 to 128 bytes of letters, digits, '.', '_' and '-'. Otherwise
-// it returns ErrName.
+// accepts: 1 to 128 bytes of letters, digits, '.', '_' and '-', and not
+// "." or ".." (a SPIFFE ID's path segments never are). Otherwise it
+// returns ErrName.
 func CheckID(id string) error {
 	if !validName(id, true) {
-		return fmt.Errorf("%w: id %q: 1 to 128 bytes of letters, digits, '.', '_', '-'", ErrName, id)
+		return fmt.Errorf("%w: id %q: 1 to 128 bytes of letters, digits, '.', '_', '-', and not \".\" or \"..\"", ErrName, id)
 	}
 	return nil
 }
@@ -90,9 +91,11 @@ func ID(trustDomain string, kind Kind, id string) *url.URL {
 }
 
 // validName accepts trust domains and ids of lowercase letters, digits,
-// '.', '_' and '-' (ids may also use uppercase), 1 to 128 bytes.
+// '.', '_' and '-' (ids may also use uppercase), 1 to 128 bytes, but for
+// the dot segments "." and "..", which the SPIFFE ID format forbids as
+// path segments (and a path cleaner would resolve).
 func validName(s string, allowUpper bool) bool {
-	if s == "" || len(s) > 128 {
+	if s == "" || len(s) > 128 || s == "." || s == ".." {
 		return false
 	}
 	for _, c := range s {

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -84,6 +85,8 @@ func TestCertIDStrict(t *testing.T) {
 		"escaped id":     {u("spiffe://iop.test/node/%61")},
 		"escaped slash":  {u("spiffe://iop.test/node%2Fa")},
 		"empty query":    {u("spiffe://iop.test/node/a?")},
+		"dot segment":    {u("spiffe://iop.test/node/..")},
+		"dot":            {u("spiffe://iop.test/node/.")},
 	} {
 		if _, err := CertID(&x509.Certificate{URIs: uris}, "iop.test", KindNode); !errors.Is(err, ErrNoIdentity) {
 			t.Errorf("%s: %v", name, err)
@@ -107,6 +110,33 @@ func TestCertIDStrict(t *testing.T) {
 		if got != want || (want == "") != errors.Is(err, ErrNoIdentity) {
 			t.Errorf("Workload(%s) = %q, %v; want %q", s, got, err, want)
 		}
+	}
+}
+
+// TestCheckNames: the names this package issues and accepts, and the
+// dot segments it refuses (a SPIFFE ID's path has none).
+func TestCheckNames(t *testing.T) {
+	for _, id := range []string{"gpu-1", "Edge_2", "n.3", "...", ".x"} {
+		if err := CheckID(id); err != nil {
+			t.Errorf("CheckID(%q): %v", id, err)
+		}
+	}
+	for _, id := range []string{"", ".", "..", "a/b", "a b", strings.Repeat("a", 129)} {
+		if err := CheckID(id); !errors.Is(err, ErrName) {
+			t.Errorf("CheckID(%q): %v, want ErrName", id, err)
+		}
+	}
+	for _, td := range []string{".", "..", "Iop.test", ""} {
+		if err := CheckTrustDomain(td); !errors.Is(err, ErrName) {
+			t.Errorf("CheckTrustDomain(%q): %v, want ErrName", td, err)
+		}
+	}
+	ca, err := NewCA("iop.test", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ca.Issue(KindNode, "..", Options{}); err == nil {
+		t.Error("a certificate issued for the id \"..\"")
 	}
 }
 

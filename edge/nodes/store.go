@@ -96,10 +96,15 @@ const MaxCapacity = 1 << 20
 // maxIDLen bounds node and provider ids.
 const maxIDLen = 128
 
-// validID accepts ids of letters, digits, '.', '_' and '-', 1 to 128 bytes.
+// validID accepts ids of letters, digits, '.', '_' and '-', 1 to 128
+// bytes, but "." and ".." (identity.CheckID's rule: edge/identity imports
+// this package, so it cannot be called here).
 func validID(id string) error {
 	if id == "" || len(id) > maxIDLen {
 		return fmt.Errorf("length %d outside 1..%d", len(id), maxIDLen)
+	}
+	if id == "." || id == ".." {
+		return fmt.Errorf("%q is a dot segment", id)
 	}
 	for _, c := range id {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
