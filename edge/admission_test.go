@@ -527,15 +527,15 @@ func TestPriorityClasses(t *testing.T) {
 
 // TestLowClassNotStarved: a queued request of the lowest class climbs,
 // within its queue timeout, above the highest class's requests that come
-// after it. With the keys ten classes apart and a 2 s queue timeout, the
-// derived aging step is 100 ms: after 1.2 s of waiting the batch request
+// after it. With the keys ten classes apart and a 3 s queue timeout, the
+// derived aging step is 150 ms: after 1.8 s of waiting the batch request
 // ranks above a fresh interactive one. (Under a fixed 10 s step it would
 // climb one class in five queue timeouts: every later interactive request
 // overtook it until it was refused.)
 func TestLowClassNotStarved(t *testing.T) {
 	const batch, interactive = "sk-batch-0123456789abcdef012345", "sk-inter-0123456789abcdef012345"
 	g := newGate()
-	r := newRig(t, rigOpts{capacity: 1, queueTimeout: 2 * time.Second, reply: g.reply, mutate: func(c *edge.Config) {
+	r := newRig(t, rigOpts{capacity: 1, queueTimeout: 3 * time.Second, reply: g.reply, mutate: func(c *edge.Config) {
 		c.APIKeys = append(c.APIKeys,
 			edge.APIKey{Name: "batch", Hash: edge.HashKey(batch), Models: []string{"*"}, Priority: 0},
 			edge.APIKey{Name: "interactive", Hash: edge.HashKey(interactive), Models: []string{"*"}, Priority: 10})
@@ -556,7 +556,7 @@ func TestLowClassNotStarved(t *testing.T) {
 	})
 	waitUntil(t, "the slot held", func() bool { return contains(g.served(), "hold slot") })
 	post(batch, "batch")
-	time.Sleep(1200 * time.Millisecond) // twelve steps: class 12
+	time.Sleep(1800 * time.Millisecond) // twelve steps: class 12
 	post(interactive, "interactive")
 	close(g.release)
 	if got := ended(&wg, statuses); strings.Join(got, ",") != "batch 200,hold slot 200,interactive 200" {
