@@ -203,7 +203,8 @@ func (s *Server) metricsAuth(next http.Handler) http.Handler {
 }
 
 // readyz answers 200 while the Edge is serving and at least one route has
-// a provider that can take work now, and 503 otherwise.
+// a provider that can take work now (online, and with its credential,
+// when it is leased, not revoked), and 503 otherwise.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain")
 	if s.closing.Load() {
@@ -214,7 +215,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	snap := s.snap.Load()
 	for _, rt := range snap.routes {
 		for _, t := range rt.Targets {
-			if pi, ok := snap.providers[t.ProviderID]; ok {
+			if pi, ok := snap.providers[t.ProviderID]; ok && (pi.credential == "" || snap.leasable(pi.credential)) {
 				if _, ok := s.reg.Available(pi.nodeID, t.ProviderID); ok {
 					io.WriteString(w, "ready\n")
 					return

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -243,6 +244,17 @@ func TestRevocationReachesQueuedRequests(t *testing.T) {
 	r := newManagedRig(t, g.reply)
 	r.runNode([]tls.Certificate{nodeCert(t, r.ca, "n1", identity.Options{})}, r.opener(r.leaseKey.Public().(ed25519.PublicKey)), "")
 	waitUntil(t, "the leased provider available", func() bool { _, ok := r.srv.Registry().Available("n1", "hosted"); return ok })
+	readyz := func() int {
+		resp, err := http.Get(r.url + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := readyz(); code != 200 {
+		t.Fatalf("readyz with the provider online: %d", code)
+	}
 	var wg sync.WaitGroup
 	statuses := make(chan string, 3)
 	post := func(prompt string) {
@@ -269,6 +281,11 @@ func TestRevocationReachesQueuedRequests(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the queued request still waits after its credential was revoked")
+	}
+	// The route's one provider can take nothing while its credential is
+	// revoked: the Edge is not ready.
+	if code := readyz(); code != 503 {
+		t.Fatalf("readyz with the route's one credential revoked: %d", code)
 	}
 	close(g.release)
 	if got := ended(&wg, statuses); !slices.Equal(got, []string{"hold 1 200", "hold 2 200"}) {
