@@ -3,7 +3,9 @@
 // SIGINT or SIGTERM. Either shuts it down gracefully: the Edge is told to
 // send it nothing new (and sends what it queued elsewhere), and the work
 // in flight may finish for up to -shutdown-grace (30 s); a second signal
-// cancels it at once.
+// cancels it at once. node.yaml is read at start only: SIGHUP, which
+// reloads the Edge and the Hub, is answered with a log line saying so,
+// and changes nothing.
 //
 //	go run ./examples/node -config examples/node/node.yaml
 //
@@ -74,14 +76,31 @@ func run(path string, grace time.Duration, log hclog.Logger) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	// SIGHUP reloads the Edge and the Hub; here it would end the process
+	// at once (Go's default), cutting the work in flight. node.yaml is
+	// read at start only, so the signal is answered with how to apply a
+	// change instead.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log.Info("node starting", "node", cfg.NodeID, "edge", cfg.EdgeAddr, "providers", len(cfg.Providers))
 	runErr := make(chan error, 1)
 	go func() { runErr <- rt.Run(ctx) }()
-	select {
-	case err = <-runErr:
-	case sig := <-sigs:
+	var sig os.Signal
+wait:
+	for {
+		select {
+		case err = <-runErr:
+			break wait
+		case <-hup:
+			log.Warn("SIGHUP: node.yaml is read at start only, and nothing was reloaded; restart the Node to apply a change (SIGTERM lets its work in flight finish first)")
+		case sig = <-sigs:
+			break wait
+		}
+	}
+	if sig != nil {
 		log.Info("shutting down", "signal", sig.String(), "grace", grace)
 		gctx, gcancel := context.WithTimeout(context.Background(), grace)
 		// A second signal cuts the grace short.

@@ -500,6 +500,34 @@ func TestNodeStopped(t *testing.T) {
 		"the node drained: 20/20 streams it held finished; 20/20 requests on the shared route served during the drain; exit 0"))
 }
 
+// TestNodeHangUp: SIGHUP, which reloads the Edge and the Hub, reaches a
+// Node daemon during 20 streams. node.yaml is read at start only, so the
+// Node says so and goes on: the streams finish, its connection (same
+// generation) stays. Before, the signal ended the process at once, as Go
+// does by default, and the streams with it.
+func TestNodeHangUp(t *testing.T) {
+	c := newCluster(t, chunks(50, 20*time.Millisecond))
+	c.startAll("n1")
+	gen := c.generation("n1")
+	var held Tally
+	streams := c.load(20, "m1", true, &held)
+	waitUntil(t, "20 streams at the upstream", func() bool { return c.upstreamChats() >= 20 })
+	n1 := c.procs["n1"]
+	n1.cmd.Process.Signal(syscall.SIGHUP)
+	waitUntil(t, "the SIGHUP answered", func() bool { return strings.Contains(n1.out.String(), "read at start only") })
+	streams.Wait()
+	checkTally(t, "streams across the SIGHUP", &held)
+	if held.ByOutcome[Complete] != 20 {
+		t.Fatalf("streams across the SIGHUP: %v %v", held.ByOutcome, held.Details)
+	}
+	if !c.connected("n1") || c.generation("n1") != gen {
+		t.Fatalf("n1 after the SIGHUP: connected %v, generation %v (was %v)", c.connected("n1"), c.generation("n1"), gen)
+	}
+	leaked := c.settled()
+	record(t, RowOf("node sent SIGHUP during 20 streams (daemons)", &held, leaked,
+		"the node logged that node.yaml is read at start only and went on: 20/20 streams finished, same connection generation"))
+}
+
 // TestEdgeGraceEnds: the Edge daemon stopped with SIGTERM while 10
 // streams run well past its shutdown grace: every client still gets a
 // terminal (its API's error event), none is cut off without one, and the
