@@ -20,44 +20,17 @@ import (
 // anything else. The reload's push is given time to overtake the response
 // (the old order let it); the frames must still come in order.
 func TestReadyResponseBeforePush(t *testing.T) {
-	const tok = "test-token-0123456789abcdef"
-	rec := func(capacity int) *StaticStore {
-		s, err := NewStaticStore([]Record{{ID: "n1", TokenHash: HashToken(tok), Providers: []ProviderSpec{
-			{ID: "p1", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"m"}, Capacity: capacity}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	reg, err := New(Config{Store: rec(1), Epoch: 1})
+	reg, err := New(Config{Store: oneNode(t, testToken, 1), Epoch: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg.testHookReg = func(stage string) {
 		if stage == "ready" {
-			reg.Refresh(rec(2)) // a reload: its push is due to this connection
+			reg.Refresh(oneNode(t, testToken, 2)) // a reload: its push is due to this connection
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- reg.Serve(ln) }()
-	defer func() { reg.Close(); <-done }()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	sess, err := wire.Dial(ctx, "tcp", ln.Addr().String(), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	st, err := sess.OpenStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, st := dialRegistry(t, reg)
 	read := func() *iopv1.Envelope {
 		t.Helper()
 		env, err := st.ReadMessage(ctx)
@@ -66,7 +39,7 @@ func TestReadyResponseBeforePush(t *testing.T) {
 		}
 		return env
 	}
-	if err := st.WriteMessage(nodewire.Msg(&iopv1.RegisterRequest{NodeId: "n1", Credential: []byte(tok)})); err != nil {
+	if err := st.WriteMessage(nodewire.Msg(&iopv1.RegisterRequest{NodeId: "n1", Credential: []byte(testToken)})); err != nil {
 		t.Fatal(err)
 	}
 	resp := read().GetRegisterResponse()
@@ -120,44 +93,17 @@ func TestDispatchErr(t *testing.T) {
 // turned away, as the connection would have been ended had it been
 // admitted first.
 func TestTokenChangedWhileRegistering(t *testing.T) {
-	const tok = "test-token-0123456789abcdef"
-	rec := func(token string) *StaticStore {
-		s, err := NewStaticStore([]Record{{ID: "n1", TokenHash: HashToken(token), Providers: []ProviderSpec{
-			{ID: "p1", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"m"}, Capacity: 1}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	reg, err := New(Config{Store: rec(tok), Epoch: 1})
+	reg, err := New(Config{Store: oneNode(t, testToken, 1), Epoch: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg.testHookReg = func(stage string) {
 		if stage == "authenticated" {
-			reg.Refresh(rec("rotated-token-0123456789abcdef"))
+			reg.Refresh(oneNode(t, "rotated-token-0123456789abcdef", 1))
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- reg.Serve(ln) }()
-	defer func() { reg.Close(); <-done }()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	sess, err := wire.Dial(ctx, "tcp", ln.Addr().String(), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	st, err := sess.OpenStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.WriteMessage(nodewire.Msg(&iopv1.RegisterRequest{NodeId: "n1", Credential: []byte(tok)})); err != nil {
+	ctx, st := dialRegistry(t, reg)
+	if err := st.WriteMessage(nodewire.Msg(&iopv1.RegisterRequest{NodeId: "n1", Credential: []byte(testToken)})); err != nil {
 		t.Fatal(err)
 	}
 	env, err := st.ReadMessage(ctx)
@@ -167,4 +113,45 @@ func TestTokenChangedWhileRegistering(t *testing.T) {
 	if _, ok := reg.Current("n1"); ok {
 		t.Fatal("the registration is current")
 	}
+}
+
+// testToken is the registration token of the Nodes these tests register.
+const testToken = "test-token-0123456789abcdef"
+
+// oneNode is a store of Node n1 with token, hosting provider p1 of
+// capacity.
+func oneNode(t *testing.T, token string, capacity int) *StaticStore {
+	t.Helper()
+	s, err := NewStaticStore([]Record{{ID: "n1", TokenHash: HashToken(token), Providers: []ProviderSpec{
+		{ID: "p1", Adapter: "openai", Category: execution.CategoryLocal, Models: []string{"m"}, Capacity: capacity}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// dialRegistry serves reg on a loopback listener until the test ends and
+// returns a context bounding the test's waits and a stream of a session
+// dialed to it, for a hand-driven Node.
+func dialRegistry(t *testing.T, reg *Registry) (context.Context, *wire.Stream) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- reg.Serve(ln) }()
+	t.Cleanup(func() { reg.Close(); <-done })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	t.Cleanup(cancel)
+	sess, err := wire.Dial(ctx, "tcp", ln.Addr().String(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	st, err := sess.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, st
 }
