@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -207,6 +208,8 @@ type chatLine struct {
 		Content   string `json:"content"`
 		Thinking  string `json:"thinking"`
 		ToolCalls []struct {
+			// ID is the call's id, which older Ollama servers do not send.
+			ID       string `json:"id"`
 			Function struct {
 				Name      string          `json:"name"`
 				Arguments json.RawMessage `json:"arguments"`
@@ -280,7 +283,14 @@ func readChat(ctx context.Context, body io.Reader, w execution.EventWriter) (exe
 			if args == "" || args == "null" {
 				args = "{}"
 			}
-			if err := w.WriteEvent(execution.Event{Kind: execution.EventToolCall, ToolCall: &execution.ToolCall{ID: fmt.Sprintf("call_%d", calls), Name: tc.Function.Name, Arguments: args}}); err != nil {
+			id := tc.ID
+			if id == "" {
+				// Clients answer a call by its id, and an Anthropic-format
+				// history refuses two calls with one id: a made-up id is
+				// unique across turns, never a count.
+				id = "call_" + rand.Text()
+			}
+			if err := w.WriteEvent(execution.Event{Kind: execution.EventToolCall, ToolCall: &execution.ToolCall{ID: id, Name: tc.Function.Name, Arguments: args}}); err != nil {
 				return execution.Result{}, err
 			}
 		}

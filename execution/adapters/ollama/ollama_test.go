@@ -35,6 +35,7 @@ func setup(t *testing.T, sc upstreamtest.Script) (*upstreamtest.Server, *ollama.
 }
 
 func TestRun(t *testing.T) {
+	ids := map[string]bool{} // the calls' ids, across both runs
 	for _, stream := range []bool{false, true} {
 		srv, a := setup(t, upstreamtest.Script{Text: []string{"one", " two"}, ToolCalls: []upstreamtest.ToolCall{{Name: "f", Arguments: `{"a":1}`}}, Usage: upstreamtest.Usage{InputTokens: 5, OutputTokens: 2}})
 		var s sink
@@ -55,6 +56,11 @@ func TestRun(t *testing.T) {
 				if e.ToolCall.Arguments != `{"a":1}` {
 					t.Errorf("arguments %q", e.ToolCall.Arguments)
 				}
+				// Ollama sent no id: the one made up is unique.
+				if !strings.HasPrefix(e.ToolCall.ID, "call_") || ids[e.ToolCall.ID] {
+					t.Errorf("call id %q (ids so far %v)", e.ToolCall.ID, ids)
+				}
+				ids[e.ToolCall.ID] = true
 			case execution.EventUsage:
 				usage = e.Usage
 			}
