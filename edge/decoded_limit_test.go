@@ -51,7 +51,8 @@ func TestDecodedAnswerBounded(t *testing.T) {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
 		tail := body[strings.LastIndex(body, "event: "):]
-		if !strings.HasPrefix(tail, "event: error\n") || !strings.Contains(tail, "exceeds the gateway's 1 MiB limit") || strings.Contains(body, "response.completed") {
+		if !strings.HasPrefix(tail, "event: response.failed\n") || !strings.Contains(tail, "exceeds the gateway's 1 MiB limit") ||
+			strings.Contains(body, "response.completed") || len(tail) > 4<<10 {
 			t.Fatalf("stream of %d bytes ends with:\n%.300s", len(body), tail)
 		}
 		r.settled()

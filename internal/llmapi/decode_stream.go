@@ -2,6 +2,7 @@ package llmapi
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +47,13 @@ type blockSeq struct {
 
 func (b *blockSeq) start(kind BlockKind, toolID, name string) {
 	b.stop()
+	if kind == BlockToolUse {
+		if name == "" {
+			b.out = append(b.out, errToolName())
+			return
+		}
+		toolID = toolCallID(toolID)
+	}
 	b.open, b.kind, b.toolID, b.name, b.index = true, kind, toolID, name, b.nextIx
 	b.args.Reset()
 	b.nextIx++
@@ -80,16 +88,34 @@ func toolArgsOK(s string) bool {
 	return s == "" || (s[0] == '{' && json.Valid([]byte(s)))
 }
 
+// errToolName ends an answer whose provider called a tool without naming
+// it: no client can run such a call, nor answer it.
+func errToolName() Event {
+	return Event{Kind: EvError, Err: errUpstream("the provider returned a tool call without a tool name")}
+}
+
+// toolCallID is a tool call's id: the provider's, or a new one when it
+// gave none (some OpenAI-compatible servers do not). Clients answer a call
+// by its id, and an Anthropic-format history refuses two calls with one
+// id, so a made-up id is unique, never a counter.
+func toolCallID(id string) string {
+	if id != "" {
+		return id
+	}
+	return "call_" + rand.Text()
+}
+
 func errToolArgs(name string) Event {
 	return Event{Kind: EvError, Err: errUpstream("the provider returned arguments for tool %q that are not a JSON object", name)}
 }
 
 // queue is a Decoder fed by a step function that appends events.
 type queue struct {
-	events []Event
-	done   bool
-	step   func() error // appends to events; io.EOF when the source ended
-	rd     *sse.Reader  // the stream step reads, released by Release
+	events  []Event
+	done    bool
+	started bool         // the answer's start (or its error) was returned
+	step    func() error // appends to events; io.EOF when the source ended
+	rd      *sse.Reader  // the stream step reads, released by Release
 }
 
 func (q *queue) Release() {
@@ -110,6 +136,13 @@ func (q *queue) Next() (Event, error) {
 		}
 	}
 	e := q.events[0]
+	if !q.started && e.Kind != EvStart && e.Kind != EvError {
+		// Whatever the provider sent first, a client's answer starts
+		// before its content and its end.
+		q.started = true
+		return Event{Kind: EvStart}, nil
+	}
+	q.started = true
 	q.events = q.events[1:]
 	if e.Kind == EvStop || e.Kind == EvError {
 		q.done = true
@@ -993,7 +1026,10 @@ func (a *answer) events() []Event {
 				Event{Kind: EvDelta, Index: i, Block: BlockThinking, Text: b.Text, Signature: b.Signature},
 				Event{Kind: EvBlockStop, Index: i, Block: BlockThinking})
 		case PartToolUse:
-			out = append(out, Event{Kind: EvBlockStart, Index: i, Block: BlockToolUse, ToolID: b.ID, Name: b.Name})
+			if b.Name == "" {
+				return append(out, errToolName())
+			}
+			out = append(out, Event{Kind: EvBlockStart, Index: i, Block: BlockToolUse, ToolID: toolCallID(b.ID), Name: b.Name})
 			if !toolArgsOK(string(b.Input)) {
 				return append(out, errToolArgs(b.Name))
 			}

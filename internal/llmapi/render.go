@@ -116,13 +116,15 @@ func (s *state) toolInput(i int) json.RawMessage {
 	return json.RawMessage(raw)
 }
 
-// finalStop is the stop reason clients see: tool_use whenever the turn
-// has a tool call.
+// finalStop is the stop reason clients see: tool_use exactly when the
+// turn has a tool call. A provider's tool_use without a call ends the
+// turn: clients that see tool_use (or tool_calls) look for the calls to
+// run.
 func (s *state) finalStop() StopReason {
 	if s.toolCalls() > 0 {
 		return StopToolUse
 	}
-	if s.stop == "" {
+	if s.stop == "" || s.stop == StopToolUse {
 		return StopEnd
 	}
 	return s.stop
@@ -333,7 +335,8 @@ func (r *AnthropicRenderer) errorBody(e *APIError) (int, []byte) {
 
 // ChatRenderer renders Chat Completions: the role in the first delta,
 // content and reasoning deltas, tool calls with their argument fragments,
-// finish_reason, a usage chunk with empty choices when asked, [DONE].
+// finish_reason, a usage chunk with empty choices when asked (and then
+// "usage": null on every other chunk), [DONE].
 type ChatRenderer struct {
 	ID, Model    string
 	Created      int64
@@ -369,16 +372,26 @@ func (r *ChatRenderer) textChunk(field, text string) []byte {
 	b = appendQuoted(b, r.ID)
 	b = append(b, `,"model":`...)
 	b = appendQuoted(b, r.Model)
-	b = append(b, `,"object":"chat.completion.chunk"}`...)
+	b = append(b, `,"object":"chat.completion.chunk"`...)
+	if r.IncludeUsage {
+		b = append(b, `,"usage":null`...)
+	}
+	b = append(b, '}')
 	r.scratch = b
 	return sse.AppendEvent(nil, "", b)
 }
 
+// chunk renders a chunk with one choice. When usage was asked for, its
+// usage is null, as OpenAI sends it on every chunk but the last.
 func (r *ChatRenderer) chunk(delta map[string]any, finish any) []byte {
-	return sse.AppendEvent(nil, "", mustJSON(map[string]any{
+	c := map[string]any{
 		"id": r.ID, "object": "chat.completion.chunk", "created": r.Created, "model": r.Model,
 		"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}},
-	}))
+	}
+	if r.IncludeUsage {
+		c["usage"] = nil
+	}
+	return sse.AppendEvent(nil, "", mustJSON(c))
 }
 
 func chatFinish(s StopReason) string {
@@ -536,7 +549,9 @@ func OpenAIErrorFrom(e *APIError) (int, []byte) {
 
 // ResponsesRenderer renders the Responses API: sequence_number on every
 // event, response.output_item.added before any delta of an item, the
-// .done events, and a terminal event carrying the full response.
+// .done events, and a terminal event carrying the full response:
+// response.failed, with its error, when the answer fails after the
+// response was created (an error event when it fails before).
 type ResponsesRenderer struct {
 	ID, Model string
 	Created   int64
@@ -722,17 +737,42 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 		status := responsesStatus(r.st.finalStop())
 		out = r.ev(out, "response."+status, map[string]any{"response": r.response(status)})
 	case EvError:
-		_, body := OpenAIErrorFrom(e.Err)
-		var eb struct {
-			Error struct {
-				Message string `json:"message"`
-				Type    string `json:"type"`
-			} `json:"error"`
+		code, msg := responsesError(e.Err)
+		if !r.started {
+			// No response was created to fail: the stream is this event.
+			out = r.ev(out, "error", map[string]any{"code": code, "message": msg, "param": nil})
+			break
 		}
-		json.Unmarshal(body, &eb)
-		out = r.ev(out, "error", map[string]any{"code": eb.Error.Type, "message": eb.Error.Message, "param": nil})
+		// A created response ends with one of its three terminals, as
+		// Codex and the SDKs' stream helpers require; a failed one carries
+		// its error (Codex shows it, and waits as told on a rate limit,
+		// where a bare error event reads as a broken stream).
+		// Its output is not sent again: the items went out as events, and
+		// an answer cut for its size would leave twice.
+		resp := r.response("failed")
+		resp["output"] = []any{}
+		resp["error"] = map[string]any{"code": code, "message": msg}
+		out = r.ev(out, "response.failed", map[string]any{"response": resp})
 	}
 	return out
+}
+
+// responsesError is a failure's Responses error code and message: the
+// OpenAI error type, but rate_limit_exceeded for a rate limit (the code
+// OpenAI gives a failed response, which Codex waits on).
+func responsesError(e *APIError) (code, msg string) {
+	_, body := OpenAIErrorFrom(e)
+	var eb struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+		} `json:"error"`
+	}
+	json.Unmarshal(body, &eb)
+	if eb.Error.Type == "rate_limit_error" {
+		return "rate_limit_exceeded", eb.Error.Message
+	}
+	return eb.Error.Type, eb.Error.Message
 }
 
 // Body implements Renderer.

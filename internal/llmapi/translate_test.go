@@ -49,9 +49,14 @@ func TestErrorMidStreamInClientFormat(t *testing.T) {
 		evs := llmapitest.Events(t, stream)
 		last := evs[len(evs)-1]
 		switch name {
-		case "anthropic", "responses":
+		case "anthropic":
 			if last.Type != "error" {
 				t.Errorf("%s: last event %q", name, last.Type)
+			}
+		case "responses":
+			// The response was created: it fails, with its error.
+			if last.Type != "response.failed" || !strings.Contains(string(last.Data), `"error":{"code":"server_error","message":"the provider failed mid-stream"}`) {
+				t.Errorf("%s: last event %q %s", name, last.Type, last.Data)
 			}
 		case "chat":
 			if !strings.Contains(string(last.Data), `"error"`) || strings.Contains(string(stream), "[DONE]") {
@@ -1478,5 +1483,117 @@ func TestWholeErrorBodyWithSuccess(t *testing.T) {
 		if status < 400 || !strings.Contains(string(body), `"type":"`+tc.want+`"`) || strings.Contains(string(body), "boom") {
 			t.Errorf("%s: %d %s, want type %s", name, status, body, tc.want)
 		}
+	}
+}
+
+// TestToolCallIdentity: a provider's call without an id gets one, unique
+// to the call (clients answer calls by id, and Anthropic refuses a history
+// with two calls of one id); a call without a tool's name ends the answer
+// with an error, streamed or whole, since no client can run it.
+func TestToolCallIdentity(t *testing.T) {
+	stream := func(call string) string {
+		return `data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[` + call + `]}}]}` + "\n\n" +
+			`data: {"id":"c","model":"m","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
+	}
+	whole := func(call string) string {
+		return `{"id":"c","model":"m","choices":[{"index":0,"message":{"role":"assistant","tool_calls":[` + call + `]},"finish_reason":"tool_calls"}]}`
+	}
+	noID := `{"index":0,"type":"function","function":{"name":"get","arguments":"{}"}}`
+	ids := map[string]bool{}
+	for range 2 {
+		for name, dec := range map[string]llmapi.Decoder{
+			"stream": llmapi.DecodeChatStream(strings.NewReader(stream(noID))),
+			"whole":  llmapi.DecodeChat([]byte(whole(noID))),
+		} {
+			_, status, body := llmapitest.Render(t, dec, &llmapi.AnthropicRenderer{ID: "msg_1"})
+			var msg struct {
+				Content []struct{ Type, ID, Name string }
+			}
+			if err := json.Unmarshal(body, &msg); err != nil || status != 200 || len(msg.Content) != 1 {
+				t.Fatalf("%s: %d %s", name, status, body)
+			}
+			id := msg.Content[0].ID
+			if !strings.HasPrefix(id, "call_") || ids[id] {
+				t.Errorf("%s: made-up id %q (ids so far %v)", name, id, ids)
+			}
+			ids[id] = true
+		}
+	}
+
+	noName := `{"index":0,"id":"call_1","type":"function","function":{"arguments":"{}"}}`
+	for name, dec := range map[string]llmapi.Decoder{
+		"stream": llmapi.DecodeChatStream(strings.NewReader(stream(noName))),
+		"whole":  llmapi.DecodeChat([]byte(whole(noName))),
+	} {
+		out, status, body := llmapitest.Render(t, dec, &llmapi.AnthropicRenderer{ID: "msg_1"})
+		if strings.Contains(string(out), "tool_use") || status != 502 || !strings.Contains(string(body), "without a tool name") {
+			t.Errorf("%s: %d %s, stream\n%s", name, status, body, out)
+		}
+	}
+}
+
+// TestToolUseStopNeedsCall: a provider that says it stopped for a tool
+// call, and called none, ended its turn; clients told tool_use (or
+// tool_calls) look for calls to run.
+func TestToolUseStopNeedsCall(t *testing.T) {
+	in := `{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"done"}],"stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}`
+	for _, tc := range []struct {
+		r    llmapi.Renderer
+		want string
+	}{
+		{&llmapi.AnthropicRenderer{ID: "m"}, `"stop_reason":"end_turn"`},
+		{&llmapi.ChatRenderer{ID: "c"}, `"finish_reason":"stop"`},
+		{&llmapi.ResponsesRenderer{ID: "r"}, `"status":"completed"`},
+	} {
+		stream, _, body := llmapitest.Render(t, llmapi.DecodeAnthropic([]byte(in)), tc.r)
+		if !strings.Contains(string(body), tc.want) || !strings.Contains(string(stream), tc.want) {
+			t.Errorf("%T: want %s in\n%s\n%s", tc.r, tc.want, body, stream)
+		}
+	}
+}
+
+// TestChatUsageNullOnEveryChunk: with usage asked for, every chunk but the
+// last carries "usage": null, as OpenAI's do (clients that read usage off
+// each chunk find it there); without, no chunk has the key.
+func TestChatUsageNullOnEveryChunk(t *testing.T) {
+	in := llmapitest.Fixture(t, "chat_stream_parallel_tools.sse")
+	for _, include := range []bool{true, false} {
+		stream, _, _ := llmapitest.Render(t, llmapi.DecodeChatStream(bytes.NewReader(in)), &llmapi.ChatRenderer{ID: "c", IncludeUsage: include})
+		evs := llmapitest.Events(t, stream)
+		for i, ev := range evs[:len(evs)-1] { // [DONE] last
+			var c map[string]json.RawMessage
+			if err := json.Unmarshal(ev.Data, &c); err != nil {
+				t.Fatal(err)
+			}
+			u, has := c["usage"]
+			last := i == len(evs)-2
+			switch {
+			case !include && has:
+				t.Errorf("usage not asked for, chunk %d has it: %s", i, ev.Data)
+			case include && last && (string(u) == "null" || !has):
+				t.Errorf("the last chunk has no usage: %s", ev.Data)
+			case include && !last && string(u) != "null":
+				t.Errorf("chunk %d's usage is not null: %s", i, ev.Data)
+			}
+		}
+	}
+}
+
+// TestResponsesStreamWithoutCreated: a provider's Responses stream whose
+// first event is an output item (no response.created) still renders an
+// answer that starts before its content: one message_start first.
+func TestResponsesStreamWithoutCreated(t *testing.T) {
+	in := `data: {"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"m1"}}` + "\n\n" +
+		`data: {"type":"response.output_text.delta","item_id":"m1","output_index":0,"delta":"hi"}` + "\n\n" +
+		`data: {"type":"response.output_item.done","output_index":0,"item":{"type":"message","id":"m1"}}` + "\n\n" +
+		`data: {"type":"response.created","response":{"id":"late","status":"in_progress"}}` + "\n\n" +
+		`data: {"type":"response.completed","response":{"id":"late","status":"completed"}}` + "\n\n"
+	stream, _, _ := llmapitest.Render(t, llmapi.DecodeResponsesStream(strings.NewReader(in)), &llmapi.AnthropicRenderer{ID: "msg_1"})
+	evs := llmapitest.Events(t, stream)
+	if len(evs) == 0 || evs[0].Type != "message_start" || strings.Count(string(stream), "event: message_start") != 1 {
+		t.Fatalf("stream:\n%s", stream)
+	}
+	if err := checkAnthropic(evs); err != nil {
+		t.Fatal(err)
 	}
 }
