@@ -80,7 +80,9 @@
 // relayed untranslated keeps the provider's own headers. Every request
 // gets exactly one terminal: a whole answer, an error body, or the
 // API's error event in a stream (also when the hard deadline passes, the
-// provider's stream breaks off or sends a malformed event). A client that
+// provider's stream breaks off or sends a malformed event); a Responses
+// stream whose response was created ends with response.failed, carrying
+// the error, the terminal Codex and the SDKs read. A client that
 // disconnects cancels the upstream call; a silent stream gets a
 // keep-alive comment every 15 s; silence is never a terminal.
 //

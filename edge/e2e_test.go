@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -697,6 +698,53 @@ func TestMalformedEventEndsStream(t *testing.T) {
 		t.Fatalf("stream:\n%s", body)
 	}
 	r.settled()
+}
+
+// TestResponsesStreamBrokenOff: a Responses stream passed through that
+// the provider breaks off, or spoils with a malformed event, after its
+// response was created ends with that response's failure (its id, the
+// next sequence number, the error), the terminal Codex reads; one spoiled
+// before any response was created ends with the error event.
+func TestResponsesStreamBrokenOff(t *testing.T) {
+	created := "event: response.created\n" + `data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_up","object":"response","status":"in_progress"}}` + "\n\n"
+	added := "event: response.output_item.added\n" + `data: {"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"type":"message","id":"m1"}}` + "\n\n"
+	for _, tc := range []struct {
+		name, raw string
+		want      []string // the event types the client sees
+	}{
+		{"ended", created + added, []string{"response.created", "response.output_item.added", "response.failed"}},
+		{"malformed", created + added + "event: x\ndata: {broken\n\n", []string{"response.created", "response.output_item.added", "response.failed"}},
+		{"malformed first", "event: x\ndata: {broken\n\n", []string{"error"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: tc.raw} }})
+			resp, body := r.do(t, "POST", "/v1/responses", `{"model":"gpt-local","stream":true,"input":"x"}`, map[string]string{"Authorization": "Bearer " + apiKey})
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			var types []string
+			var last map[string]any
+			for _, ev := range strings.Split(strings.TrimSpace(body), "\n\n") {
+				typ, data, _ := strings.Cut(ev, "\n")
+				types = append(types, strings.TrimPrefix(typ, "event: "))
+				last = nil
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(data, "data: ")), &last); err != nil {
+					t.Fatalf("event %q: %v", ev, err)
+				}
+			}
+			if !slices.Equal(types, tc.want) {
+				t.Fatalf("events %v, want %v:\n%s", types, tc.want, body)
+			}
+			if tc.want[len(tc.want)-1] == "response.failed" {
+				resp, _ := last["response"].(map[string]any)
+				e, _ := resp["error"].(map[string]any)
+				if last["sequence_number"] != 2.0 || resp["id"] != "resp_up" || resp["status"] != "failed" || e["message"] == nil {
+					t.Fatalf("terminal %v", last)
+				}
+			}
+			r.settled()
+		})
+	}
 }
 
 // TestStreamUsageWithWhitespace: a provider that writes its usage chunk

@@ -176,6 +176,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 	}()
 	more := false // the reader holds another whole event: the next one needs no read
 	terminated := false
+	var created createdResponse // a Responses stream's response, once created
 	// Usage events are cumulative snapshots (a Chat stream with
 	// continuous usage stats repeats it on every chunk; Anthropic's
 	// message_delta totals the output so far): only the last is booked,
@@ -202,13 +203,13 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		if err == io.EOF {
 			if !terminated {
 				// The provider's stream ended without its last event.
-				s.streamError(w, req, out, errors.New("the provider's stream ended without its terminal event"))
+				s.streamError(w, req, out, &created, errors.New("the provider's stream ended without its terminal event"))
 			}
 			return
 		}
 		if err != nil {
 			if ctx.Err() == nil || deadlinePassed(ctx) {
-				s.streamError(w, req, out, err)
+				s.streamError(w, req, out, &created, err)
 			}
 			return
 		}
@@ -225,12 +226,14 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		if !ok {
 			// A malformed event is not passed on: the stream ends with the
 			// API's error event, and the upstream call is cancelled.
-			s.streamError(w, req, out, errors.New("the provider sent a malformed event"))
+			s.streamError(w, req, out, &created, errors.New("the provider sent a malformed event"))
 			return
 		}
 		terminated = terminated || streamTerminal(req.api, ev)
-		if id, ok := createdResponse(req, ev); ok {
-			s.rememberResponse(req, x, id)
+		if req.api == apiResponses {
+			if created.note(ev) {
+				s.rememberResponse(req, x, created.id)
+			}
 		}
 		pass := true
 		if hasUsage {
@@ -281,21 +284,34 @@ func (req *request) passedThrough(status int, n int64) {
 // burstBufs holds the buffers a streamed answer's bursts are written from.
 var burstBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
-// createdResponse returns the response id a Responses stream's
-// response.created event names.
-func createdResponse(req *request, ev sse.Event) (string, bool) {
-	if req.api != apiResponses || ev.Type != "response.created" {
-		return "", false
+// createdResponse follows a Responses stream passed through: the
+// response its response.created event named, and the sequence number the
+// next event takes, so that a stream the provider breaks off ends with
+// that response's failure.
+type createdResponse struct {
+	id      string
+	created bool
+	next    int // the sequence number after the last event passed
+}
+
+// note follows ev, an event passed on; it reports whether ev created the
+// response.
+func (c *createdResponse) note(ev sse.Event) bool {
+	c.next++
+	if ev.Type != "response.created" || c.created {
+		return false
 	}
 	var m struct {
+		Seq      int `json:"sequence_number"`
 		Response struct {
 			ID string `json:"id"`
 		} `json:"response"`
 	}
 	if json.Unmarshal(ev.Data, &m) != nil {
-		return "", false
+		return false
 	}
-	return m.Response.ID, true
+	c.id, c.created, c.next = m.Response.ID, true, m.Seq+1
+	return true
 }
 
 // bookFields records the usage (and a Responses id) found in a scanned
@@ -446,15 +462,29 @@ func deltaEvent(ev sse.Event) bool {
 	return ev.Type == "content_block_delta" || strings.HasSuffix(ev.Type, ".delta")
 }
 
-// streamError ends an SSE answer with the client format's own error event.
-// The events in pending (not yet written) leave first, in the same write.
-func (s *Server) streamError(w http.ResponseWriter, req *request, pending []byte, err error) {
+// streamError ends an SSE answer with the client format's own error event:
+// for a Responses stream whose response was created, that response's
+// failure, its terminal (Codex reads a bare error event as a broken
+// stream). The events in pending (not yet written) leave first, in the
+// same write.
+func (s *Server) streamError(w http.ResponseWriter, req *request, pending []byte, created *createdResponse, err error) {
 	s.log.Warn("stream ended with an error", "request_id", req.rid, "error", err)
 	out := pending
-	switch req.api {
-	case apiResponses:
+	switch {
+	case req.api == apiResponses && created.created:
+		// The map holds strings and numbers only: Marshal cannot fail.
+		failed, _ := json.Marshal(map[string]any{
+			"type": "response.failed", "sequence_number": created.next,
+			"response": map[string]any{
+				"id": created.id, "object": "response", "status": "failed", "model": req.route.Model, "output": []any{},
+				"error":              map[string]any{"code": "server_error", "message": "The model provider failed mid-stream."},
+				"incomplete_details": nil, "usage": nil,
+			},
+		})
+		out = sse.AppendEvent(out, "response.failed", failed)
+	case req.api == apiResponses:
 		out = sse.AppendEvent(out, "error", []byte(`{"type":"error","code":"server_error","message":"The model provider failed mid-stream.","param":null}`))
-	case apiMessages:
+	case req.api == apiMessages:
 		out = sse.AppendEvent(out, "error", llmapi.AnthropicErrorBody("api_error", "The model provider failed mid-stream.", req.rid))
 	default:
 		out = sse.AppendEvent(out, "", llmapi.OpenAIErrorBody("The model provider failed mid-stream.", "server_error", nil))
