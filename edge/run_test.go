@@ -33,7 +33,7 @@ import (
 // "via-fail" (exits 7 before any output), "via-slowfail" (the same after
 // 100 ms), "via-sleep" (silent for a minute), "via-late" (silent for wait,
 // then cat), "via-broken" (an executable the kernel cannot start: the Node
-// cannot run it).
+// cannot run it), "via-latin1" (prints "café ok" in Latin-1: not UTF-8).
 func cliRig(t *testing.T, wait time.Duration, mutate func(*edge.Config)) *rig {
 	t.Helper()
 	return newRig(t, withCLI(t, wait, rigOpts{mutate: mutate}))
@@ -73,6 +73,7 @@ func withCLI(t *testing.T, wait time.Duration, o rigOpts) rigOpts {
 		{"sleep", []string{sh, "-c", "exec sleep 60"}},
 		{"late", []string{sh, "-c", "sleep " + seconds(wait) + "; exec cat"}},
 		{"broken", []string{broken}},
+		{"latin1", []string{sh, "-c", `printf 'caf\351 ok'`}},
 	} {
 		a, err := cli.New(cli.Config{ID: "cli-" + c.id, Argv: c.argv, Models: []string{"cli-model"}})
 		if err != nil {
@@ -95,6 +96,22 @@ func withCLI(t *testing.T, wait time.Duration, o rigOpts) rigOpts {
 
 // seconds is d as sleep(1) takes it.
 func seconds(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 3, 64) }
+
+// TestRunOutputNotUTF8: a command whose output is not UTF-8 (Latin-1
+// here) is answered, its stray bytes replaced by U+FFFD, as JSON encoding
+// replaces them; the run's events carry text as protobuf strings, which
+// must be UTF-8, and the run failed ("run stream closed") before.
+func TestRunOutputNotUTF8(t *testing.T) {
+	r := cliRig(t, 0, nil)
+	res, err := r.client.Chat.Completions.New(ctx(t), chatParams("via-latin1", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Choices[0].Message.Content; got != "caf\uFFFD ok" || res.Choices[0].FinishReason != "stop" {
+		t.Fatalf("answer %q, finish %q", got, res.Choices[0].FinishReason)
+	}
+	r.settled()
+}
 
 // TestRunEveryClientFormat: a run's output reaches each client format,
 // buffered and streamed, through the official SDKs; the conversation the

@@ -167,20 +167,27 @@ func RunRequestFrom(m *iopv1.RunRequest) *execution.RunRequest {
 	return r
 }
 
+// text keeps s valid UTF-8 for a protobuf string, each invalid byte
+// replaced by U+FFFD (as JSON encoding replaces it on the way to the
+// client): a provider's output that is not UTF-8 (a command printing
+// Latin-1) is answered, where it would fail the event's marshaling and
+// with it the run. Valid text is returned as it is, without a copy.
+func text(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+
 // Event converts a run event to its wire form.
 func Event(runID string, e execution.Event) *iopv1.RunEvent {
 	out := &iopv1.RunEvent{RunId: runID}
 	switch e.Kind {
 	case execution.EventStarted:
-		out.Event = &iopv1.RunEvent_Started{Started: &iopv1.RunStarted{Model: e.Model}}
+		out.Event = &iopv1.RunEvent_Started{Started: &iopv1.RunStarted{Model: text(e.Model)}}
 	case execution.EventDelta:
-		out.Event = &iopv1.RunEvent_Delta{Delta: &iopv1.OutputDelta{Text: e.Text, Reasoning: e.Reasoning}}
+		out.Event = &iopv1.RunEvent_Delta{Delta: &iopv1.OutputDelta{Text: text(e.Text), Reasoning: e.Reasoning}}
 	case execution.EventToolCall:
 		tc := e.ToolCall
 		if tc == nil {
 			tc = &execution.ToolCall{}
 		}
-		out.Event = &iopv1.RunEvent_ToolCall{ToolCall: &iopv1.ToolCall{Id: tc.ID, Name: tc.Name, Arguments: tc.Arguments}}
+		out.Event = &iopv1.RunEvent_ToolCall{ToolCall: &iopv1.ToolCall{Id: text(tc.ID), Name: text(tc.Name), Arguments: text(tc.Arguments)}}
 	case execution.EventUsage:
 		u := e.Usage
 		if u == nil {
@@ -188,7 +195,7 @@ func Event(runID string, e execution.Event) *iopv1.RunEvent {
 		}
 		out.Event = &iopv1.RunEvent_Usage{Usage: Usage(*u)}
 	case execution.EventCompleted:
-		out.Event = &iopv1.RunEvent_Completed{Completed: &iopv1.RunCompleted{StopReason: e.StopReason}}
+		out.Event = &iopv1.RunEvent_Completed{Completed: &iopv1.RunCompleted{StopReason: text(e.StopReason)}}
 	case execution.EventFailed:
 		f := e.Failure
 		if f == nil {
