@@ -23,6 +23,7 @@ import (
 	"github.com/iop-dev/iop/internal/httpauth"
 	"github.com/iop-dev/iop/internal/httpmux"
 	"github.com/iop-dev/iop/internal/llmapi"
+	"github.com/iop-dev/iop/internal/tunnelhdr"
 )
 
 // api is a client API the Edge serves.
@@ -553,7 +554,17 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	if a == apiMessages {
 		req.anthropic = http.Header{}
 		for _, h := range []string{"Anthropic-Version", "Anthropic-Beta"} {
-			if v := r.Header.Values(h); len(v) > 0 {
+			v := r.Header.Values(h)
+			for _, one := range v {
+				// They travel to the provider as they came, in protobuf
+				// strings: one that is not UTF-8 (or would be dropped on
+				// the way) is refused here, not lost or sent as a failure.
+				if !tunnelhdr.ValueOK(one) {
+					fail(w, a, http.StatusBadRequest, "invalid_request", fmt.Sprintf("The %s header is not a valid value (UTF-8, at most 4 KiB, one line).", h), nil)
+					return
+				}
+			}
+			if len(v) > 0 {
 				req.anthropic[h] = v
 			}
 		}

@@ -747,6 +747,27 @@ func TestResponsesStreamBrokenOff(t *testing.T) {
 	}
 }
 
+// TestHeaderNotUTF8: an Anthropic header the Edge passes to the provider
+// whose value is not UTF-8 (Latin-1 here, legal in HTTP) is refused with
+// 400, not sent on as a request that fails on the way (it was answered
+// 503, "could not be reached", as if the provider were down); the
+// provider is not called and serves the next request.
+func TestHeaderNotUTF8(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	body := `{"model":"via-anthropic","max_tokens":5,"messages":[{"role":"user","content":"x"}]}`
+	resp, out := r.do(t, "POST", "/v1/messages", body, map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01", "Anthropic-Beta": "caf\xe9"})
+	if resp.StatusCode != 400 || !strings.Contains(out, `"type":"invalid_request_error"`) || !strings.Contains(out, "Anthropic-Beta") {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	if n := len(r.calls()); n != 0 {
+		t.Fatalf("the provider was called %d times", n)
+	}
+	if resp, out := r.do(t, "POST", "/v1/messages", body, map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}); resp.StatusCode != 200 {
+		t.Fatalf("next request: %d %s", resp.StatusCode, out)
+	}
+	r.settled()
+}
+
 // TestStreamUsageWithWhitespace: a provider that writes its usage chunk
 // with whitespace in it (`"usage": {`) is booked all the same, and the
 // chunk the client did not ask for is not passed on.

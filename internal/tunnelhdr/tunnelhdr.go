@@ -7,6 +7,7 @@ import (
 	"iter"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 )
 
 // requestHeaders may travel from a client to an upstream. Authorization,
@@ -53,9 +54,10 @@ func Request(name string) (string, bool) { return allowed(name, requestHeaders) 
 func Response(name string) (string, bool) { return allowed(name, responseHeaders) }
 
 // ValueOK reports whether a header value may be relayed: bounded, with no
-// CR, LF or NUL.
+// CR, LF or NUL, and UTF-8 (the wire carries it in a protobuf string,
+// which must be: another value would fail the whole message).
 func ValueOK(v string) bool {
-	return len(v) <= maxHeaderValue && !strings.ContainsAny(v, "\r\n\x00")
+	return len(v) <= maxHeaderValue && !strings.ContainsAny(v, "\r\n\x00") && utf8.ValidString(v)
 }
 
 func allowed(name string, allow map[string]bool) (string, bool) {

@@ -38,10 +38,11 @@ func TestAllowedResponse(t *testing.T) {
 		"Content-Length":                         {"10"},
 		"X-Ratelimit-Remaining-Tokens":           {"100"},
 		"Anthropic-Ratelimit-Requests-Remaining": {"5"},
+		"X-Request-Id":                           {"caf\xe9"}, // Latin-1: no protobuf string
 	}, Response) {
 		out.Add(k, v)
 	}
-	if out.Get("Set-Cookie") != "" || out.Get("Content-Length") != "" {
+	if out.Get("Set-Cookie") != "" || out.Get("Content-Length") != "" || out.Get("X-Request-Id") != "" {
 		t.Errorf("forbidden response headers passed: %v", out)
 	}
 	if out.Get("Content-Type") == "" || out.Get("X-Ratelimit-Remaining-Tokens") == "" || out.Get("Anthropic-Ratelimit-Requests-Remaining") == "" {
