@@ -42,7 +42,10 @@ type blockSeq struct {
 	toolID string
 	name   string
 	args   strings.Builder // the open tool call's arguments
-	nextIx int
+	// argsBegun: the open tool call's arguments have passed their leading
+	// whitespace.
+	argsBegun bool
+	nextIx    int
 }
 
 func (b *blockSeq) start(kind BlockKind, toolID, name string) {
@@ -56,6 +59,7 @@ func (b *blockSeq) start(kind BlockKind, toolID, name string) {
 	}
 	b.open, b.kind, b.toolID, b.name, b.index = true, kind, toolID, name, b.nextIx
 	b.args.Reset()
+	b.argsBegun = false
 	b.nextIx++
 	b.out = append(b.out, Event{Kind: EvBlockStart, Index: b.index, Block: kind, ToolID: toolID, Name: name})
 }
@@ -63,6 +67,15 @@ func (b *blockSeq) start(kind BlockKind, toolID, name string) {
 func (b *blockSeq) delta(text, sig string) {
 	if b.kind == BlockToolUse {
 		b.args.WriteString(text)
+		if !b.argsBegun {
+			// Whitespace before the arguments' JSON means nothing, and
+			// arguments of whitespace alone, passed on, are no JSON to a
+			// client that parses them: it is not passed on.
+			if strings.TrimSpace(text) == "" {
+				return
+			}
+			b.argsBegun = true
+		}
 	}
 	b.out = append(b.out, Event{Kind: EvDelta, Index: b.index, Block: b.kind, Text: text, Signature: sig})
 }
@@ -1033,7 +1046,7 @@ func (a *answer) events() []Event {
 			if !toolArgsOK(string(b.Input)) {
 				return append(out, errToolArgs(b.Name))
 			}
-			if len(b.Input) > 0 {
+			if len(bytes.TrimSpace(b.Input)) > 0 { // whitespace alone is no arguments
 				out = append(out, Event{Kind: EvDelta, Index: i, Block: BlockToolUse, Text: string(b.Input)})
 			}
 			out = append(out, Event{Kind: EvBlockStop, Index: i, Block: BlockToolUse})

@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 
+	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/internal/llmapi"
 	"github.com/iop-dev/iop/internal/llmapi/llmapitest"
 	"github.com/iop-dev/iop/internal/sse"
@@ -170,6 +172,93 @@ func FuzzDecodeRequest(f *testing.F) {
 				}
 			}
 			_, _, _ = llmapi.ToInput(req)
+		}
+	})
+}
+
+// FuzzRunEvents drives RunEvents with any sequence of a run's events (as a
+// Node may send them: starts repeated or missing, usage anywhere, a tool
+// call's arguments not an object, no terminal) and holds what each
+// renderer makes of it to the client format's grammar, as the Edge feeds
+// it: up to the first terminal, and a completion when the run ends
+// without one.
+func FuzzRunEvents(f *testing.F) {
+	f.Add([]byte("\x00m\x01hello\x02reason\x03{\"a\":1}\x04\x05"))
+	f.Add([]byte("\x01a\x03[1]\x01b\x05"))
+	f.Add([]byte("\x03\x03{}\x06"))
+	f.Add([]byte("\x02r\x01t\x02r\x04"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		// Each event is an opcode and, up to the next opcode byte (< 8),
+		// its text.
+		var evs []execution.Event
+		for len(b) > 0 && len(evs) < 64 {
+			op := b[0] % 8
+			b = b[1:]
+			n := 0
+			for n < len(b) && b[n] >= 8 {
+				n++
+			}
+			// A run's text comes off the wire, in protobuf strings: UTF-8.
+			text := strings.ToValidUTF8(string(b[:n]), "\uFFFD")
+			b = b[n:]
+			switch op {
+			case 0:
+				evs = append(evs, execution.Event{Kind: execution.EventStarted, Model: text})
+			case 1:
+				evs = append(evs, execution.Event{Kind: execution.EventDelta, Text: text})
+			case 2:
+				evs = append(evs, execution.Event{Kind: execution.EventDelta, Text: text, Reasoning: true})
+			case 3:
+				name := "f"
+				if len(text)%3 == 0 {
+					name = "" // a nameless call
+				}
+				evs = append(evs, execution.Event{Kind: execution.EventToolCall, ToolCall: &execution.ToolCall{Name: name, Arguments: text}})
+			case 4:
+				evs = append(evs, execution.Event{Kind: execution.EventUsage, Usage: &execution.Usage{InputTokens: int64(len(text)), OutputTokens: 1}})
+			case 5:
+				evs = append(evs, execution.Event{Kind: execution.EventCompleted, StopReason: text})
+			case 6:
+				evs = append(evs, execution.Event{Kind: execution.EventFailed, Failure: &execution.Failure{Class: execution.FailureProvider, Message: text}})
+			default:
+				evs = append(evs, execution.Event{Kind: execution.EventCompleted, StopReason: "tool_calls"})
+			}
+		}
+		evs = append(evs, execution.Event{Kind: execution.EventCompleted, StopReason: "stop"})
+		for _, mk := range []func() llmapi.Renderer{
+			func() llmapi.Renderer { return &llmapi.AnthropicRenderer{ID: "msg_1", Model: "m", Streamed: true} },
+			func() llmapi.Renderer {
+				return &llmapi.ChatRenderer{ID: "c_1", Model: "m", IncludeUsage: true, Streamed: true}
+			},
+			func() llmapi.Renderer { return &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m"} },
+		} {
+			r := mk()
+			var conv llmapi.RunEvents
+			var stream []byte
+		run:
+			for _, e := range evs {
+				for _, c := range conv.Convert(e) {
+					stream = append(stream, r.Event(c)...)
+					if c.Kind == llmapi.EvStop || c.Kind == llmapi.EvError {
+						break run
+					}
+				}
+			}
+			var err error
+			switch r := r.(type) {
+			case *llmapi.AnthropicRenderer:
+				err = checkAnthropic(llmapitest.Events(t, stream))
+			case *llmapi.ChatRenderer:
+				err = checkChat(llmapitest.Events(t, stream), r.IncludeUsage)
+			case *llmapi.ResponsesRenderer:
+				err = checkResponses(llmapitest.Events(t, stream))
+				if _, body := r.Body(); !json.Valid(body) {
+					t.Fatalf("buffered answer is not JSON: %q", body)
+				}
+			}
+			if err != nil {
+				t.Fatalf("%T: %v in\n%s", r, err, stream)
+			}
 		}
 	})
 }

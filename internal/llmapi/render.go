@@ -107,6 +107,17 @@ func (s *state) toolCalls() int {
 	return n
 }
 
+// toolArgs returns a tool call's complete arguments as its deltas carried
+// them (so that an event repeating them whole matches their join), or {}
+// when there were none.
+func (s *state) toolArgs(i int) string {
+	raw := s.bufs[i].args.String()
+	if strings.TrimSpace(raw) == "" {
+		return "{}"
+	}
+	return raw
+}
+
 // toolInput returns a tool call's complete arguments as a JSON object.
 func (s *state) toolInput(i int) json.RawMessage {
 	raw := strings.TrimSpace(s.bufs[i].args.String())
@@ -621,7 +632,7 @@ func (r *ResponsesRenderer) item(i int, final bool) map[string]any {
 			return map[string]any{"type": "custom_tool_call", "id": id, "call_id": b.ID, "name": b.Name, "input": args, "status": status}
 		}
 		if final {
-			args = string(r.st.toolInput(i))
+			args = r.st.toolArgs(i)
 		}
 		return map[string]any{"type": "function_call", "id": id, "call_id": b.ID, "name": b.Name, "arguments": args, "status": status}
 	}
@@ -730,7 +741,7 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 				out = r.ev(out, "response.custom_tool_call_input.done", map[string]any{"item_id": id, "output_index": e.Index, "input": in})
 				break
 			}
-			out = r.ev(out, "response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": e.Index, "arguments": string(r.st.toolInput(e.Index))})
+			out = r.ev(out, "response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": e.Index, "arguments": r.st.toolArgs(e.Index)})
 		}
 		out = r.ev(out, "response.output_item.done", map[string]any{"output_index": e.Index, "item": r.item(e.Index, true)})
 	case EvStop:
@@ -793,15 +804,18 @@ type RunEvents struct {
 	started bool
 }
 
-// Convert returns the canonical events for one run event.
+// Convert returns the canonical events for one run event. The answer
+// starts before anything else, whether or not the run reported its start
+// first.
 func (c *RunEvents) Convert(e execution.Event) []Event {
 	c.seq.out = nil
+	if !c.started && e.Kind != execution.EventFailed {
+		c.started = true
+		c.seq.out = append(c.seq.out, Event{Kind: EvStart, Model: e.Model})
+	}
 	switch e.Kind {
 	case execution.EventStarted:
-		if !c.started {
-			c.started = true
-			c.seq.out = append(c.seq.out, Event{Kind: EvStart, Model: e.Model})
-		}
+		// Started above, or a repeat: the answer starts once.
 	case execution.EventDelta:
 		kind := BlockText
 		if e.Reasoning {
