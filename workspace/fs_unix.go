@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -210,7 +211,10 @@ func (r *root) list(op, path string, parts []string, limit int) ([]DirEntry, boo
 	for len(names) < maxScan {
 		batch, err := f.Readdirnames(1024)
 		for _, n := range batch {
-			if !reservedName(n) {
+			// A name that is not UTF-8 is left out, as no path can name
+			// it (and the wire carries names as protobuf strings, which
+			// must be UTF-8: one such name would lose the whole list).
+			if !reservedName(n) && utf8.ValidString(n) {
 				names = append(names, n)
 			}
 		}

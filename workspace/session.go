@@ -127,8 +127,8 @@ func (s *Session) Read(path string) ([]byte, bool, error) {
 }
 
 // List returns a directory's entries sorted by name, at most the list
-// limit, and whether more were cut. Reserved names never appear. "."
-// lists the root.
+// limit, and whether more were cut. Reserved names never appear, nor do
+// names that are not UTF-8 (no path can name them). "." lists the root.
 func (s *Session) List(path string) ([]DirEntry, bool, error) {
 	end, err := s.begin(OpList)
 	if err != nil {
