@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/internal/llmapi/llmapitest"
+	"github.com/iop-dev/iop/internal/sse"
 )
 
 // toolScript answers with text, two parallel tool calls and usage, in
@@ -728,5 +731,61 @@ func TestFreeformToolThroughTranslation(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.upstreamCarriesFreeform(t, patch, true)
+	r.settled()
+}
+
+// TestStreamGrammarEveryPath holds every streamed answer a client can get,
+// each client format from each upstream format (relayed untranslated where
+// they match, translated otherwise) and from a command-line run, with text
+// alone and with text and two tool calls, to the client format's event
+// grammar (llmapitest.CheckAnthropic and the others): block order, call
+// fragments, one terminal, sequence numbers. Where the formats match, the
+// fake upstream's own stream is what is checked.
+func TestStreamGrammarEveryPath(t *testing.T) {
+	var tools atomic.Bool // the upstream answers with tool calls
+	r := newRig(t, withCLI(t, 0, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		if tools.Load() {
+			return toolScript(q)
+		}
+		return upstreamtest.Script{Text: []string{"Just ", "text."}, Usage: upstreamtest.Usage{InputTokens: 5, OutputTokens: 2}}
+	}}))
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
+	const schema = `{"type":"object","properties":{"city":{"type":"string"}}}`
+	for _, withTools := range []bool{false, true} {
+		tools.Store(withTools)
+		for _, model := range []string{"gpt-local", "via-anthropic", "via-responses", "via-chat", "via-cat"} {
+			chatTools := `,"tools":[{"type":"function","function":{"name":"weather","parameters":` + schema + `}}]`
+			messagesTools := `,"tools":[{"name":"weather","input_schema":` + schema + `}]`
+			responsesTools := `,"tools":[{"type":"function","name":"weather","parameters":` + schema + `}]`
+			if model == "via-cat" { // a command takes no tools
+				chatTools, messagesTools, responsesTools = "", "", ""
+			}
+			for _, c := range []struct {
+				path, body string
+				header     map[string]string
+				check      func([]sse.Event) error
+			}{
+				{"/v1/chat/completions", `{"model":"` + model + `","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"weather?"}]` + chatTools + `}`, oa,
+					func(evs []sse.Event) error { return llmapitest.CheckChat(evs, true) }},
+				{"/v1/messages", `{"model":"` + model + `","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"weather?"}]` + messagesTools + `}`, an,
+					llmapitest.CheckAnthropic},
+				{"/v1/responses", `{"model":"` + model + `","stream":true,"input":"weather?"` + responsesTools + `}`, oa, llmapitest.CheckResponses},
+			} {
+				resp, body := r.do(t, "POST", c.path, c.body, c.header)
+				name := fmt.Sprintf("%s from %s (tools %v)", c.path, model, withTools)
+				if resp.StatusCode != 200 {
+					t.Fatalf("%s: %d %s", name, resp.StatusCode, body)
+				}
+				evs := llmapitest.Events(t, []byte(body))
+				if len(evs) < 3 {
+					t.Fatalf("%s: %d events:\n%s", name, len(evs), body)
+				}
+				if err := c.check(evs); err != nil {
+					t.Errorf("%s: %v in\n%s", name, err, body)
+				}
+			}
+		}
+	}
 	r.settled()
 }

@@ -65,11 +65,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	e := newSSE(w, r)
 	e.comment = sc.Comment
 	chunk := func(delta map[string]any, finish any) map[string]any {
-		return map[string]any{
+		c := map[string]any{
 			"id": id, "object": "chat.completion.chunk", "created": created, "model": req.Model,
 			"system_fingerprint": "fp_upstreamtest",
 			"choices":            []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": nil}},
 		}
+		if req.IncludeUsage {
+			c["usage"] = nil // as OpenAI sends it on every chunk but the last
+		}
+		return c
 	}
 	if !firstChunk(r.Context(), &sc) {
 		return

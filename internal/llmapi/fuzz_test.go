@@ -70,11 +70,11 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 		var err error
 		switch r := r.(type) {
 		case *llmapi.AnthropicRenderer:
-			err = checkAnthropic(llmapitest.Events(t, stream))
+			err = llmapitest.CheckAnthropic(llmapitest.Events(t, stream))
 		case *llmapi.ChatRenderer:
-			err = checkChat(llmapitest.Events(t, stream), r.IncludeUsage)
+			err = llmapitest.CheckChat(llmapitest.Events(t, stream), r.IncludeUsage)
 		case *llmapi.ResponsesRenderer:
-			err = checkResponses(llmapitest.Events(t, stream))
+			err = llmapitest.CheckResponses(llmapitest.Events(t, stream))
 		}
 		if err != nil {
 			t.Fatalf("%T: %v in\n%s", r, err, stream)
@@ -247,11 +247,11 @@ func FuzzRunEvents(f *testing.F) {
 			var err error
 			switch r := r.(type) {
 			case *llmapi.AnthropicRenderer:
-				err = checkAnthropic(llmapitest.Events(t, stream))
+				err = llmapitest.CheckAnthropic(llmapitest.Events(t, stream))
 			case *llmapi.ChatRenderer:
-				err = checkChat(llmapitest.Events(t, stream), r.IncludeUsage)
+				err = llmapitest.CheckChat(llmapitest.Events(t, stream), r.IncludeUsage)
 			case *llmapi.ResponsesRenderer:
-				err = checkResponses(llmapitest.Events(t, stream))
+				err = llmapitest.CheckResponses(llmapitest.Events(t, stream))
 				if _, body := r.Body(); !json.Valid(body) {
 					t.Fatalf("buffered answer is not JSON: %q", body)
 				}

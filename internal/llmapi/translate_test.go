@@ -1593,7 +1593,7 @@ func TestResponsesStreamWithoutCreated(t *testing.T) {
 	if len(evs) == 0 || evs[0].Type != "message_start" || strings.Count(string(stream), "event: message_start") != 1 {
 		t.Fatalf("stream:\n%s", stream)
 	}
-	if err := checkAnthropic(evs); err != nil {
+	if err := llmapitest.CheckAnthropic(evs); err != nil {
 		t.Fatal(err)
 	}
 }

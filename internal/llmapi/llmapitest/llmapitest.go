@@ -1,6 +1,7 @@
 // Package llmapitest holds what the tests of llmapi and of code built on
-// it share: llmapi's provider fixtures and a decoder driven through a
-// renderer.
+// it share: llmapi's provider fixtures, a decoder driven through a
+// renderer, and the client formats' stream grammars (CheckAnthropic,
+// CheckChat, CheckResponses).
 package llmapitest
 
 import (

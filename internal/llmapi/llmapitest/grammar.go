@@ -1,18 +1,19 @@
-package llmapi_test
+package llmapitest
 
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/iop-dev/iop/internal/sse"
 )
 
-// The checkers below hold a rendered stream to each client format's event
-// grammar (../../shared/API-FORMATS.md in the design notes): what an SDK's
-// accumulator or an agent such as Claude Code or Codex relies on, whatever
-// the provider sent. They decode into generic JSON, so that the fuzzers
-// that call them build no SDK. Each returns the first violation.
+// CheckAnthropic, CheckChat and CheckResponses hold a stream, as a client
+// reads it, to its format's event grammar: what an SDK's accumulator or an
+// agent such as Claude Code or Codex relies on, whatever the provider
+// sent. They decode into generic JSON, so that the fuzzers that call them
+// build no SDK. Each returns the first violation.
 
 // obj is one event's JSON.
 type obj = map[string]any
@@ -41,13 +42,13 @@ func jsonObject(s string) bool {
 	return json.Unmarshal([]byte(s), &m) == nil && m != nil
 }
 
-// checkAnthropic: one message_start first; blocks started in index order
+// CheckAnthropic: one message_start first; blocks started in index order
 // from 0, never overlapping, each delta of its block's kind; a tool_use
 // block's input_json_delta fragments join into a JSON object; then
 // message_delta (tool_use exactly when a tool was called) and
 // message_stop, last, with no block open. An error event ends the stream
 // wherever it comes.
-func checkAnthropic(evs []sse.Event) error {
+func CheckAnthropic(evs []sse.Event) error {
 	open, next := -1, 0
 	kind := ""
 	var args strings.Builder
@@ -107,7 +108,7 @@ func checkAnthropic(evs []sse.Event) error {
 			}
 			d := sub(o, "delta")
 			want := map[string][]string{"text": {"text_delta"}, "thinking": {"thinking_delta", "signature_delta"}, "tool_use": {"input_json_delta"}}[kind]
-			if !contains(want, str(d, "type")) {
+			if !slices.Contains(want, str(d, "type")) {
 				return fmt.Errorf("%q delta in a %s block", str(d, "type"), kind)
 			}
 			if kind == "tool_use" {
@@ -151,16 +152,7 @@ func checkAnthropic(evs []sse.Event) error {
 	return nil
 }
 
-func contains(list []string, s string) bool {
-	for _, l := range list {
-		if l == s {
-			return true
-		}
-	}
-	return false
-}
-
-// checkChat: data-only events; the first chunk's delta carries the role;
+// CheckChat: data-only events; the first chunk's delta carries the role;
 // each tool call's first fragment carries its id, type and name and later
 // ones none, the calls numbered from 0 in order; a function call's
 // argument fragments join into a JSON object; one finish_reason, on the
@@ -168,7 +160,7 @@ func contains(list []string, s string) bool {
 // with usage asked, every chunk's usage null but one last chunk with
 // empty choices and the usage; then [DONE]. A {"error":...} chunk ends
 // the stream wherever it comes, with no [DONE] after it.
-func checkChat(evs []sse.Event, includeUsage bool) error {
+func CheckChat(evs []sse.Event, includeUsage bool) error {
 	type call struct {
 		typ  string
 		args strings.Builder
@@ -268,7 +260,7 @@ func checkChat(evs []sse.Event, includeUsage bool) error {
 	return nil
 }
 
-// checkResponses: every event typed as its JSON says, sequence_number 0,
+// CheckResponses: every event typed as its JSON says, sequence_number 0,
 // 1, 2...; response.created then response.in_progress first; each output
 // item added once, output_index from 0 in order, before any event of it,
 // its events naming its id; an item's deltas join into what its .done
@@ -276,7 +268,7 @@ func checkChat(evs []sse.Event, includeUsage bool) error {
 // incomplete or failed), last, whose response lists the items (a failed
 // one carries its error instead, and may leave items unfinished). An error
 // event before the response was created ends the stream.
-func checkResponses(evs []sse.Event) error {
+func CheckResponses(evs []sse.Event) error {
 	type item struct {
 		id, typ string
 		done    bool
