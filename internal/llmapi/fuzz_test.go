@@ -67,18 +67,7 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 	}
 	for _, r := range renderers {
 		stream := render(r)
-		var err error
-		switch r := r.(type) {
-		case *llmapi.AnthropicRenderer:
-			err = llmapitest.CheckAnthropic(llmapitest.Events(t, stream))
-		case *llmapi.ChatRenderer:
-			err = llmapitest.CheckChat(llmapitest.Events(t, stream), r.IncludeUsage)
-		case *llmapi.ResponsesRenderer:
-			err = llmapitest.CheckResponses(llmapitest.Events(t, stream))
-		}
-		if err != nil {
-			t.Fatalf("%T: %v in\n%s", r, err, stream)
-		}
+		checkGrammar(t, r, stream)
 		rd := sse.NewReader(bytes.NewReader(stream), 0)
 		for {
 			ev, err := rd.Next()
@@ -111,6 +100,27 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 		if !bytes.Equal(kept, streamed) {
 			t.Fatalf("a Streamed renderer wrote other events:\n%s\nfor\n%s", streamed, kept)
 		}
+	}
+}
+
+// checkGrammar holds stream, which r rendered, to the event grammar of
+// r's client format.
+func checkGrammar(t *testing.T, r llmapi.Renderer, stream []byte) {
+	t.Helper()
+	evs := llmapitest.Events(t, stream)
+	var err error
+	switch r := r.(type) {
+	case *llmapi.AnthropicRenderer:
+		err = llmapitest.CheckAnthropic(evs)
+	case *llmapi.ChatRenderer:
+		err = llmapitest.CheckChat(evs, r.IncludeUsage)
+	case *llmapi.ResponsesRenderer:
+		err = llmapitest.CheckResponses(evs)
+	default:
+		t.Fatalf("no grammar for %T", r)
+	}
+	if err != nil {
+		t.Fatalf("%T: %v in\n%s", r, err, stream)
 	}
 }
 
@@ -244,20 +254,11 @@ func FuzzRunEvents(f *testing.F) {
 					}
 				}
 			}
-			var err error
-			switch r := r.(type) {
-			case *llmapi.AnthropicRenderer:
-				err = llmapitest.CheckAnthropic(llmapitest.Events(t, stream))
-			case *llmapi.ChatRenderer:
-				err = llmapitest.CheckChat(llmapitest.Events(t, stream), r.IncludeUsage)
-			case *llmapi.ResponsesRenderer:
-				err = llmapitest.CheckResponses(llmapitest.Events(t, stream))
+			checkGrammar(t, r, stream)
+			if r, ok := r.(*llmapi.ResponsesRenderer); ok {
 				if _, body := r.Body(); !json.Valid(body) {
 					t.Fatalf("buffered answer is not JSON: %q", body)
 				}
-			}
-			if err != nil {
-				t.Fatalf("%T: %v in\n%s", r, err, stream)
 			}
 		}
 	})

@@ -18,10 +18,15 @@ import (
 // obj is one event's JSON.
 type obj = map[string]any
 
-func parse(ev sse.Event) (obj, error) {
+// typed parses the JSON of ev, the i-th event, whose "type" must be the
+// event's own.
+func typed(i int, ev sse.Event) (obj, error) {
 	var o obj
 	if err := json.Unmarshal(ev.Data, &o); err != nil {
-		return nil, fmt.Errorf("event %q: %v", ev.Type, err)
+		return nil, fmt.Errorf("event %d (%q): %v", i, ev.Type, err)
+	}
+	if t := str(o, "type"); t != ev.Type {
+		return nil, fmt.Errorf("event %d: SSE type %q, JSON type %q", i, ev.Type, t)
 	}
 	return o, nil
 }
@@ -55,12 +60,9 @@ func CheckAnthropic(evs []sse.Event) error {
 	tools := 0
 	stopReason := ""
 	for i, ev := range evs {
-		o, err := parse(ev)
+		o, err := typed(i, ev)
 		if err != nil {
 			return err
-		}
-		if t := str(o, "type"); t != ev.Type {
-			return fmt.Errorf("event %d: SSE type %q, JSON type %q", i, ev.Type, t)
 		}
 		if ev.Type == "error" {
 			if i != len(evs)-1 {
@@ -181,9 +183,9 @@ func CheckChat(evs []sse.Event, includeUsage bool) error {
 			}
 			return nil
 		}
-		o, err := parse(ev)
-		if err != nil {
-			return err
+		var o obj
+		if err := json.Unmarshal(ev.Data, &o); err != nil {
+			return fmt.Errorf("event %d: %v", i, err)
 		}
 		if e := sub(o, "error"); e != nil {
 			if i != len(evs)-1 {
@@ -276,12 +278,9 @@ func CheckResponses(evs []sse.Event) error {
 	}
 	var items []*item
 	for i, ev := range evs {
-		o, err := parse(ev)
+		o, err := typed(i, ev)
 		if err != nil {
 			return err
-		}
-		if t := str(o, "type"); t != ev.Type {
-			return fmt.Errorf("event %d: SSE type %q, JSON type %q", i, ev.Type, t)
 		}
 		if seq, ok := num(o, "sequence_number"); !ok || seq != i {
 			return fmt.Errorf("event %d has sequence_number %v", i, o["sequence_number"])
