@@ -445,3 +445,23 @@ func TestResponsesRefusalAndReasoning(t *testing.T) {
 		}
 	}
 }
+
+// TestResponsesFailedMidStream: an answer that fails after its response
+// was created ends with response.failed, which openai-go reads as the
+// failed response with its error (Codex reads the same fields): status
+// failed, the error's code and message.
+func TestResponsesFailedMidStream(t *testing.T) {
+	in := `data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"par"}}]}` + "\n\n" +
+		`data: {"error":{"message":"slow down","code":429}}` + "\n\n"
+	stream, _, _ := llmapitest.Render(t, llmapi.DecodeChatStream(strings.NewReader(in)), &llmapi.ResponsesRenderer{ID: "resp_1", Model: "pub"})
+	evs := llmapitest.Events(t, stream)
+	var u responses.ResponseStreamEventUnion
+	if err := json.Unmarshal(evs[len(evs)-1].Data, &u); err != nil {
+		t.Fatal(err)
+	}
+	failed := u.AsResponseFailed()
+	if failed.Type != "response.failed" || failed.Response.ID != "resp_1" || failed.Response.Status != responses.ResponseStatusFailed ||
+		failed.Response.Error.Code != "rate_limit_exceeded" || failed.Response.Error.Message == "" || int(failed.SequenceNumber) != len(evs)-1 {
+		t.Fatalf("last event %s", evs[len(evs)-1].Data)
+	}
+}
