@@ -68,11 +68,13 @@
 // Errors reach the client in its own format: OpenAI's error object, or
 // Anthropic's with 529 overloaded_error when no provider has room. A
 // provider that fails before its answer begins (an upstream error status;
-// a run the Node cannot start, or one that fails before any output, while
-// a stream's head is still held: up to the keep-alive interval, since a
-// run's head says nothing until output comes) is answered with an HTTP
-// error status, streamed request or not, so that clients' retry rules see
-// it. Every 429 and 503 (529) the Edge writes carries Retry-After: a key
+// a translated answer whose first event is the provider's error, such as
+// a rate limit reported in a 200 stream; a run the Node cannot start, or
+// one that fails before any output, while a stream's head is still held:
+// up to the keep-alive interval, since a run's head says nothing until
+// output comes) is answered with an HTTP error status (429 for a rate
+// limit, 503 or 529 for an overload), streamed request or not, so that
+// clients' retry rules see it. Every 429 and 503 (529) the Edge writes carries Retry-After: a key
 // limit's time to its next slot, a translated provider refusal's own
 // delay (at most an hour), the queue timeout and a second for a request
 // that waited it out (or, sooner, the end of the earliest cooldown among

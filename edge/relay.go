@@ -573,6 +573,7 @@ type emitter struct {
 	// caller before each event): a burst's events are written as they
 	// come and flushed once, after the last.
 	more      bool
+	begun     bool // a stream's status was written
 	unflushed bool // written since the last flush
 	held      int  // what the answer holds so far, bounded by maxDecoded
 	// keepsText: the renderer holds the answer's text (a buffered body,
@@ -605,12 +606,23 @@ func (e *emitter) finish() {
 	}
 }
 
+// start prepares a stream's head. Its status (200) is written with the
+// first event, or when the head's hold passes without one (begin): an
+// answer that fails before its first event is answered with the failure's
+// own status instead.
 func (e *emitter) start() {
 	if e.req.stream {
 		e.w.Header().Set("Content-Type", "text/event-stream")
 		e.w.Header().Set("Cache-Control", "no-cache")
-		e.w.WriteHeader(http.StatusOK)
 		e.head = streamHead{w: e.w, pending: true}
+	}
+}
+
+// begin writes a stream's status, once.
+func (e *emitter) begin() {
+	if !e.begun {
+		e.begun = true
+		e.w.WriteHeader(http.StatusOK)
 	}
 }
 
@@ -623,6 +635,7 @@ func (e *emitter) idle() bool {
 	if !e.req.stream {
 		return true
 	}
+	e.begin()
 	return e.head.idle()
 }
 
@@ -647,6 +660,22 @@ func (e *emitter) event(ev llmapi.Event) bool {
 		// Usage events are cumulative snapshots: only the last counts.
 		u := ev.Usage
 		e.usage = &execution.Usage{InputTokens: u.Input, OutputTokens: u.Output, CachedInputTokens: u.Cached, ReasoningTokens: u.Reasoning}
+	}
+	if e.req.stream && !e.begun {
+		if ev.Kind == llmapi.EvError {
+			// Nothing was sent: the failure is the answer, with its own
+			// status (429 for a rate limit, 503 or 529 for an overload),
+			// as a provider's refusal before its head is, since clients'
+			// retry rules read the status, not an error event inside a
+			// 200 stream.
+			if ae := ev.Err; ae == nil {
+				fail(e.w, e.req.api, http.StatusBadGateway, "api_error", "The model provider failed.", nil)
+			} else if ae.Status != 499 { // 499: the caller left
+				fail(e.w, e.req.api, ae.Status, ae.Type, ae.Message, nil)
+			}
+			return false
+		}
+		e.begin()
 	}
 	out := e.rend.Event(ev)
 	if e.req.stream {
@@ -673,6 +702,9 @@ func (e *emitter) event(ev llmapi.Event) bool {
 		return false
 	}
 	e.w.Header().Set("Content-Type", "application/json")
+	if (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable || status == 529) && e.w.Header().Get("Retry-After") == "" {
+		e.w.Header().Set("Retry-After", "1") // as fail gives the Edge's own
+	}
 	e.w.WriteHeader(status)
 	e.w.Write(body)
 	return false

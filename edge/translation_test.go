@@ -789,3 +789,46 @@ func TestStreamGrammarEveryPath(t *testing.T) {
 	}
 	r.settled()
 }
+
+// TestFailureBeforeOutputHasItsStatus: a provider that answers 200 and
+// then fails before any output (its first event is an error) is answered,
+// translated, with the failure's own HTTP status and the client format's
+// error body, as when the provider refuses with its status: 429 (with
+// Retry-After) for a rate limit, 503 (529 to Anthropic clients) for an
+// overload, whether the client asked for a stream or not. Clients' retry
+// rules read the status; an error event inside a 200 stream escapes them.
+// A failure after output still ends the 200 stream with its error event.
+func TestFailureBeforeOutputHasItsStatus(t *testing.T) {
+	chatLimited := `data: {"error":{"message":"slow down","code":429}}` + "\n\n"
+	anthropicOverloaded := "event: error\n" + `data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}` + "\n\n"
+	var raw atomic.Value
+	r := newRig(t, rigOpts{reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: raw.Load().(string)} }})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
+	for _, tc := range []struct {
+		name, upstream, path, body string
+		header                     map[string]string
+		status                     int
+		typ                        string
+	}{
+		{"chat 429 to a Responses stream", chatLimited, "/v1/responses", `{"model":"via-chat","stream":true,"input":"x"}`, oa, 429, `"type":"rate_limit_error"`},
+		{"chat 429 to a whole Responses answer", chatLimited, "/v1/responses", `{"model":"via-chat","input":"x"}`, oa, 429, `"type":"rate_limit_error"`},
+		{"chat 429 to an Anthropic stream", chatLimited, "/v1/messages", `{"model":"via-chat","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"x"}]}`, an, 429, `"type":"rate_limit_error"`},
+		{"anthropic overload to a Chat stream", anthropicOverloaded, "/v1/chat/completions", `{"model":"via-anthropic","stream":true,"messages":[{"role":"user","content":"x"}]}`, oa, 503, `"type":"server_error"`},
+		{"anthropic overload to a Responses stream", anthropicOverloaded, "/v1/responses", `{"model":"via-anthropic","stream":true,"input":"x"}`, oa, 503, `"type":"server_error"`},
+	} {
+		raw.Store(tc.upstream)
+		resp, body := r.do(t, "POST", tc.path, tc.body, tc.header)
+		if resp.StatusCode != tc.status || !strings.Contains(body, tc.typ) || resp.Header.Get("Content-Type") != "application/json" ||
+			resp.Header.Get("Retry-After") == "" || strings.Contains(body, "event:") {
+			t.Errorf("%s: %d %v %s", tc.name, resp.StatusCode, resp.Header, body)
+		}
+	}
+	// After output, the stream has begun: its error event ends it.
+	raw.Store(`data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"par"}}]}` + "\n\n" + chatLimited)
+	resp, body := r.do(t, "POST", "/v1/messages", `{"model":"via-chat","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"x"}]}`, an)
+	if resp.StatusCode != 200 || !strings.Contains(body, "event: error") || !strings.Contains(body, `"rate_limit_error"`) {
+		t.Errorf("failure after output: %d %s", resp.StatusCode, body)
+	}
+	r.settled()
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -30,6 +31,26 @@ type Decoder interface {
 // errUpstream is a malformed provider answer.
 func errUpstream(format string, args ...any) *APIError {
 	return &APIError{Status: 502, Type: "api_error", Message: fmt.Sprintf(format, args...)}
+}
+
+// providerFailed is the error a provider reported in its answer, of the
+// canonical type typ, with the HTTP status that type stands for when it
+// is the whole answer (a body, or a stream that failed before any output):
+// a rate limit is 429 and an overload 503, as when the provider says so
+// with its status, so that clients' retry rules apply; a refused request
+// is 400; any other failure of the provider is 502. The message is msg,
+// never the provider's own text.
+func providerFailed(typ, msg string) *APIError {
+	status := http.StatusBadGateway
+	switch typ {
+	case "rate_limit":
+		status = http.StatusTooManyRequests
+	case "overloaded":
+		status = http.StatusServiceUnavailable
+	case "invalid_request":
+		status = http.StatusBadRequest
+	}
+	return &APIError{Status: status, Type: typ, Message: msg}
 }
 
 // blockSeq assigns canonical block indices and keeps blocks from
@@ -244,7 +265,7 @@ func DecodeChatStream(r io.Reader) Decoder {
 			return errUpstream("malformed stream chunk")
 		}
 		if c.Error != nil {
-			return &APIError{Status: 502, Type: chatErrorType(c.Error.Code), Message: "the provider failed mid-stream"}
+			return providerFailed(chatErrorType(c.Error.Code), "the provider failed mid-stream")
 		}
 		if !started {
 			started = true
@@ -631,7 +652,7 @@ func DecodeAnthropicStream(r io.Reader) Decoder {
 			seq.stop()
 			seq.out = append(seq.out, Event{Kind: EvUsage, Usage: usage}, Event{Kind: EvStop, Reason: orEnd(stop)})
 		case "error":
-			return &APIError{Status: 502, Type: errorTypeFromAnthropic(m.Error.Type), Message: "the provider failed mid-stream"}
+			return providerFailed(errorTypeFromAnthropic(m.Error.Type), "the provider failed mid-stream")
 		}
 		d.events, seq.out = append(d.events, seq.out...), nil
 		return nil
@@ -918,9 +939,9 @@ func DecodeResponsesStream(r io.Reader) Decoder {
 			if m.Response != nil && m.Response.Error != nil {
 				code = m.Response.Error.Code
 			}
-			return &APIError{Status: 502, Type: responsesErrorType(code), Message: "the provider failed mid-stream"}
+			return providerFailed(responsesErrorType(code), "the provider failed mid-stream")
 		case "error":
-			return &APIError{Status: 502, Type: responsesErrorType(m.Code), Message: "the provider failed mid-stream"}
+			return providerFailed(responsesErrorType(m.Code), "the provider failed mid-stream")
 		}
 		d.events, seq.out = append(d.events, seq.out...), nil
 		return nil
@@ -1112,7 +1133,7 @@ func DecodeChat(body []byte) Decoder {
 	}
 	if c.Error != nil && len(c.Choices) == 0 {
 		// An error body sent with a success status.
-		return &listDecoder{events: []Event{{Kind: EvError, Err: &APIError{Status: 502, Type: chatErrorType(c.Error.Code), Message: "the provider failed"}}}}
+		return &listDecoder{events: []Event{{Kind: EvError, Err: providerFailed(chatErrorType(c.Error.Code), "the provider failed")}}}
 	}
 	if len(c.Choices) == 0 {
 		return malformedAnswer()
@@ -1170,7 +1191,7 @@ func DecodeAnthropic(body []byte) Decoder {
 	}
 	if m.Type == "error" {
 		// An error body sent with a success status.
-		return &listDecoder{events: []Event{{Kind: EvError, Err: &APIError{Status: 502, Type: errorTypeFromAnthropic(m.Error.Type), Message: "the provider failed"}}}}
+		return &listDecoder{events: []Event{{Kind: EvError, Err: providerFailed(errorTypeFromAnthropic(m.Error.Type), "the provider failed")}}}
 	}
 	a := &answer{id: m.ID, model: m.Model, stop: anthropicStop(m.StopReason), usage: m.Usage.canonical()}
 	for _, b := range m.Content {
@@ -1202,7 +1223,7 @@ func DecodeResponses(body []byte) Decoder {
 		if r.Error != nil {
 			code = r.Error.Code
 		}
-		return &listDecoder{events: []Event{{Kind: EvError, Err: &APIError{Status: 502, Type: responsesErrorType(code), Message: "the provider failed"}}}}
+		return &listDecoder{events: []Event{{Kind: EvError, Err: providerFailed(responsesErrorType(code), "the provider failed")}}}
 	}
 	a := &answer{id: r.ID, model: r.Model, stop: StopEnd}
 	refused := false
