@@ -92,7 +92,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		// instead of passed on in a shape the client cannot read (what
 		// the canonical form does not carry is lost; the answer keeps the
 		// provider's id, as a tunnelled one does).
-		s.relayDecoded(ctx, w, req, tn, !req.stream, f, x)
+		s.relayDecoded(ctx, w, req, x, !req.stream, f, true)
 		return
 	}
 	for k, vs := range hdr {
@@ -859,19 +859,21 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
 		return
 	}
-	s.relayDecoded(ctx, w, req, tn, sse.Streamed(hdr.Get("Content-Type"), req.stream), x.format, nil)
+	s.relayDecoded(ctx, w, req, x, sse.Streamed(hdr.Get("Content-Type"), req.stream), x.format, false)
 }
 
 // relayDecoded answers from a provider's successful answer in format:
 // decoded into canonical events as what it is (streamed or whole) and
 // rendered in the client's format as what the client asked for, so a
 // provider that ignores the stream flag (an event stream for a whole
-// answer, or the reverse) is served all the same. own, set when format is
-// the client's own (the raw tunnel's answer of the other kind), keeps the
-// provider's answer id in place of the Edge's, and remembers a Responses
-// one for GET and previous_response_id, as the tunnel does; a translated
-// answer's ids are the Edge's (nothing at the provider answers to them).
-func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *request, tn *nodes.Tunnel, streamed bool, format wireFormat, own *exchange) {
+// answer, or the reverse) is served all the same. ownID, set when format
+// is the client's own (the raw tunnel's answer of the other kind), keeps
+// the provider's answer id in place of the Edge's, and remembers a
+// Responses one for GET and previous_response_id, as the tunnel does; a
+// translated answer's ids are the Edge's (nothing at the provider answers
+// to them). A refusal before any output cools x's provider.
+func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *request, x *exchange, streamed bool, format wireFormat, ownID bool) {
+	tn := x.tunnel
 	var dec llmapi.Decoder
 	switch {
 	case streamed && format == formatChat:
@@ -909,6 +911,7 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 	em := newEmitter(s, w, req)
 	defer em.finish()
 	em.start()
+	first := true // the next event is the answer's first
 	for {
 		tn.SetReadDeadline(time.Now().Add(em.wait()))
 		ev, err := dec.Next()
@@ -927,9 +930,21 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 		if ev.Kind == llmapi.EvError && deadlinePassed(ctx) {
 			ev = timeoutEvent
 		}
-		if own != nil && ev.Kind == llmapi.EvStart {
-			s.keepAnswerID(req, own, em.rend, ev.ID)
+		if ownID && ev.Kind == llmapi.EvStart {
+			s.keepAnswerID(req, x, em.rend, ev.ID)
 		}
+		if first && ev.Kind == llmapi.EvError && ev.Err != nil {
+			// The provider refused before any output, inside its answer
+			// (a 200 stream whose first event is its error): it cools as
+			// for the same refusal made with its status.
+			switch ev.Err.Type {
+			case "rate_limit":
+				s.coolDown(req, x, http.StatusTooManyRequests, defaultCooldown)
+			case "overloaded":
+				s.coolDown(req, x, http.StatusServiceUnavailable, defaultCooldown)
+			}
+		}
+		first = false
 		em.more = dec.Ready()
 		if !em.event(ev) {
 			return

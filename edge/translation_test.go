@@ -810,18 +810,39 @@ func TestFailureBeforeOutputHasItsStatus(t *testing.T) {
 		header                     map[string]string
 		status                     int
 		typ                        string
+		provider                   string // which cools: its model for a rate limit, all of it for an overload
 	}{
-		{"chat 429 to a Responses stream", chatLimited, "/v1/responses", `{"model":"via-chat","stream":true,"input":"x"}`, oa, 429, `"type":"rate_limit_error"`},
-		{"chat 429 to a whole Responses answer", chatLimited, "/v1/responses", `{"model":"via-chat","input":"x"}`, oa, 429, `"type":"rate_limit_error"`},
-		{"chat 429 to an Anthropic stream", chatLimited, "/v1/messages", `{"model":"via-chat","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"x"}]}`, an, 429, `"type":"rate_limit_error"`},
-		{"anthropic overload to a Chat stream", anthropicOverloaded, "/v1/chat/completions", `{"model":"via-anthropic","stream":true,"messages":[{"role":"user","content":"x"}]}`, oa, 503, `"type":"server_error"`},
-		{"anthropic overload to a Responses stream", anthropicOverloaded, "/v1/responses", `{"model":"via-anthropic","stream":true,"input":"x"}`, oa, 503, `"type":"server_error"`},
+		{"chat 429 to a Responses stream", chatLimited, "/v1/responses", `{"model":"via-chat","stream":true,"input":"x"}`, oa, 429, `"type":"rate_limit_error"`, "chat-only"},
+		{"chat 429 to a whole Responses answer", chatLimited, "/v1/responses", `{"model":"via-chat","input":"x"}`, oa, 429, `"type":"rate_limit_error"`, "chat-only"},
+		{"chat 429 to an Anthropic stream", chatLimited, "/v1/messages", `{"model":"via-chat","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"x"}]}`, an, 429, `"type":"rate_limit_error"`, "chat-only"},
+		{"anthropic overload to a Chat stream", anthropicOverloaded, "/v1/chat/completions", `{"model":"via-anthropic","stream":true,"messages":[{"role":"user","content":"x"}]}`, oa, 503, `"type":"server_error"`, "claude"},
+		{"anthropic overload to a Responses stream", anthropicOverloaded, "/v1/responses", `{"model":"via-anthropic","stream":true,"input":"x"}`, oa, 503, `"type":"server_error"`, "claude"},
 	} {
 		raw.Store(tc.upstream)
 		resp, body := r.do(t, "POST", tc.path, tc.body, tc.header)
 		if resp.StatusCode != tc.status || !strings.Contains(body, tc.typ) || resp.Header.Get("Content-Type") != "application/json" ||
 			resp.Header.Get("Retry-After") == "" || strings.Contains(body, "event:") {
 			t.Errorf("%s: %d %v %s", tc.name, resp.StatusCode, resp.Header, body)
+		}
+		// The provider cools (for a second) as for the same refusal made
+		// with its status: the model for a rate limit, all of it for an
+		// overload. The next case waits the cooldown out.
+		cooling := func() (whole bool, models int) {
+			for _, p := range r.srv.Status().Nodes[0].Providers {
+				if p.ID == tc.provider {
+					return !p.CoolingUntil.IsZero(), len(p.CoolingModels)
+				}
+			}
+			t.Fatalf("no provider %s", tc.provider)
+			return
+		}
+		if whole, models := cooling(); whole != (tc.status == 503) || (models == 1) != (tc.status == 429) {
+			t.Errorf("%s: %s cools as a whole %v, %d models", tc.name, tc.provider, whole, models)
+		}
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if whole, models := cooling(); !whole && models == 0 {
+				break
+			}
 		}
 	}
 	// After output, the stream has begun: its error event ends it.
