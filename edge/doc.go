@@ -68,8 +68,8 @@
 // Errors reach the client in its own format: OpenAI's error object, or
 // Anthropic's with 529 overloaded_error when no provider has room. A
 // provider that fails before its answer begins (an upstream error status;
-// a translated answer whose first event is the provider's error, such as
-// a rate limit reported in a 200 stream; a run the Node cannot start, or
+// a translated answer whose provider reports an error before any content,
+// such as a rate limit in a 200 stream, its start held until then; a run the Node cannot start, or
 // one that fails before any output, while a stream's head is still held:
 // up to the keep-alive interval, since a run's head says nothing until
 // output comes) is answered with an HTTP error status (429 for a rate

@@ -572,8 +572,15 @@ type emitter struct {
 	// more says the source holds the next event already (set by the
 	// caller before each event): a burst's events are written as they
 	// come and flushed once, after the last.
-	more      bool
-	begun     bool // a stream's status was written
+	more  bool
+	begun bool // a stream's status was written
+	// shown: content (a block) or the answer's end went to the renderer;
+	// before it, a failure is answered with its status.
+	shown bool
+	// early holds a stream's start (and usage) rendered before any
+	// content: it leaves with the first content, or when the head's hold
+	// passes, and is dropped when the answer fails first.
+	early     []byte
 	unflushed bool // written since the last flush
 	held      int  // what the answer holds so far, bounded by maxDecoded
 	// keepsText: the renderer holds the answer's text (a buffered body,
@@ -607,9 +614,9 @@ func (e *emitter) finish() {
 }
 
 // start prepares a stream's head. Its status (200) is written with the
-// first event, or when the head's hold passes without one (begin): an
-// answer that fails before its first event is answered with the failure's
-// own status instead.
+// answer's first content (its start is held until then), or when the
+// head's hold passes without it (begin): an answer that fails before any
+// content is answered with the failure's own status instead.
 func (e *emitter) start() {
 	if e.req.stream {
 		e.w.Header().Set("Content-Type", "text/event-stream")
@@ -636,6 +643,12 @@ func (e *emitter) idle() bool {
 		return true
 	}
 	e.begin()
+	if len(e.early) > 0 {
+		if _, err := e.w.Write(e.early); err != nil {
+			return false
+		}
+		e.early = nil
+	}
 	return e.head.idle()
 }
 
@@ -662,7 +675,8 @@ func (e *emitter) event(ev llmapi.Event) bool {
 		e.usage = &execution.Usage{InputTokens: u.Input, OutputTokens: u.Output, CachedInputTokens: u.Cached, ReasoningTokens: u.Reasoning}
 	}
 	if e.req.stream && !e.begun {
-		if ev.Kind == llmapi.EvError {
+		switch ev.Kind {
+		case llmapi.EvError:
 			// Nothing was sent: the failure is the answer, with its own
 			// status (429 for a rate limit, 503 or 529 for an overload),
 			// as a provider's refusal before its head is, since clients'
@@ -674,10 +688,22 @@ func (e *emitter) event(ev llmapi.Event) bool {
 				fail(e.w, e.req.api, ae.Status, ae.Type, ae.Message, nil)
 			}
 			return false
+		case llmapi.EvStart, llmapi.EvUsage:
+			// Nothing a client shows: held with the head.
+			e.early = append(e.early, e.rend.Event(ev)...)
+			return true
 		}
 		e.begin()
 	}
+	switch ev.Kind {
+	case llmapi.EvBlockStart, llmapi.EvDelta, llmapi.EvBlockStop, llmapi.EvStop:
+		e.shown = true
+	}
 	out := e.rend.Event(ev)
+	if len(e.early) > 0 {
+		out = append(e.early, out...)
+		e.early = nil
+	}
 	if e.req.stream {
 		end := ev.Kind == llmapi.EvStop || ev.Kind == llmapi.EvError
 		if len(out) > 0 {
@@ -911,7 +937,6 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 	em := newEmitter(s, w, req)
 	defer em.finish()
 	em.start()
-	first := true // the next event is the answer's first
 	for {
 		tn.SetReadDeadline(time.Now().Add(em.wait()))
 		ev, err := dec.Next()
@@ -933,10 +958,10 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 		if ownID && ev.Kind == llmapi.EvStart {
 			s.keepAnswerID(req, x, em.rend, ev.ID)
 		}
-		if first && ev.Kind == llmapi.EvError && ev.Err != nil {
+		if !em.shown && ev.Kind == llmapi.EvError && ev.Err != nil {
 			// The provider refused before any output, inside its answer
-			// (a 200 stream whose first event is its error): it cools as
-			// for the same refusal made with its status.
+			// (a 200 stream whose first content is its error): it cools
+			// as for the same refusal made with its status.
 			switch ev.Err.Type {
 			case "rate_limit":
 				s.coolDown(req, x, http.StatusTooManyRequests, defaultCooldown)
@@ -944,7 +969,6 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 				s.coolDown(req, x, http.StatusServiceUnavailable, defaultCooldown)
 			}
 		}
-		first = false
 		em.more = dec.Ready()
 		if !em.event(ev) {
 			return

@@ -801,6 +801,11 @@ func TestStreamGrammarEveryPath(t *testing.T) {
 func TestFailureBeforeOutputHasItsStatus(t *testing.T) {
 	chatLimited := `data: {"error":{"message":"slow down","code":429}}` + "\n\n"
 	anthropicOverloaded := "event: error\n" + `data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}` + "\n\n"
+	// The provider's start (and Anthropic's ping) come first, no content:
+	// still before any output.
+	chatStartThenLimited := `data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}` + "\n\n" + chatLimited
+	anthropicStartThenOverloaded := "event: message_start\n" + `data: {"type":"message_start","message":{"id":"msg_up","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":3,"output_tokens":1}}}` + "\n\n" +
+		"event: ping\ndata: {\"type\":\"ping\"}\n\n" + anthropicOverloaded
 	var raw atomic.Value
 	r := newRig(t, rigOpts{reply: func(*upstreamtest.Request) upstreamtest.Script { return upstreamtest.Script{Raw: raw.Load().(string)} }})
 	oa := map[string]string{"Authorization": "Bearer " + apiKey}
@@ -816,6 +821,8 @@ func TestFailureBeforeOutputHasItsStatus(t *testing.T) {
 		{"chat 429 to a whole Responses answer", chatLimited, "/v1/responses", `{"model":"via-chat","input":"x"}`, oa, 429, `"type":"rate_limit_error"`, "chat-only"},
 		{"chat 429 to an Anthropic stream", chatLimited, "/v1/messages", `{"model":"via-chat","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"x"}]}`, an, 429, `"type":"rate_limit_error"`, "chat-only"},
 		{"anthropic overload to a Chat stream", anthropicOverloaded, "/v1/chat/completions", `{"model":"via-anthropic","stream":true,"messages":[{"role":"user","content":"x"}]}`, oa, 503, `"type":"server_error"`, "claude"},
+		{"chat start, then 429, to an Anthropic stream", chatStartThenLimited, "/v1/messages", `{"model":"via-chat","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"x"}]}`, an, 429, `"type":"rate_limit_error"`, "chat-only"},
+		{"anthropic start, then overload, to a Chat stream", anthropicStartThenOverloaded, "/v1/chat/completions", `{"model":"via-anthropic","stream":true,"messages":[{"role":"user","content":"x"}]}`, oa, 503, `"type":"server_error"`, "claude"},
 		{"anthropic overload to a Responses stream", anthropicOverloaded, "/v1/responses", `{"model":"via-anthropic","stream":true,"input":"x"}`, oa, 503, `"type":"server_error"`, "claude"},
 	} {
 		raw.Store(tc.upstream)
