@@ -289,14 +289,20 @@ func (s *Server) authFor(w http.ResponseWriter, r *http.Request, snap *snapshot,
 	return k
 }
 
+// retryHint gives a 429, 503 or 529 answer Retry-After: 1 when no
+// better delay was set.
+func retryHint(h http.Header, status int) {
+	if (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable || status == 529) && h.Get("Retry-After") == "" {
+		h.Set("Retry-After", "1")
+	}
+}
+
 // fail writes an error in the client API's own shape: Anthropic's for
 // Messages, OpenAI's otherwise. A 429 or 503 (Anthropic's 529) carries
 // Retry-After: the caller's, set before, or one second.
 func fail(w http.ResponseWriter, a api, status int, typ, msg string, code any) {
 	w.Header().Set("Content-Type", "application/json")
-	if (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) && w.Header().Get("Retry-After") == "" {
-		w.Header().Set("Retry-After", "1")
-	}
+	retryHint(w.Header(), status)
 	if a == apiMessages {
 		if status == http.StatusServiceUnavailable && typ == "overloaded" {
 			status = 529

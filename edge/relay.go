@@ -728,9 +728,7 @@ func (e *emitter) event(ev llmapi.Event) bool {
 		return false
 	}
 	e.w.Header().Set("Content-Type", "application/json")
-	if (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable || status == 529) && e.w.Header().Get("Retry-After") == "" {
-		e.w.Header().Set("Retry-After", "1") // as fail gives the Edge's own
-	}
+	retryHint(e.w.Header(), status)
 	e.w.WriteHeader(status)
 	e.w.Write(body)
 	return false
@@ -962,11 +960,10 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 			// The provider refused before any output, inside its answer
 			// (a 200 stream whose first content is its error): it cools
 			// as for the same refusal made with its status.
-			switch ev.Err.Type {
-			case "rate_limit":
-				s.coolDown(req, x, http.StatusTooManyRequests, defaultCooldown)
-			case "overloaded":
-				s.coolDown(req, x, http.StatusServiceUnavailable, defaultCooldown)
+			// Its status says which (the decoders give a rate limit 429
+			// and an overload 503).
+			if st := ev.Err.Status; st == http.StatusTooManyRequests || st == http.StatusServiceUnavailable {
+				s.coolDown(req, x, st, defaultCooldown)
 			}
 		}
 		em.more = dec.Ready()

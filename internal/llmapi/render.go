@@ -539,21 +539,24 @@ func OpenAIErrorFrom(e *APIError) (int, []byte) {
 	if status == 0 {
 		status = 500
 	}
-	typ := "server_error"
-	switch e.Type {
-	case "invalid_request":
-		typ = "invalid_request_error"
-	case "authentication":
-		typ = "authentication_error"
-	case "rate_limit":
-		typ = "rate_limit_error"
-	case "not_found":
-		typ = "invalid_request_error"
-	}
 	if e.Type == "overloaded" && status == 529 {
 		status = 503
 	}
-	return status, OpenAIErrorBody(e.Message, typ, nil)
+	return status, OpenAIErrorBody(e.Message, openAIErrorType(e), nil)
+}
+
+// openAIErrorType is the OpenAI error type a failure's canonical type
+// stands for.
+func openAIErrorType(e *APIError) string {
+	switch e.Type {
+	case "invalid_request", "not_found":
+		return "invalid_request_error"
+	case "authentication":
+		return "authentication_error"
+	case "rate_limit":
+		return "rate_limit_error"
+	}
+	return "server_error"
 }
 
 // --- Responses -----------------------------------------------------------
@@ -772,18 +775,10 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 // OpenAI error type, but rate_limit_exceeded for a rate limit (the code
 // OpenAI gives a failed response, which Codex waits on).
 func responsesError(e *APIError) (code, msg string) {
-	_, body := OpenAIErrorFrom(e)
-	var eb struct {
-		Error struct {
-			Message string `json:"message"`
-			Type    string `json:"type"`
-		} `json:"error"`
+	if code = openAIErrorType(e); code == "rate_limit_error" {
+		code = "rate_limit_exceeded"
 	}
-	json.Unmarshal(body, &eb)
-	if eb.Error.Type == "rate_limit_error" {
-		return "rate_limit_exceeded", eb.Error.Message
-	}
-	return eb.Error.Type, eb.Error.Message
+	return code, e.Message
 }
 
 // Body implements Renderer.
