@@ -3,11 +3,14 @@ package llmapi_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/iop-dev/iop/execution"
 	"github.com/iop-dev/iop/internal/llmapi"
@@ -85,6 +88,7 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 		if !json.Valid(body) {
 			t.Fatalf("buffered answer is not JSON: %q", body)
 		}
+		checkAgree(t, r, stream, body)
 	}
 	// A Streamed renderer, which keeps no text, writes the same events.
 	freeform := map[string]bool{"f": true, "get_weather": true}
@@ -124,6 +128,32 @@ func checkGrammar(t *testing.T, r llmapi.Renderer, stream []byte) {
 	}
 }
 
+// checkAgree holds the stream r rendered and the whole answer it then
+// made to the same answer: a client that streams ends up holding what one
+// that does not is given. A failed answer's whole body is its error alone.
+func checkAgree(t *testing.T, r llmapi.Renderer, stream, body []byte) {
+	t.Helper()
+	format := map[string]string{"*llmapi.AnthropicRenderer": llmapitest.FormatAnthropic,
+		"*llmapi.ChatRenderer": llmapitest.FormatChat, "*llmapi.ResponsesRenderer": llmapitest.FormatResponses}[fmt.Sprintf("%T", r)]
+	streamed, err := llmapitest.StreamAnswer(format, llmapitest.Events(t, stream))
+	if err != nil {
+		t.Fatalf("%T: stream: %v in\n%s", r, err, stream)
+	}
+	whole, err := llmapitest.BodyAnswer(format, body)
+	if err != nil {
+		t.Fatalf("%T: whole answer: %v in\n%s", r, err, body)
+	}
+	if streamed.Error != "" {
+		streamed = llmapitest.Answer{Error: streamed.Error}
+	}
+	if c, ok := r.(*llmapi.ChatRenderer); ok && !c.IncludeUsage {
+		whole.Input, whole.Output = 0, 0 // the client did not ask for it in its stream
+	}
+	if diff := cmp.Diff(whole, streamed); diff != "" {
+		t.Fatalf("%T: the stream and the whole answer differ (-whole +stream):\n%s\nstream:\n%s\nwhole:\n%s", r, diff, stream, body)
+	}
+}
+
 // madeID matches the tool call ids llmapi makes up.
 var madeID = regexp.MustCompile(`call_[A-Z2-7]{26}`)
 
@@ -131,6 +161,10 @@ func FuzzDecodeStream(f *testing.F) {
 	seedFiles(f, "chat_stream_parallel_tools.sse", "anthropic_stream_thinking_tools.sse",
 		"anthropic_stream_bad_indices.sse", "responses_stream_args_in_done.sse", "anthropic_stream_apply_patch.sse")
 	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":7}]}}]}\n\n"))
+	// A call of a tool without parameters, its arguments never sent: the
+	// stream gives it {} as the whole answer does.
+	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\",\"function\":{\"name\":\"now\"}}]}}]}\n\n" +
+		"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n"))
 	f.Add([]byte("data: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"message\",\"id\":\"m\"}}\n\n" +
 		"data: {\"type\":\"response.refusal.delta\",\"item_id\":\"m\",\"delta\":\"no\"}\n\n" +
 		"data: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"message\",\"id\":\"m\",\"content\":[{\"type\":\"refusal\",\"refusal\":\"no\"}]}}\n\n" +
@@ -235,31 +269,36 @@ func FuzzRunEvents(f *testing.F) {
 			}
 		}
 		evs = append(evs, execution.Event{Kind: execution.EventCompleted, StopReason: "stop"})
-		for _, mk := range []func() llmapi.Renderer{
-			func() llmapi.Renderer { return &llmapi.AnthropicRenderer{ID: "msg_1", Model: "m", Streamed: true} },
-			func() llmapi.Renderer {
-				return &llmapi.ChatRenderer{ID: "c_1", Model: "m", IncludeUsage: true, Streamed: true}
-			},
-			func() llmapi.Renderer { return &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m"} },
+		// Each format's stream, from a renderer that keeps no text (as
+		// the Edge streams), beside a renderer that keeps it (as the Edge
+		// answers whole): the same events, and its whole answer the one
+		// the stream makes.
+		for _, tw := range [][2]llmapi.Renderer{
+			{&llmapi.AnthropicRenderer{ID: "msg_1", Model: "m", Streamed: true}, &llmapi.AnthropicRenderer{ID: "msg_1", Model: "m"}},
+			{&llmapi.ChatRenderer{ID: "c_1", Model: "m", IncludeUsage: true, Streamed: true}, &llmapi.ChatRenderer{ID: "c_1", Model: "m", IncludeUsage: true}},
+			{&llmapi.ResponsesRenderer{ID: "resp_1", Model: "m"}, &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m"}},
 		} {
-			r := mk()
 			var conv llmapi.RunEvents
-			var stream []byte
+			var stream, kept []byte
 		run:
 			for _, e := range evs {
 				for _, c := range conv.Convert(e) {
-					stream = append(stream, r.Event(c)...)
+					stream = append(stream, tw[0].Event(c)...)
+					kept = append(kept, tw[1].Event(c)...)
 					if c.Kind == llmapi.EvStop || c.Kind == llmapi.EvError {
 						break run
 					}
 				}
 			}
-			checkGrammar(t, r, stream)
-			if r, ok := r.(*llmapi.ResponsesRenderer); ok {
-				if _, body := r.Body(); !json.Valid(body) {
-					t.Fatalf("buffered answer is not JSON: %q", body)
-				}
+			checkGrammar(t, tw[0], stream)
+			if !bytes.Equal(stream, kept) {
+				t.Fatalf("a Streamed renderer wrote other events:\n%s\nfor\n%s", stream, kept)
 			}
+			_, body := tw[1].Body()
+			if !json.Valid(body) {
+				t.Fatalf("buffered answer is not JSON: %q", body)
+			}
+			checkAgree(t, tw[1], kept, body)
 		}
 	})
 }

@@ -456,10 +456,21 @@ func (r *ChatRenderer) Event(e Event) []byte {
 				"function": map[string]any{"name": e.Name, "arguments": ""}}}}, nil)
 		}
 	case EvBlockStop:
-		if e.Block == BlockToolUse && r.custom(e.Index) {
+		if e.Block != BlockToolUse || e.Index >= len(r.st.bufs) || r.st.bufs[e.Index] == nil {
+			break
+		}
+		if r.custom(e.Index) {
 			if in := freeformInput(r.st.toolInput(e.Index)); in != "" {
 				return r.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": r.callIndex[e.Index], "custom": map[string]any{"input": in}}}}, nil)
 			}
+			break
+		}
+		// A call that carried no arguments has {}, as the whole answer
+		// says and as OpenAI streams a call of a tool without
+		// parameters: a client parses the fragments it joined, and ""
+		// is not JSON.
+		if strings.TrimSpace(r.st.bufs[e.Index].args.String()) == "" {
+			return r.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": r.callIndex[e.Index], "function": map[string]any{"arguments": "{}"}}}}, nil)
 		}
 	case EvDelta:
 		switch e.Block {

@@ -157,7 +157,8 @@ func CheckAnthropic(evs []sse.Event) error {
 // CheckChat: data-only events; the first chunk's delta carries the role;
 // each tool call's first fragment carries its id, type and name and later
 // ones none, the calls numbered from 0 in order; a function call's
-// argument fragments join into a JSON object; one finish_reason, on the
+// argument fragments join into a JSON object ({} for a call without
+// arguments: clients parse what they joined); one finish_reason, on the
 // last chunk with a choice, tool_calls exactly when a tool was called;
 // with usage asked, every chunk's usage null but one last chunk with
 // empty choices and the usage; then [DONE]. A {"error":...} chunk ends
@@ -249,7 +250,7 @@ func CheckChat(evs []sse.Event, includeUsage bool) error {
 				return fmt.Errorf("finish_reason %q with %d tool calls", f, len(calls))
 			}
 			for n, cl := range calls {
-				if cl.typ == "function" && cl.args.Len() > 0 && !jsonObject(cl.args.String()) {
+				if cl.typ == "function" && !jsonObject(cl.args.String()) {
 					return fmt.Errorf("call %d's arguments %q are not a JSON object", n, cl.args.String())
 				}
 			}

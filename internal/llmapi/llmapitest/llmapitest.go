@@ -1,7 +1,8 @@
 // Package llmapitest holds what the tests of llmapi and of code built on
 // it share: llmapi's provider fixtures, a decoder driven through a
-// renderer, and the client formats' stream grammars (CheckAnthropic,
-// CheckChat, CheckResponses).
+// renderer, the client formats' stream grammars (CheckAnthropic,
+// CheckChat, CheckResponses), and the answer a client holds after a
+// stream or a whole body (StreamAnswer, BodyAnswer).
 package llmapitest
 
 import (
