@@ -12,6 +12,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/google/go-cmp/cmp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
@@ -857,6 +858,77 @@ func TestFailureBeforeOutputHasItsStatus(t *testing.T) {
 	resp, body := r.do(t, "POST", "/v1/messages", `{"model":"via-chat","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"x"}]}`, an)
 	if resp.StatusCode != 200 || !strings.Contains(body, "event: error") || !strings.Contains(body, `"rate_limit_error"`) {
 		t.Errorf("failure after output: %d %s", resp.StatusCode, body)
+	}
+	r.settled()
+}
+
+// TestStreamedAndWholeAgreeEveryPath asks every path twice, streamed and
+// not, for the same provider answer (thinking, text, parallel calls, one
+// of a tool without parameters whose arguments never come, usage with
+// cached tokens) and holds the two to the same answer as each client
+// format's SDK reads it: a client gets the same text, reasoning, calls,
+// stop reason and usage whether it streams or not.
+func TestStreamedAndWholeAgreeEveryPath(t *testing.T) {
+	var tools atomic.Bool
+	r := newRig(t, withCLI(t, 0, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		sc := upstreamtest.Script{Text: []string{"Just ", "text."}, Usage: upstreamtest.Usage{InputTokens: 50, OutputTokens: 7, CachedTokens: 20}}
+		if tools.Load() {
+			sc.Reasoning = []string{"Two ", "cities."}
+			sc.ToolCalls = []upstreamtest.ToolCall{{ID: "call_a", Name: "weather", Arguments: `{"city":"Paris"}`},
+				{ID: "call_b", Name: "clock"}, {ID: "call_c", Name: "weather", Arguments: `{"city":"Seoul"}`}}
+		}
+		return sc
+	}}))
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
+	const schema = `{"type":"object","properties":{"city":{"type":"string"}}}`
+	for _, withTools := range []bool{false, true} {
+		tools.Store(withTools)
+		for _, model := range []string{"gpt-local", "via-anthropic", "via-responses", "via-chat", "via-cat"} {
+			chatTools := `,"tools":[{"type":"function","function":{"name":"weather","parameters":` + schema + `}},{"type":"function","function":{"name":"clock"}}]`
+			messagesTools := `,"tools":[{"name":"weather","input_schema":` + schema + `},{"name":"clock","input_schema":{"type":"object"}}]`
+			responsesTools := `,"tools":[{"type":"function","name":"weather","parameters":` + schema + `},{"type":"function","name":"clock"}]`
+			if model == "via-cat" { // a command takes no tools
+				chatTools, messagesTools, responsesTools = "", "", ""
+			}
+			for _, c := range []struct {
+				format, path, body string
+				header             map[string]string
+			}{
+				{llmapitest.FormatChat, "/v1/chat/completions", `{"model":"` + model + `",STREAM,"messages":[{"role":"user","content":"weather?"}]` + chatTools + `}`, oa},
+				{llmapitest.FormatAnthropic, "/v1/messages", `{"model":"` + model + `","max_tokens":50,STREAM,"messages":[{"role":"user","content":"weather?"}]` + messagesTools + `}`, an},
+				{llmapitest.FormatResponses, "/v1/responses", `{"model":"` + model + `",STREAM,"input":"weather?"` + responsesTools + `}`, oa},
+			} {
+				name := fmt.Sprintf("%s from %s (tools %v)", c.path, model, withTools)
+				ask := func(stream bool) string {
+					how := fmt.Sprintf(`"stream":%v`, stream)
+					if stream && c.format == llmapitest.FormatChat {
+						how += `,"stream_options":{"include_usage":true}`
+					}
+					body := strings.Replace(c.body, "STREAM", how, 1)
+					resp, out := r.do(t, "POST", c.path, body, c.header)
+					if resp.StatusCode != 200 {
+						t.Fatalf("%s (stream %v): %d %s", name, stream, resp.StatusCode, out)
+					}
+					return out
+				}
+				stream, whole := ask(true), ask(false)
+				got, err := llmapitest.StreamAnswer(c.format, llmapitest.Events(t, []byte(stream)))
+				if err != nil {
+					t.Fatalf("%s: stream: %v in\n%s", name, err, stream)
+				}
+				want, err := llmapitest.BodyAnswer(c.format, []byte(whole))
+				if err != nil {
+					t.Fatalf("%s: whole: %v in\n%s", name, err, whole)
+				}
+				if want.Text == "" || withTools && model != "via-cat" && len(want.Calls) != 3 {
+					t.Errorf("%s: the answer is %+v", name, want)
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("%s: streamed and whole differ (-whole +streamed):\n%s\nstream:\n%s\nwhole:\n%s", name, diff, stream, whole)
+				}
+			}
+		}
 	}
 	r.settled()
 }

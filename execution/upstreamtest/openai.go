@@ -49,7 +49,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			}
 			var calls []map[string]any
 			for _, tc := range sc.ToolCalls {
-				calls = append(calls, map[string]any{"id": tc.ID, "type": "function", "function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}})
+				calls = append(calls, map[string]any{"id": tc.ID, "type": "function", "function": map[string]any{"name": tc.Name, "arguments": tc.openAIArguments()}})
 			}
 			msg["tool_calls"] = calls
 		}
@@ -118,7 +118,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		if !step(head) {
 			return
 		}
-		for _, frag := range argFragments(tc.Arguments, sc.ArgumentsInChunks) {
+		for _, frag := range argFragments(tc.openAIArguments(), sc.ArgumentsInChunks) {
 			if !step(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": frag}}}}) {
 				return
 			}
@@ -186,7 +186,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	for i, tc := range sc.ToolCalls {
-		output = append(output, map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%d_%d", n, i), "call_id": tc.ID, "name": tc.Name, "arguments": tc.Arguments, "status": "completed"})
+		output = append(output, map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%d_%d", n, i), "call_id": tc.ID, "name": tc.Name, "arguments": tc.openAIArguments(), "status": "completed"})
 	}
 	response := func(status string, out []any, usage any) map[string]any {
 		if out == nil {
@@ -272,12 +272,12 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		if !ev("response.output_item.added", map[string]any{"output_index": idx, "item": added}) {
 			return
 		}
-		for _, frag := range argFragments(tc.Arguments, sc.ArgumentsInChunks) {
+		for _, frag := range argFragments(tc.openAIArguments(), sc.ArgumentsInChunks) {
 			if !step() || !ev("response.function_call_arguments.delta", map[string]any{"item_id": item["id"], "output_index": idx, "delta": frag}) {
 				return
 			}
 		}
-		if !ev("response.function_call_arguments.done", map[string]any{"item_id": item["id"], "output_index": idx, "arguments": tc.Arguments}) ||
+		if !ev("response.function_call_arguments.done", map[string]any{"item_id": item["id"], "output_index": idx, "arguments": tc.openAIArguments()}) ||
 			!ev("response.output_item.done", map[string]any{"output_index": idx, "item": item}) {
 			return
 		}

@@ -90,8 +90,19 @@ type Script struct {
 type ToolCall struct {
 	ID   string
 	Name string
-	// Arguments is a JSON object.
+	// Arguments is a JSON object, or empty for a call of a tool that
+	// takes no parameters, sent as each API's provider sends one: {} in
+	// the OpenAI formats, and in Anthropic's a tool_use whose input is {}
+	// and whose one input_json_delta is empty.
 	Arguments string
+}
+
+// openAIArguments is the call's arguments as OpenAI sends them.
+func (tc ToolCall) openAIArguments() string {
+	if tc.Arguments == "" {
+		return "{}"
+	}
+	return tc.Arguments
 }
 
 // Usage is scripted token usage.
