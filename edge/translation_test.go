@@ -863,27 +863,33 @@ func TestFailureBeforeOutputHasItsStatus(t *testing.T) {
 }
 
 // TestStreamedAndWholeAgreeEveryPath asks every path twice, streamed and
-// not, for the same provider answer (thinking, text, parallel calls, one
-// of a tool without parameters whose arguments never come, usage with
-// cached tokens) and holds the two to the same answer as each client
-// format's SDK reads it: a client gets the same text, reasoning, calls,
-// stop reason and usage whether it streams or not.
+// not, for the same provider answer and holds the two to the same answer
+// as each client format's SDK reads it: a client gets the same text,
+// reasoning, calls, stop reason and usage whether it streams or not. The
+// answers: text with usage (cached tokens too); thinking, text and three
+// parallel calls, one of a tool without parameters whose arguments never
+// come; text cut off at the token limit, in each upstream format's terms.
 func TestStreamedAndWholeAgreeEveryPath(t *testing.T) {
-	var tools atomic.Bool
+	var scenario atomic.Value
+	cutOff := map[string]string{"chat": "length", "messages": "max_tokens", "responses": "max_output_tokens"}
 	r := newRig(t, withCLI(t, 0, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
 		sc := upstreamtest.Script{Text: []string{"Just ", "text."}, Usage: upstreamtest.Usage{InputTokens: 50, OutputTokens: 7, CachedTokens: 20}}
-		if tools.Load() {
+		switch scenario.Load() {
+		case "tools":
 			sc.Reasoning = []string{"Two ", "cities."}
 			sc.ToolCalls = []upstreamtest.ToolCall{{ID: "call_a", Name: "weather", Arguments: `{"city":"Paris"}`},
 				{ID: "call_b", Name: "clock"}, {ID: "call_c", Name: "weather", Arguments: `{"city":"Seoul"}`}}
+		case "cut off":
+			sc.StopReason = cutOff[q.API]
 		}
 		return sc
 	}}))
 	oa := map[string]string{"Authorization": "Bearer " + apiKey}
 	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
 	const schema = `{"type":"object","properties":{"city":{"type":"string"}}}`
-	for _, withTools := range []bool{false, true} {
-		tools.Store(withTools)
+	for _, sc := range []string{"text", "tools", "cut off"} {
+		scenario.Store(sc)
+		withTools := sc == "tools"
 		for _, model := range []string{"gpt-local", "via-anthropic", "via-responses", "via-chat", "via-cat"} {
 			chatTools := `,"tools":[{"type":"function","function":{"name":"weather","parameters":` + schema + `}},{"type":"function","function":{"name":"clock"}}]`
 			messagesTools := `,"tools":[{"name":"weather","input_schema":` + schema + `},{"name":"clock","input_schema":{"type":"object"}}]`
@@ -899,7 +905,7 @@ func TestStreamedAndWholeAgreeEveryPath(t *testing.T) {
 				{llmapitest.FormatAnthropic, "/v1/messages", `{"model":"` + model + `","max_tokens":50,STREAM,"messages":[{"role":"user","content":"weather?"}]` + messagesTools + `}`, an},
 				{llmapitest.FormatResponses, "/v1/responses", `{"model":"` + model + `",STREAM,"input":"weather?"` + responsesTools + `}`, oa},
 			} {
-				name := fmt.Sprintf("%s from %s (tools %v)", c.path, model, withTools)
+				name := fmt.Sprintf("%s from %s (%s)", c.path, model, sc)
 				ask := func(stream bool) string {
 					how := fmt.Sprintf(`"stream":%v`, stream)
 					if stream && c.format == llmapitest.FormatChat {
@@ -921,7 +927,9 @@ func TestStreamedAndWholeAgreeEveryPath(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: whole: %v in\n%s", name, err, whole)
 				}
-				if want.Text == "" || withTools && model != "via-cat" && len(want.Calls) != 3 {
+				clientCutOff := map[string]string{llmapitest.FormatChat: "length", llmapitest.FormatAnthropic: "max_tokens",
+					llmapitest.FormatResponses: "incomplete:max_output_tokens"}[c.format]
+				if want.Text == "" || model != "via-cat" && (withTools != (len(want.Calls) == 3) || (sc == "cut off") != (want.Stop == clientCutOff)) {
 					t.Errorf("%s: the answer is %+v", name, want)
 				}
 				if diff := cmp.Diff(want, got); diff != "" {

@@ -188,21 +188,31 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	for i, tc := range sc.ToolCalls {
 		output = append(output, map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_%d_%d", n, i), "call_id": tc.ID, "name": tc.Name, "arguments": tc.openAIArguments(), "status": "completed"})
 	}
+	// A stop reason ends the response incomplete, for that reason.
+	final := "completed"
+	var incomplete any
+	if sc.StopReason != "" {
+		final, incomplete = "incomplete", map[string]any{"reason": sc.StopReason}
+	}
 	response := func(status string, out []any, usage any) map[string]any {
 		if out == nil {
 			out = []any{}
 		}
-		return map[string]any{"id": id, "object": "response", "created_at": created, "status": status, "model": req.Model, "output": out, "usage": usage, "error": nil, "incomplete_details": nil}
+		r := map[string]any{"id": id, "object": "response", "created_at": created, "status": status, "model": req.Model, "output": out, "usage": usage, "error": nil, "incomplete_details": nil}
+		if status == "incomplete" {
+			r["incomplete_details"] = incomplete
+		}
+		return r
 	}
 	if store {
-		s.storeResponse(id, response("completed", output, usageObj))
+		s.storeResponse(id, response(final, output, usageObj))
 	}
 	if !req.Stream {
 		if !firstChunk(r.Context(), &sc) {
 			return
 		}
 		req.finished.Store(true)
-		writeJSON(w, response("completed", output, usageObj))
+		writeJSON(w, response(final, output, usageObj))
 		return
 	}
 	e := newSSE(w, r)
@@ -283,7 +293,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		}
 		idx++
 	}
-	if ev("response.completed", map[string]any{"response": response("completed", output, usageObj)}) {
+	if ev("response."+final, map[string]any{"response": response(final, output, usageObj)}) {
 		req.finished.Store(true)
 	}
 }

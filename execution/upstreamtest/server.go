@@ -48,6 +48,8 @@ type Script struct {
 	RequestID string
 	// StopReason overrides the natural one (the natural one is the API's
 	// tool-call reason when there are tool calls, else its stop reason).
+	// A Responses answer with one ends incomplete, this its reason
+	// (max_output_tokens, content_filter).
 	StopReason string
 	// TTFT delays the first chunk (after the headers, for streams) or the
 	// whole answer (otherwise).
