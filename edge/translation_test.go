@@ -919,7 +919,13 @@ func TestStreamedAndWholeAgreeEveryPath(t *testing.T) {
 					return out
 				}
 				stream, whole := ask(true), ask(false)
-				got, err := llmapitest.StreamAnswer(c.format, llmapitest.Events(t, []byte(stream)))
+				evs := llmapitest.Events(t, []byte(stream))
+				if err := map[string]func([]sse.Event) error{llmapitest.FormatAnthropic: llmapitest.CheckAnthropic,
+					llmapitest.FormatChat:      func(evs []sse.Event) error { return llmapitest.CheckChat(evs, true) },
+					llmapitest.FormatResponses: llmapitest.CheckResponses}[c.format](evs); err != nil {
+					t.Errorf("%s: %v in\n%s", name, err, stream)
+				}
+				got, err := llmapitest.StreamAnswer(c.format, evs)
 				if err != nil {
 					t.Fatalf("%s: stream: %v in\n%s", name, err, stream)
 				}

@@ -245,7 +245,8 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	idx := 0
 	if len(sc.Reasoning) > 0 {
 		item := output[0].(map[string]any)
-		if !ev("response.output_item.added", map[string]any{"output_index": idx, "item": map[string]any{"type": "reasoning", "id": item["id"], "summary": []any{}}}) {
+		if !ev("response.output_item.added", map[string]any{"output_index": idx, "item": map[string]any{"type": "reasoning", "id": item["id"], "summary": []any{}}}) ||
+			!ev("response.reasoning_summary_part.added", map[string]any{"item_id": item["id"], "output_index": idx, "summary_index": 0, "part": map[string]any{"type": "summary_text", "text": ""}}) {
 			return
 		}
 		for _, t := range sc.Reasoning {
@@ -253,7 +254,10 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		if !ev("response.output_item.done", map[string]any{"output_index": idx, "item": item}) {
+		summary := strings.Join(sc.Reasoning, "")
+		if !ev("response.reasoning_summary_text.done", map[string]any{"item_id": item["id"], "output_index": idx, "summary_index": 0, "text": summary}) ||
+			!ev("response.reasoning_summary_part.done", map[string]any{"item_id": item["id"], "output_index": idx, "summary_index": 0, "part": map[string]any{"type": "summary_text", "text": summary}}) ||
+			!ev("response.output_item.done", map[string]any{"output_index": idx, "item": item}) {
 			return
 		}
 		idx++

@@ -573,8 +573,10 @@ func openAIErrorType(e *APIError) string {
 // --- Responses -----------------------------------------------------------
 
 // ResponsesRenderer renders the Responses API: sequence_number on every
-// event, response.output_item.added before any delta of an item, the
-// .done events, and a terminal event carrying the full response:
+// event, response.output_item.added before any delta of an item, a
+// message's content part and a reasoning item's summary part added
+// before its deltas, the .done events, and a terminal event carrying the
+// full response:
 // response.failed, with its error, when the answer fails after the
 // response was created (an error event when it fails before).
 type ResponsesRenderer struct {
@@ -721,9 +723,13 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 		}
 		r.itemIDs[e.Index] = fmt.Sprintf("%s_%s_%d", prefix, r.ID, e.Index)
 		out = r.ev(out, "response.output_item.added", map[string]any{"output_index": e.Index, "item": r.item(e.Index, false)})
-		if e.Block == BlockText {
+		switch e.Block {
+		case BlockText:
 			out = r.ev(out, "response.content_part.added", map[string]any{"item_id": r.itemIDs[e.Index], "output_index": e.Index, "content_index": 0,
 				"part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}}})
+		case BlockThinking:
+			out = r.ev(out, "response.reasoning_summary_part.added", map[string]any{"item_id": r.itemIDs[e.Index], "output_index": e.Index, "summary_index": 0,
+				"part": map[string]any{"type": "summary_text", "text": ""}})
 		}
 	case EvDelta:
 		id := r.itemIDs[e.Index]
@@ -746,6 +752,10 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 			part := map[string]any{"type": "output_text", "text": b.Text, "annotations": []any{}}
 			out = r.ev(out, "response.output_text.done", map[string]any{"item_id": id, "output_index": e.Index, "content_index": 0, "text": b.Text})
 			out = r.ev(out, "response.content_part.done", map[string]any{"item_id": id, "output_index": e.Index, "content_index": 0, "part": part})
+		case BlockThinking:
+			out = r.ev(out, "response.reasoning_summary_text.done", map[string]any{"item_id": id, "output_index": e.Index, "summary_index": 0, "text": b.Text})
+			out = r.ev(out, "response.reasoning_summary_part.done", map[string]any{"item_id": id, "output_index": e.Index, "summary_index": 0,
+				"part": map[string]any{"type": "summary_text", "text": b.Text}})
 		case BlockToolUse:
 			if r.custom(e.Index) {
 				in := freeformInput(r.st.toolInput(e.Index))

@@ -266,8 +266,9 @@ func CheckChat(evs []sse.Event, includeUsage bool) error {
 // CheckResponses: every event typed as its JSON says, sequence_number 0,
 // 1, 2...; response.created then response.in_progress first; each output
 // item added once, output_index from 0 in order, before any event of it,
-// its events naming its id; an item's deltas join into what its .done
-// events carry; every item done before one terminal (completed,
+// its events naming its id; a message's deltas inside its content part,
+// a reasoning item's inside its summary part, each part added and done
+// once; an item's deltas join into what its .done events carry; every item done before one terminal (completed,
 // incomplete or failed), last, whose response lists the items (a failed
 // one carries its error instead, and may leave items unfinished). An error
 // event before the response was created ends the stream.
@@ -276,6 +277,7 @@ func CheckResponses(evs []sse.Event) error {
 		id, typ string
 		done    bool
 		text    strings.Builder
+		part    int // content or summary part: 0 none, 1 added, 2 done
 	}
 	var items []*item
 	for i, ev := range evs {
@@ -334,10 +336,13 @@ func CheckResponses(evs []sse.Event) error {
 			if it == nil {
 				return fmt.Errorf("%s without output_index", ev.Type)
 			}
+			if (it.typ == "message" || it.typ == "reasoning") && it.part != 1 {
+				return fmt.Errorf("%s outside an open part", ev.Type)
+			}
 			it.text.WriteString(str(o, "delta"))
-		case "response.output_text.done":
-			if it == nil || str(o, "text") != it.text.String() {
-				return fmt.Errorf("output_text.done %q after deltas %q", str(o, "text"), it.text.String())
+		case "response.output_text.done", "response.reasoning_summary_text.done":
+			if it == nil || it.part != 1 || str(o, "text") != it.text.String() {
+				return fmt.Errorf("%s %q after deltas %q", ev.Type, str(o, "text"), it.text.String())
 			}
 		case "response.function_call_arguments.done":
 			if it == nil || it.typ != "function_call" {
@@ -354,13 +359,28 @@ func CheckResponses(evs []sse.Event) error {
 			if it == nil || it.typ != "custom_tool_call" || str(o, "input") != it.text.String() {
 				return fmt.Errorf("custom input done %q after deltas", str(o, "input"))
 			}
-		case "response.content_part.added", "response.content_part.done":
-			if it == nil || it.typ != "message" {
-				return fmt.Errorf("%s outside a message", ev.Type)
+		case "response.content_part.added", "response.content_part.done",
+			"response.reasoning_summary_part.added", "response.reasoning_summary_part.done":
+			want, added := "message", strings.HasSuffix(ev.Type, ".added")
+			if strings.HasPrefix(ev.Type, "response.reasoning") {
+				want = "reasoning"
+			}
+			if it == nil || it.typ != want {
+				return fmt.Errorf("%s outside a %s item", ev.Type, want)
+			}
+			if added != (it.part == 0) {
+				return fmt.Errorf("%s with its part %d", ev.Type, it.part)
+			}
+			it.part++
+			if t := str(sub(o, "part"), "text"); !added && t != it.text.String() {
+				return fmt.Errorf("%s %q after deltas %q", ev.Type, t, it.text.String())
 			}
 		case "response.output_item.done":
 			if it == nil {
 				return fmt.Errorf("output_item.done without output_index")
+			}
+			if (it.typ == "message" || it.typ == "reasoning") && it.part != 2 {
+				return fmt.Errorf("output_item.done for %s %q with its part %d", it.typ, it.id, it.part)
 			}
 			if in := sub(o, "item"); str(in, "id") != it.id || str(in, "type") != it.typ {
 				return fmt.Errorf("output_item.done for %q is %s", it.id, ev.Data)
