@@ -18,7 +18,10 @@ import (
 type Answer struct {
 	Text      string
 	Reasoning string
-	Calls     []Call
+	// Signatures joins Anthropic thinking blocks' signatures, which a
+	// client sends back with them on its next turn.
+	Signatures string
+	Calls      []Call
 	// Stop is the format's own stop reason: Anthropic's stop_reason,
 	// Chat's finish_reason, a Responses status (with its incomplete
 	// reason after a colon).
@@ -148,6 +151,8 @@ func anthropicStream(evs []sse.Event) (a Answer, err error) {
 				a.Text += str(d, "text")
 			case "thinking_delta":
 				a.Reasoning += str(d, "thinking")
+			case "signature_delta":
+				a.Signatures += str(d, "signature")
 			case "input_json_delta":
 				input.WriteString(str(d, "partial_json"))
 			}
@@ -186,6 +191,7 @@ func anthropicBody(o obj) (Answer, error) {
 			a.Text += str(b, "text")
 		case "thinking":
 			a.Reasoning += str(b, "thinking")
+			a.Signatures += str(b, "signature")
 		case "tool_use":
 			raw, _ := json.Marshal(b["input"])
 			v, err := args(string(raw))
