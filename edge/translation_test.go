@@ -907,19 +907,36 @@ func TestStreamedAndWholeAgreeEveryPath(t *testing.T) {
 				{llmapitest.FormatResponses, "/v1/responses", `{"model":"` + model + `",STREAM,"input":"weather?"` + responsesTools + `}`, oa},
 			} {
 				name := fmt.Sprintf("%s from %s (%s)", c.path, model, sc)
-				ask := func(stream bool) string {
+				ask := func(stream bool) (string, edge.Usage) {
 					how := fmt.Sprintf(`"stream":%v`, stream)
 					if stream && c.format == llmapitest.FormatChat {
 						how += `,"stream_options":{"include_usage":true}`
 					}
 					body := strings.Replace(c.body, "STREAM", how, 1)
+					before := r.keyUsage(t, "alice")
 					resp, out := r.do(t, "POST", c.path, body, c.header)
 					if resp.StatusCode != 200 {
 						t.Fatalf("%s (stream %v): %d %s", name, stream, resp.StatusCode, out)
 					}
-					return out
+					// What the key is charged is booked when the answer ends.
+					r.settled()
+					after := r.keyUsage(t, "alice")
+					return out, edge.Usage{Requests: after.Requests - before.Requests, InputTokens: after.InputTokens - before.InputTokens,
+						OutputTokens: after.OutputTokens - before.OutputTokens, EstimatedTokens: after.EstimatedTokens - before.EstimatedTokens}
 				}
-				stream, whole := ask(true), ask(false)
+				stream, streamUse := ask(true)
+				whole, wholeUse := ask(false)
+				// Reported usage is booked alike; an estimate (a command
+				// reports none) is of the request body, which differs by
+				// its stream options.
+				estimated := func(u edge.Usage) bool { return u.EstimatedTokens > 0 }
+				// Anthropic's input_tokens leaves the cached ones out.
+				wantInput := map[string]int64{"gpt-local": 50, "via-chat": 50, "via-responses": 50, "via-anthropic": 70}
+				if streamUse.Requests != 1 || wholeUse.Requests != 1 || streamUse.InputTokens != wholeUse.InputTokens ||
+					streamUse.OutputTokens != wholeUse.OutputTokens || estimated(streamUse) != estimated(wholeUse) || estimated(streamUse) != (model == "via-cat") ||
+					model != "via-cat" && (streamUse.InputTokens != wantInput[model] || streamUse.OutputTokens != 7) {
+					t.Errorf("%s: the key was charged %+v for the stream, %+v for the whole answer", name, streamUse, wholeUse)
+				}
 				evs := llmapitest.Events(t, []byte(stream))
 				if err := map[string]func([]sse.Event) error{llmapitest.FormatAnthropic: llmapitest.CheckAnthropic,
 					llmapitest.FormatChat:      func(evs []sse.Event) error { return llmapitest.CheckChat(evs, true) },
