@@ -268,10 +268,11 @@ func CheckChat(evs []sse.Event, includeUsage bool) error {
 // item added once, output_index from 0 in order, before any event of it,
 // its events naming its id; a message's deltas inside its content part,
 // a reasoning item's inside its summary part, each part added and done
-// once; an item's deltas join into what its .done events carry; every item done before one terminal (completed,
-// incomplete or failed), last, whose response lists the items (a failed
-// one carries its error instead, and may leave items unfinished). An error
-// event before the response was created ends the stream.
+// once; an item's deltas join into what its .done events carry; every
+// item done before one terminal (completed, incomplete or failed), last,
+// whose response lists the items (a failed one carries its error instead,
+// and may leave items unfinished). An error event before the response was
+// created ends the stream.
 func CheckResponses(evs []sse.Event) error {
 	type item struct {
 		id, typ string
