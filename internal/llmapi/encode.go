@@ -327,12 +327,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 	if len(r.Tools) > 0 {
 		var tools []any
 		for _, t := range r.Tools {
-			fn := map[string]any{"name": t.Name, "description": t.Description}
-			if len(t.Schema) > 0 {
-				fn["parameters"] = t.Schema
-			} else {
-				fn["parameters"] = map[string]any{"type": "object", "properties": map[string]any{}}
-			}
+			fn := t.fields("parameters")
 			tools = append(tools, map[string]any{"type": "function", "function": fn})
 		}
 		out["tools"] = tools
@@ -476,11 +471,7 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 	if len(r.Tools) > 0 {
 		var tools []any
 		for _, t := range r.Tools {
-			schema := t.Schema
-			if len(schema) == 0 || string(schema) == "null" {
-				schema = json.RawMessage(`{"type":"object","properties":{}}`)
-			}
-			tools = append(tools, map[string]any{"name": t.Name, "description": t.Description, "input_schema": schema})
+			tools = append(tools, t.fields("input_schema"))
 		}
 		out["tools"] = tools
 	}
@@ -584,11 +575,9 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 	if len(r.Tools) > 0 {
 		var tools []any
 		for _, t := range r.Tools {
-			var schema any = t.Schema
-			if len(t.Schema) == 0 || string(t.Schema) == "null" {
-				schema = map[string]any{"type": "object", "properties": map[string]any{}}
-			}
-			tools = append(tools, map[string]any{"type": "function", "name": t.Name, "description": t.Description, "parameters": schema, "strict": false})
+			fn := t.fields("parameters")
+			fn["type"], fn["strict"] = "function", false
+			tools = append(tools, fn)
 		}
 		out["tools"] = tools
 	}
@@ -737,4 +726,21 @@ func ToInput(r *Request) (execution.Input, execution.Options, error) {
 		in.Messages = append(in.Messages, execution.Message{Role: string(m.Role), Content: b.String()})
 	}
 	return in, opt, nil
+}
+
+// noParameters is the schema of a tool the client gave none (or null):
+// every format's function takes an object.
+var noParameters = json.RawMessage(`{"type":"object","properties":{}}`)
+
+// fields are a tool's name, its description when it has one (a client
+// that gave none sends none), and its input schema under key.
+func (t Tool) fields(key string) map[string]any {
+	f := map[string]any{"name": t.Name, key: t.Schema}
+	if len(t.Schema) == 0 || string(t.Schema) == "null" {
+		f[key] = noParameters
+	}
+	if t.Description != "" {
+		f["description"] = t.Description
+	}
+	return f
 }

@@ -953,8 +953,8 @@ func anthropicCarriesFreeform(t *testing.T, ir *llmapi.Request, grammar string) 
 	const free = "The tool's whole input, as free-form text."
 	wantTools := []map[string]any{
 		{"name": "apply_patch", "description": "Edit files.", "input_schema": param(free + " It must match this lark grammar:\n" + grammar)},
-		{"name": "note", "description": "", "input_schema": param(free)},
-		{"name": "shell", "description": "", "input_schema": map[string]any{"type": "object"}},
+		{"name": "note", "input_schema": param(free)},
+		{"name": "shell", "input_schema": map[string]any{"type": "object"}},
 	}
 	if d := cmp.Diff(wantTools, got.Tools); d != "" {
 		t.Errorf("tools (-want +got):\n%s", d)
@@ -1595,5 +1595,48 @@ func TestResponsesStreamWithoutCreated(t *testing.T) {
 	}
 	if err := llmapitest.CheckAnthropic(evs); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestToolWithoutSchemaOrDescription: a tool given no description is sent
+// without one, and one whose schema is missing or null is sent taking an
+// object (every format's function does), to every upstream format.
+func TestToolWithoutSchemaOrDescription(t *testing.T) {
+	req, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","input":"x","tools":[` +
+		`{"type":"function","name":"a","parameters":null},{"type":"function","name":"b"},` +
+		`{"type":"function","name":"c","description":"Cee.","parameters":{"type":"object","properties":{"n":{"type":"number"}}}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := map[string]any{"type": "object", "properties": map[string]any{}}
+	cSchema := map[string]any{"type": "object", "properties": map[string]any{"n": map[string]any{"type": "number"}}}
+	for _, c := range []struct {
+		name string
+		enc  func(*llmapi.Request, string) ([]byte, error)
+		// tool unwraps one encoded tool into its name, description and schema fields.
+		tool func(map[string]any) map[string]any
+		key  string
+	}{
+		{"chat", llmapi.EncodeChat, func(m map[string]any) map[string]any { f, _ := m["function"].(map[string]any); return f }, "parameters"},
+		{"anthropic", llmapi.EncodeAnthropic, func(m map[string]any) map[string]any { return m }, "input_schema"},
+		{"responses", llmapi.EncodeResponses, func(m map[string]any) map[string]any { return m }, "parameters"},
+	} {
+		out, err := c.enc(req, "target")
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var body struct{ Tools []map[string]any }
+		if err := json.Unmarshal(out, &body); err != nil || len(body.Tools) != 3 {
+			t.Fatalf("%s: %v %s", c.name, err, out)
+		}
+		for i, want := range []struct {
+			desc   any
+			schema map[string]any
+		}{{nil, empty}, {nil, empty}, {"Cee.", cSchema}} {
+			f := c.tool(body.Tools[i])
+			if d := cmp.Diff(want.schema, f[c.key]); f["description"] != want.desc || d != "" {
+				t.Errorf("%s: tool %d is %v (schema -want +got:\n%s)", c.name, i, body.Tools[i], d)
+			}
+		}
 	}
 }
