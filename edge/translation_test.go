@@ -1048,3 +1048,44 @@ func TestUpstreamSeesOneRequestWhateverTheClientFormat(t *testing.T) {
 	}
 	r.settled()
 }
+
+// TestEmptyConversationRefused: a translated or command-line request with
+// no turn to answer (no messages, or a system prompt alone) is refused with
+// 400 in the client's format before any provider is asked; a command was
+// run with nothing and answered 200 with nothing.
+func TestEmptyConversationRefused(t *testing.T) {
+	r := newRig(t, withCLI(t, 0, rigOpts{reply: toolScript}))
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
+	for _, model := range []string{"via-cat", "via-anthropic", "via-chat", "via-responses"} {
+		for _, c := range []struct {
+			path, body string
+			header     map[string]string
+		}{
+			{"/v1/chat/completions", `{"model":"MODEL","messages":[]}`, oa},
+			{"/v1/chat/completions", `{"model":"MODEL","messages":null}`, oa},
+			{"/v1/chat/completions", `{"model":"MODEL","messages":[{"role":"system","content":"Be brief."}]}`, oa},
+			{"/v1/messages", `{"model":"MODEL","max_tokens":5,"system":"Be brief.","messages":[]}`, an},
+			{"/v1/responses", `{"model":"MODEL","instructions":"Be brief.","input":[]}`, oa},
+		} {
+			if model == "via-chat" && c.path == "/v1/chat/completions" || model == "via-responses" && c.path == "/v1/responses" ||
+				model == "via-anthropic" && c.path == "/v1/messages" {
+				continue // relayed as the client wrote it: the provider answers
+			}
+			asked := len(r.upstream.Requests())
+			body := strings.Replace(c.body, "MODEL", model, 1)
+			resp, out := r.do(t, "POST", c.path, body, c.header)
+			if resp.StatusCode != 400 || !strings.Contains(out, "invalid_request_error") || !strings.Contains(out, "at least one") {
+				t.Errorf("%s %s: %d %s", c.path, body, resp.StatusCode, out)
+			}
+			if n := len(r.upstream.Requests()) - asked; n != 0 {
+				t.Errorf("%s %s: the provider was asked %d times", c.path, body, n)
+			}
+		}
+	}
+	r.settled()
+	// Usage counts the requests dispatched to a provider, a command's too.
+	if u := r.keyUsage(t, "alice"); u.Requests != 0 {
+		t.Errorf("%d requests were dispatched", u.Requests)
+	}
+}

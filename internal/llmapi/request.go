@@ -60,6 +60,12 @@ func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "
 
 // untranslatable refuses a request field whose meaning no translation
 // carries: dropping it would answer something else than was asked.
+// errNoConversation refuses a request without a turn to answer: an empty
+// conversation, or instructions alone. Anthropic refuses one, so do
+// OpenAI's APIs given no messages; a command-line run would be asked
+// nothing, and answer nothing as if it had been.
+func errNoConversation(msg string) *APIError { return badRequest("%s", msg) }
+
 func untranslatable(field, why string) *APIError {
 	return badRequest("%s cannot be translated for this model's providers (%s); use a model whose provider speaks this API natively", field, why)
 }
@@ -337,6 +343,9 @@ func DecodeAnthropicRequest(body []byte) (*Request, error) {
 	if m.Metadata != nil {
 		r.User = m.Metadata.UserID
 	}
+	if len(r.Messages) == 0 {
+		return nil, errNoConversation("messages: at least one message is required")
+	}
 	return r, nil
 }
 
@@ -597,6 +606,9 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 			r.ToolChoice = &ToolChoice{Mode: "auto"}
 		}
 		r.ToolChoice.DisableParallel = true
+	}
+	if len(r.Messages) == 0 {
+		return nil, errNoConversation("messages: at least one user or assistant message is required")
 	}
 	return r, nil
 }
@@ -908,6 +920,9 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 			r.ToolChoice = &ToolChoice{Mode: "auto"}
 		}
 		r.ToolChoice.DisableParallel = true
+	}
+	if len(r.Messages) == 0 {
+		return nil, errNoConversation("input: at least one user or assistant item is required")
 	}
 	return r, nil
 }
