@@ -870,6 +870,8 @@ func TestFailureBeforeOutputHasItsStatus(t *testing.T) {
 // answers: text with usage (cached tokens too); thinking, text and three
 // parallel calls, one of a tool without parameters whose arguments never
 // come; text cut off at the token limit, in each upstream format's terms.
+// The three client formats must be given the same answer too, each in its
+// own terms (canonicalAnswer).
 func TestStreamedAndWholeAgreeEveryPath(t *testing.T) {
 	var scenario atomic.Value
 	cutOff := map[string]string{"chat": "length", "messages": "max_tokens", "responses": "max_output_tokens"}
@@ -898,6 +900,7 @@ func TestStreamedAndWholeAgreeEveryPath(t *testing.T) {
 			if model == "via-cat" { // a command takes no tools
 				chatTools, messagesTools, responsesTools = "", "", ""
 			}
+			answers := map[string]llmapitest.Answer{} // by client format
 			for _, c := range []struct {
 				format, path, body string
 				header             map[string]string
@@ -959,10 +962,37 @@ func TestStreamedAndWholeAgreeEveryPath(t *testing.T) {
 				if diff := cmp.Diff(want, got); diff != "" {
 					t.Errorf("%s: streamed and whole differ (-whole +streamed):\n%s\nstream:\n%s\nwhole:\n%s", name, diff, stream, whole)
 				}
+				answers[c.format] = canonicalAnswer(c.format, want)
+			}
+			// Every client format is given the same answer, in its terms.
+			for _, f := range []string{llmapitest.FormatAnthropic, llmapitest.FormatResponses} {
+				if diff := cmp.Diff(answers[llmapitest.FormatChat], answers[f]); diff != "" {
+					t.Errorf("%s from %s (%s): its answer differs from Chat's (-chat +%s):\n%s", f, model, sc, f, diff)
+				}
 			}
 		}
 	}
 	r.settled()
+}
+
+// canonicalAnswer puts an answer a client of format holds in terms every
+// format shares: its stop reason as end, max or tool, without Anthropic's
+// thinking signatures (only Anthropic clients are given them).
+func canonicalAnswer(format string, a llmapitest.Answer) llmapitest.Answer {
+	stops := map[string]map[string]string{
+		llmapitest.FormatChat:      {"stop": "end", "length": "max", "tool_calls": "tool"},
+		llmapitest.FormatAnthropic: {"end_turn": "end", "max_tokens": "max", "tool_use": "tool"},
+		llmapitest.FormatResponses: {"completed": "end", "incomplete:max_output_tokens": "max"},
+	}
+	stop, ok := stops[format][a.Stop]
+	if !ok {
+		stop = "unknown " + a.Stop
+	}
+	if format == llmapitest.FormatResponses && stop == "end" && len(a.Calls) > 0 {
+		stop = "tool" // a Responses answer that calls tools is completed
+	}
+	a.Stop, a.Signatures = stop, ""
+	return a
 }
 
 // TestUpstreamSeesOneRequestWhateverTheClientFormat sends each of two
