@@ -18,11 +18,17 @@ import (
 // to it (the next such provider when a Node refused it unopened, as a
 // draining one does); otherwise the answer is an estimate by the Edge's
 // rule (request bytes / 4), marked with the header X-IOP-Token-Count:
-// estimate.
+// estimate. The Anthropic headers travel as they do with a message
+// (anthropicHeaders): a beta changes what a request may hold, so its
+// count too.
 func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string) {
 	snap := s.snap.Load()
 	key := s.authFor(w, r, snap, apiMessages)
 	if key == nil {
+		return
+	}
+	anthropic, ok := anthropicHeaders(w, r)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), snap.requestTimeout)
@@ -55,9 +61,11 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string)
 		if err != nil {
 			continue
 		}
+		header := anthropic.Clone()
+		header.Set("Content-Type", "application/json")
 		tn, err := s.reg.OpenTunnel(ctx, pi.nodeID, gen, &nodes.TunnelRequest{
 			ProviderID: t.ProviderID, Method: http.MethodPost, Path: "/v1/messages/count_tokens",
-			Header: http.Header{"Content-Type": {"application/json"}, "Anthropic-Version": {headerOr(r, "Anthropic-Version", "2023-06-01")}},
+			Header: header,
 			Body:   bytes.NewReader(f.Splice("model", llmapi.Quote(t.Model))), Slot: rid, Target: t.Model, Grant: g,
 		})
 		if notStarted(err) {
@@ -85,13 +93,6 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-IOP-Token-Count", "estimate")
 	json.NewEncoder(w).Encode(map[string]int{"input_tokens": EstimateTokens(body)})
-}
-
-func headerOr(r *http.Request, name, def string) string {
-	if v := r.Header.Get(name); v != "" {
-		return v
-	}
-	return def
 }
 
 // getResponse answers GET /v1/responses/{id} by passing it to the provider

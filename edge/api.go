@@ -558,24 +558,8 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 		req.pin = provider
 	}
 	if a == apiMessages {
-		req.anthropic = http.Header{}
-		for _, h := range []string{"Anthropic-Version", "Anthropic-Beta"} {
-			v := r.Header.Values(h)
-			for _, one := range v {
-				// They travel to the provider as they came, in protobuf
-				// strings: one that is not UTF-8 (or would be dropped on
-				// the way) is refused here, not lost or sent as a failure.
-				if !tunnelhdr.ValueOK(one) {
-					fail(w, a, http.StatusBadRequest, "invalid_request", fmt.Sprintf("The %s header is not a valid value (UTF-8, at most 4 KiB, one line).", h), nil)
-					return
-				}
-			}
-			if len(v) > 0 {
-				req.anthropic[h] = v
-			}
-		}
-		if req.anthropic.Get("Anthropic-Version") == "" {
-			req.anthropic.Set("Anthropic-Version", "2023-06-01")
+		if req.anthropic, ok = anthropicHeaders(w, r); !ok {
+			return
 		}
 	}
 	// The key's limits come after the cheap checks (a malformed request
@@ -1241,4 +1225,31 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	}
 	r.Body.Close()
 	return buf.Bytes(), nil
+}
+
+// anthropicHeaders returns the Anthropic headers of a client's request
+// that travel to an Anthropic provider (Anthropic-Version, 2023-06-01 when
+// the client sent none, and Anthropic-Beta, which changes what a request
+// may hold), or answers 400 and reports false for one that cannot travel.
+func anthropicHeaders(w http.ResponseWriter, r *http.Request) (http.Header, bool) {
+	out := http.Header{}
+	for _, h := range []string{"Anthropic-Version", "Anthropic-Beta"} {
+		v := r.Header.Values(h)
+		for _, one := range v {
+			// They travel to the provider as they came, in protobuf
+			// strings: one that is not UTF-8 (or would be dropped on the
+			// way) is refused here, not lost or sent as a failure.
+			if !tunnelhdr.ValueOK(one) {
+				fail(w, apiMessages, http.StatusBadRequest, "invalid_request", fmt.Sprintf("The %s header is not a valid value (UTF-8, at most 4 KiB, one line).", h), nil)
+				return nil, false
+			}
+		}
+		if len(v) > 0 {
+			out[h] = v
+		}
+	}
+	if out.Get("Anthropic-Version") == "" {
+		out.Set("Anthropic-Version", "2023-06-01")
+	}
+	return out, true
 }

@@ -231,17 +231,6 @@ func (r *rig) settled() {
 	}
 }
 
-// keyUsage returns the key's usage as Server.Usage reports it.
-func (r *rig) keyUsage(t *testing.T, key string) edge.Usage {
-	t.Helper()
-	for _, u := range r.srv.Usage() {
-		if u.Key == key {
-			return u
-		}
-	}
-	return edge.Usage{Key: key}
-}
-
 func chatParams(model, prompt string) openai.ChatCompletionNewParams {
 	return openai.ChatCompletionNewParams{Model: model, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)}}
 }

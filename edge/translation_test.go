@@ -204,6 +204,21 @@ func TestAnthropicErrorsAndCountTokens(t *testing.T) {
 	if status != 200 || ct.InputTokens == 0 || h.Get("X-IOP-Token-Count") != "" {
 		t.Fatalf("count_tokens passed through: %d %s %v", status, body, h)
 	}
+	// Its Anthropic headers go with it: a beta changes what a request may
+	// hold, so its count too. One that cannot travel is refused.
+	for _, beta := range []string{"token-counting-2024-11-01", "caf\xe9"} {
+		asked := len(r.upstream.Requests())
+		resp, out := r.do(t, "POST", "/v1/messages/count_tokens", `{"model":"via-anthropic","messages":[{"role":"user","content":"hello"}]}`,
+			map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01", "anthropic-beta": beta})
+		calls := r.upstream.Requests()[asked:]
+		if beta != "caf\xe9" && (resp.StatusCode != 200 || len(calls) != 1 || calls[0].Header.Get("Anthropic-Beta") != beta ||
+			calls[0].Header.Get("Anthropic-Version") != "2023-06-01") {
+			t.Fatalf("count_tokens with a beta: %d %s; upstream asked %d times", resp.StatusCode, out, len(calls))
+		}
+		if beta == "caf\xe9" && (resp.StatusCode != 400 || !strings.Contains(out, "Anthropic-Beta") || len(calls) != 0) {
+			t.Fatalf("count_tokens with a Latin-1 beta: %d %s; upstream asked %d times", resp.StatusCode, out, len(calls))
+		}
+	}
 	// No Anthropic provider behind the route: the Edge's documented estimate.
 	status, body, h = r.postAnthropic(t, "/v1/messages/count_tokens", apiKey, `{"model":"gpt-local","messages":[{"role":"user","content":"hello"}]}`)
 	if status != 200 || h.Get("X-IOP-Token-Count") != "estimate" {
@@ -916,14 +931,14 @@ func TestStreamedAndWholeAgreeEveryPath(t *testing.T) {
 						how += `,"stream_options":{"include_usage":true}`
 					}
 					body := strings.Replace(c.body, "STREAM", how, 1)
-					before := r.keyUsage(t, "alice")
+					before := r.usageOf("alice")
 					resp, out := r.do(t, "POST", c.path, body, c.header)
 					if resp.StatusCode != 200 {
 						t.Fatalf("%s (stream %v): %d %s", name, stream, resp.StatusCode, out)
 					}
 					// What the key is charged is booked when the answer ends.
 					r.settled()
-					after := r.keyUsage(t, "alice")
+					after := r.usageOf("alice")
 					return out, edge.Usage{Requests: after.Requests - before.Requests, InputTokens: after.InputTokens - before.InputTokens,
 						OutputTokens: after.OutputTokens - before.OutputTokens, EstimatedTokens: after.EstimatedTokens - before.EstimatedTokens}
 				}
@@ -1115,7 +1130,7 @@ func TestEmptyConversationRefused(t *testing.T) {
 	}
 	r.settled()
 	// Usage counts the requests dispatched to a provider, a command's too.
-	if u := r.keyUsage(t, "alice"); u.Requests != 0 {
+	if u := r.usageOf("alice"); u.Requests != 0 {
 		t.Errorf("%d requests were dispatched", u.Requests)
 	}
 }
