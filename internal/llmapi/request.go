@@ -58,14 +58,14 @@ func oneOrMany(raw json.RawMessage) []string {
 // present reports whether a raw field was sent with a value.
 func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
-// untranslatable refuses a request field whose meaning no translation
-// carries: dropping it would answer something else than was asked.
 // errNoConversation refuses a request without a turn to answer: an empty
 // conversation, or instructions alone. Anthropic refuses one, so do
 // OpenAI's APIs given no messages; a command-line run would be asked
 // nothing, and answer nothing as if it had been.
 func errNoConversation(msg string) *APIError { return badRequest("%s", msg) }
 
+// untranslatable refuses a request field whose meaning no translation
+// carries: dropping it would answer something else than was asked.
 func untranslatable(field, why string) *APIError {
 	return badRequest("%s cannot be translated for this model's providers (%s); use a model whose provider speaks this API natively", field, why)
 }
@@ -464,29 +464,32 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 				Format      json.RawMessage `json:"format"`
 			} `json:"custom"`
 		} `json:"tools"`
-		ToolChoice          json.RawMessage `json:"tool_choice"`
-		ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
-		MaxTokens           int             `json:"max_tokens"`
-		MaxCompletionTokens int             `json:"max_completion_tokens"`
-		Temperature         *float64        `json:"temperature"`
-		TopP                *float64        `json:"top_p"`
-		Stop                json.RawMessage `json:"stop"`
-		Stream              bool            `json:"stream"`
-		ReasoningEffort     string          `json:"reasoning_effort"`
-		User                string          `json:"user"`
-		ResponseFormat      json.RawMessage `json:"response_format"`
-		N                   float64         `json:"n"`
-		Logprobs            bool            `json:"logprobs"`
-		Functions           json.RawMessage `json:"functions"`
-		FunctionCall        json.RawMessage `json:"function_call"`
-		Modalities          []string        `json:"modalities"`
-		Audio               json.RawMessage `json:"audio"`
-		WebSearchOptions    json.RawMessage `json:"web_search_options"`
+		ToolChoice          json.RawMessage    `json:"tool_choice"`
+		ParallelToolCalls   *bool              `json:"parallel_tool_calls"`
+		MaxTokens           int                `json:"max_tokens"`
+		MaxCompletionTokens int                `json:"max_completion_tokens"`
+		Temperature         *float64           `json:"temperature"`
+		TopP                *float64           `json:"top_p"`
+		Stop                json.RawMessage    `json:"stop"`
+		Stream              bool               `json:"stream"`
+		ReasoningEffort     string             `json:"reasoning_effort"`
+		User                string             `json:"user"`
+		ResponseFormat      json.RawMessage    `json:"response_format"`
+		N                   float64            `json:"n"`
+		Logprobs            bool               `json:"logprobs"`
+		Functions           json.RawMessage    `json:"functions"`
+		FunctionCall        json.RawMessage    `json:"function_call"`
+		Modalities          []string           `json:"modalities"`
+		Audio               json.RawMessage    `json:"audio"`
+		WebSearchOptions    json.RawMessage    `json:"web_search_options"`
+		LogitBias           map[string]float64 `json:"logit_bias"`
 	}
 	if err := json.Unmarshal(body, &c); err != nil {
 		return nil, badRequest("invalid request body: %v", err)
 	}
 	switch {
+	case len(c.LogitBias) > 0:
+		return nil, untranslatable("logit_bias", "its token ids are those of OpenAI's tokenizer")
 	case c.N > 1:
 		return nil, untranslatable("n > 1", "they answer one choice")
 	case c.Logprobs:

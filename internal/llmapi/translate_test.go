@@ -486,6 +486,11 @@ func TestUntranslatableRefused(t *testing.T) {
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"function_call":"auto"}`, "functions"},
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"modalities":["text","audio"],"audio":{"voice":"alloy","format":"wav"}}`, "audio"},
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"web_search_options":{}}`, "web_search_options"},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"logit_bias":{"50256":-100}}`, "logit_bias"},
+		// No turn to answer.
+		{llmapi.DecodeChatRequest, `{"model":"m","messages":[{"role":"developer","content":"x"}]}`, "at least one user or assistant message"},
+		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,"system":"x","messages":[]}`, "at least one message"},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":[{"role":"system","content":"x"}]}`, "at least one user or assistant item"},
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"response_format":{"type":"grammar"}}`, `response_format.type "grammar"`},
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"response_format":{"type":"json_schema"}}`, "json_schema without a schema"},
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"response_format":"json"}`, "response_format is malformed"},
