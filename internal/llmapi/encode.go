@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"github.com/iop-dev/iop/execution"
@@ -383,7 +384,7 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 				if len(strings.TrimSpace(string(input))) == 0 {
 					input = json.RawMessage("{}")
 				}
-				blocks = append(blocks, map[string]any{"type": "tool_use", "id": p.ID, "name": p.Name, "input": input})
+				blocks = append(blocks, map[string]any{"type": "tool_use", "id": anthropicToolID(p.ID), "name": p.Name, "input": input})
 			case PartToolResult:
 				var content []any
 				for _, c := range p.Content {
@@ -396,7 +397,7 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 						content = append(content, anthropicDocumentBlock(c))
 					}
 				}
-				b := map[string]any{"type": "tool_result", "tool_use_id": p.ToolUseID}
+				b := map[string]any{"type": "tool_result", "tool_use_id": anthropicToolID(p.ToolUseID)}
 				if content != nil {
 					b["content"] = content
 				}
@@ -743,4 +744,31 @@ func (t Tool) fields(key string) map[string]any {
 		f["description"] = t.Description
 	}
 	return f
+}
+
+// anthropicToolID is a tool call's id as Anthropic takes one: letters,
+// digits, _ and - only. Other providers' ids may hold more (Kimi's
+// "functions.bash:0"), and a conversation one of them began may go on at
+// Anthropic (a route's next provider). Such an id is rewritten the same
+// way wherever it appears, the call's and its result's alike, so they
+// still pair: its other bytes become _, and a hash of the whole id keeps
+// apart ids that differ only in those bytes.
+func anthropicToolID(id string) string {
+	ok := id != ""
+	for i := 0; i < len(id) && ok; i++ {
+		c := id[i]
+		ok = c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+	}
+	if ok {
+		return id
+	}
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	clean := strings.Map(func(r rune) rune {
+		if r == '_' || r == '-' || '0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' {
+			return r
+		}
+		return '_'
+	}, id)
+	return fmt.Sprintf("toolu_%s_%08x", clean, h.Sum32())
 }

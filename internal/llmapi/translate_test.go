@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -1643,5 +1645,58 @@ func TestToolWithoutSchemaOrDescription(t *testing.T) {
 				t.Errorf("%s: tool %d is %v (schema -want +got:\n%s)", c.name, i, body.Tools[i], d)
 			}
 		}
+	}
+}
+
+// TestAnthropicToolIDs: a conversation another provider began may hold
+// tool call ids Anthropic refuses (Kimi's "functions.bash:0"); sent to
+// Anthropic, each such id is rewritten to its pattern, the call's and its
+// result's alike, and ids that differ only in refused bytes stay apart.
+// An id Anthropic takes is sent as it is.
+func TestAnthropicToolIDs(t *testing.T) {
+	ids := []string{"functions.bash:0", "functions.bash;0", "call_1-x", ""}
+	var calls, results []string
+	for _, id := range ids {
+		calls = append(calls, `{"id":`+strconv.Quote(id)+`,"type":"function","function":{"name":"bash","arguments":"{}"}}`)
+		results = append(results, `{"role":"tool","tool_call_id":`+strconv.Quote(id)+`,"content":"ok"}`)
+	}
+	req, err := llmapi.DecodeChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"go"},` +
+		`{"role":"assistant","tool_calls":[` + strings.Join(calls, ",") + `]},` + strings.Join(results, ",") + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := llmapi.EncodeAnthropic(req, "claude")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Messages []struct {
+			Content []struct {
+				Type      string `json:"type"`
+				ID        string `json:"id"`
+				ToolUseID string `json:"tool_use_id"`
+			} `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(out, &body); err != nil || len(body.Messages) != 3 {
+		t.Fatalf("%v %s", err, out)
+	}
+	pattern := regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+	var used, answered []string
+	for _, b := range body.Messages[1].Content {
+		used = append(used, b.ID)
+	}
+	for _, b := range body.Messages[2].Content {
+		answered = append(answered, b.ToolUseID)
+	}
+	if !slices.Equal(used, answered) || len(used) != len(ids) || used[2] != "call_1-x" {
+		t.Fatalf("calls %q, results %q", used, answered)
+	}
+	seen := map[string]bool{}
+	for _, id := range used {
+		if !pattern.MatchString(id) || seen[id] {
+			t.Errorf("id %q: not Anthropic's pattern, or not unique, in %q", id, used)
+		}
+		seen[id] = true
 	}
 }
