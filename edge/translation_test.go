@@ -1013,10 +1013,11 @@ func canonicalAnswer(format string, a llmapitest.Answer) llmapitest.Answer {
 // TestUpstreamSeesOneRequestWhateverTheClientFormat sends each of two
 // conversations in each client format to each upstream format: a system
 // prompt, a tool call and its result, then a new question, with a tool,
-// tool choice and sampling settings; and an image, a forced tool with
-// parallel calls off, and an end-user id. It and holds what each upstream received,
-// read back by that format's own decoder, to one request: a provider is
-// asked the same thing whichever API its client speaks.
+// tool choice and a temperature; and an image, a forced tool with
+// parallel calls off, top_p and an end-user id. It holds what each
+// upstream received, read back by that format's own decoder, to one
+// request: a provider is asked the same thing whichever API its client
+// speaks.
 func TestUpstreamSeesOneRequestWhateverTheClientFormat(t *testing.T) {
 	r := newRig(t, rigOpts{reply: func(*upstreamtest.Request) upstreamtest.Script {
 		return upstreamtest.Script{Text: []string{"ok"}}
@@ -1034,31 +1035,31 @@ func TestUpstreamSeesOneRequestWhateverTheClientFormat(t *testing.T) {
 			`{"role":"assistant","content":"Checking.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"weather","arguments":"{\"city\":\"Paris\"}"}}]},` +
 			`{"role":"tool","tool_call_id":"call_1","content":"18C"},{"role":"user","content":"and in Seoul?"}],` +
 			`"tools":[{"type":"function","function":{"name":"weather","description":"Weather by city","parameters":` + schema + `}}],"tool_choice":"auto",` +
-			`"max_completion_tokens":100,"temperature":0.5,"top_p":0.9}`, oa},
+			`"max_completion_tokens":100,"temperature":0.5}`, oa},
 		{"/v1/messages", `{"model":"MODEL","system":"Be brief.","messages":[{"role":"user","content":"weather in Paris?"},` +
 			`{"role":"assistant","content":[{"type":"text","text":"Checking."},{"type":"tool_use","id":"call_1","name":"weather","input":{"city":"Paris"}}]},` +
 			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"18C"},{"type":"text","text":"and in Seoul?"}]}],` +
 			`"tools":[{"name":"weather","description":"Weather by city","input_schema":` + schema + `}],"tool_choice":{"type":"auto"},` +
-			`"max_tokens":100,"temperature":0.5,"top_p":0.9}`, an},
+			`"max_tokens":100,"temperature":0.5}`, an},
 		{"/v1/responses", `{"model":"MODEL","instructions":"Be brief.","input":[{"role":"user","content":"weather in Paris?"},` +
 			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Checking."}]},` +
 			`{"type":"function_call","call_id":"call_1","name":"weather","arguments":"{\"city\":\"Paris\"}"},` +
 			`{"type":"function_call_output","call_id":"call_1","output":"18C"},{"role":"user","content":"and in Seoul?"}],` +
 			`"tools":[{"type":"function","name":"weather","description":"Weather by city","parameters":` + schema + `}],"tool_choice":"auto",` +
-			`"max_output_tokens":100,"temperature":0.5,"top_p":0.9}`, oa},
+			`"max_output_tokens":100,"temperature":0.5}`, oa},
 	}, {
 		{"/v1/chat/completions", `{"model":"MODEL","messages":[{"role":"user","content":[{"type":"text","text":"where is this?"},` +
 			`{"type":"image_url","image_url":{"url":"data:image/png;base64,` + png + `"}}]}],` +
 			`"tools":[{"type":"function","function":{"name":"weather","parameters":` + schema + `}}],` +
-			`"tool_choice":{"type":"function","function":{"name":"weather"}},"parallel_tool_calls":false,"max_completion_tokens":50,"user":"u-7"}`, oa},
+			`"tool_choice":{"type":"function","function":{"name":"weather"}},"parallel_tool_calls":false,"max_completion_tokens":50,"top_p":0.9,"user":"u-7"}`, oa},
 		{"/v1/messages", `{"model":"MODEL","messages":[{"role":"user","content":[{"type":"text","text":"where is this?"},` +
 			`{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + png + `"}}]}],` +
 			`"tools":[{"name":"weather","input_schema":` + schema + `}],` +
-			`"tool_choice":{"type":"tool","name":"weather","disable_parallel_tool_use":true},"max_tokens":50,"metadata":{"user_id":"u-7"}}`, an},
+			`"tool_choice":{"type":"tool","name":"weather","disable_parallel_tool_use":true},"max_tokens":50,"top_p":0.9,"metadata":{"user_id":"u-7"}}`, an},
 		{"/v1/responses", `{"model":"MODEL","input":[{"role":"user","content":[{"type":"input_text","text":"where is this?"},` +
 			`{"type":"input_image","image_url":"data:image/png;base64,` + png + `"}]}],` +
 			`"tools":[{"type":"function","name":"weather","parameters":` + schema + `}],` +
-			`"tool_choice":{"type":"function","name":"weather"},"parallel_tool_calls":false,"max_output_tokens":50,"user":"u-7"}`, oa},
+			`"tool_choice":{"type":"function","name":"weather"},"parallel_tool_calls":false,"max_output_tokens":50,"top_p":0.9,"user":"u-7"}`, oa},
 	}}
 	decoders := map[string]func([]byte) (*llmapi.Request, error){
 		"chat": llmapi.DecodeChatRequest, "messages": llmapi.DecodeAnthropicRequest, "responses": llmapi.DecodeResponsesRequest,

@@ -453,13 +453,27 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 		if maxTokens <= budget {
 			maxTokens = budget + DefaultAnthropicMaxTokens
 		}
-	} else if t := r.Temperature; t != nil {
-		out["temperature"] = min(*t, 1) // Anthropic's range is 0..1
+	} else {
+		// Anthropic's newer models refuse temperature and top_p together
+		// (its guidance for every model: set one). Given both, the
+		// temperature goes, unless it is the default (1) and top_p says
+		// something.
+		t, p := r.Temperature, r.TopP
+		if t != nil && p != nil {
+			if *t == 1 && *p != 1 {
+				t = nil
+			} else {
+				p = nil
+			}
+		}
+		if t != nil {
+			out["temperature"] = min(*t, 1) // Anthropic's range is 0..1
+		}
+		if p != nil {
+			out["top_p"] = *p
+		}
 	}
 	out["max_tokens"] = maxTokens
-	if r.TopP != nil && budget == 0 {
-		out["top_p"] = *r.TopP
-	}
 	if len(r.Stop) > 0 {
 		out["stop_sequences"] = r.Stop
 	}

@@ -1700,3 +1700,39 @@ func TestAnthropicToolIDs(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// TestAnthropicSamplingOneOf: Anthropic's newer models refuse temperature
+// and top_p together, so a translated request given both sends one: the
+// temperature, unless it is the default (1) and top_p is not.
+func TestAnthropicSamplingOneOf(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	for _, c := range []struct {
+		temp, topP *float64
+		want       string // the sampling fields sent
+	}{
+		{f(0.5), f(0.9), `{"temperature":0.5}`},
+		{f(1), f(0.9), `{"top_p":0.9}`},
+		{f(1), f(1), `{"temperature":1}`},
+		{f(1.5), nil, `{"temperature":1}`},
+		{nil, f(0.3), `{"top_p":0.3}`},
+		{nil, nil, `{}`},
+	} {
+		r := &llmapi.Request{Temperature: c.temp, TopP: c.topP, Messages: []llmapi.Message{{Role: llmapi.RoleUser, Parts: []llmapi.Part{{Kind: llmapi.PartText, Text: "x"}}}}}
+		out, err := llmapi.EncodeAnthropic(r, "claude")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]any
+		json.Unmarshal(out, &body)
+		sent := map[string]any{}
+		for _, k := range []string{"temperature", "top_p"} {
+			if v, ok := body[k]; ok {
+				sent[k] = v
+			}
+		}
+		if got, _ := json.Marshal(sent); string(got) != c.want {
+			in, _ := json.Marshal(map[string]*float64{"temperature": c.temp, "top_p": c.topP})
+			t.Errorf("given %s: sent %s, want %s", in, got, c.want)
+		}
+	}
+}
