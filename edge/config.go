@@ -295,7 +295,8 @@ type Target struct {
 const (
 	// ModelOpenAIReasoning is one of OpenAI's reasoning models (the
 	// o-series, GPT-5 and later): the output limit goes as
-	// max_completion_tokens, which they require, and an effort is sent.
+	// max_completion_tokens, which they require, an effort is sent, and a
+	// temperature or top_p is not, which they refuse but at its default.
 	ModelOpenAIReasoning = "openai-reasoning"
 	// ModelOpenAIChat is one of OpenAI's models without reasoning (GPT-4o,
 	// GPT-4.1 and older): max_tokens, and no effort, which they refuse.

@@ -153,7 +153,9 @@ const (
 	// ignores it).
 	ClassOther
 	// ClassOpenAIReasoning is one of OpenAI's reasoning models (the
-	// o-series, GPT-5 and later): max_completion_tokens, and an effort.
+	// o-series, GPT-5 and later): max_completion_tokens, and an effort;
+	// no temperature or top_p, which these models refuse but at their
+	// default (setSampling).
 	ClassOpenAIReasoning
 	// ClassOpenAIChat is one of OpenAI's models that take no reasoning
 	// effort (GPT-4o, GPT-4.1 and older): max_tokens, and no effort.
@@ -310,12 +312,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 			out["max_tokens"] = r.MaxTokens
 		}
 	}
-	if r.Temperature != nil {
-		out["temperature"] = *r.Temperature
-	}
-	if r.TopP != nil {
-		out["top_p"] = *r.TopP
-	}
+	setSampling(out, r, c)
 	if len(r.Stop) > 0 {
 		out["stop"] = r.Stop
 	}
@@ -567,12 +564,7 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 	if r.MaxTokens > 0 {
 		out["max_output_tokens"] = r.MaxTokens
 	}
-	if r.Temperature != nil {
-		out["temperature"] = *r.Temperature
-	}
-	if r.TopP != nil {
-		out["top_p"] = *r.TopP
-	}
+	setSampling(out, r, c)
 	if r.User != "" {
 		out["user"] = r.User
 	}
@@ -785,4 +777,20 @@ func anthropicToolID(id string) string {
 		return '_'
 	}, id)
 	return fmt.Sprintf("toolu_%s_%08x", clean, h.Sum32())
+}
+
+// setSampling sets an OpenAI-format request's temperature and top_p, but
+// for one of OpenAI's reasoning models, which take them only at their
+// default (1) and refuse the request otherwise: there they are left out,
+// as the model samples as it must whatever the client asked.
+func setSampling(out map[string]any, r *Request, c ModelClass) {
+	if c == ClassOpenAIReasoning {
+		return
+	}
+	if r.Temperature != nil {
+		out["temperature"] = *r.Temperature
+	}
+	if r.TopP != nil {
+		out["top_p"] = *r.TopP
+	}
 }

@@ -1736,3 +1736,27 @@ func TestAnthropicSamplingOneOf(t *testing.T) {
 		}
 	}
 }
+
+// TestReasoningModelSampling: OpenAI's reasoning models refuse a
+// temperature or top_p but at their default, so neither is sent to one;
+// other models are sent both.
+func TestReasoningModelSampling(t *testing.T) {
+	temp, topP := 0.2, 0.5
+	r := &llmapi.Request{Temperature: &temp, TopP: &topP, Messages: []llmapi.Message{{Role: llmapi.RoleUser, Parts: []llmapi.Part{{Kind: llmapi.PartText, Text: "x"}}}}}
+	for _, model := range []string{"o3", "gpt-5-mini", "gpt-4.1", "qwen3:8b"} {
+		reasoning := llmapi.ClassByName.Of(model) == llmapi.ClassOpenAIReasoning
+		for name, enc := range map[string]func(*llmapi.Request, string) ([]byte, error){"chat": llmapi.EncodeChat, "responses": llmapi.EncodeResponses} {
+			out, err := enc(r, model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body map[string]any
+			json.Unmarshal(out, &body)
+			_, hasT := body["temperature"]
+			_, hasP := body["top_p"]
+			if hasT == reasoning || hasP == reasoning {
+				t.Errorf("%s to %s: temperature sent %v, top_p sent %v", name, model, hasT, hasP)
+			}
+		}
+	}
+}
