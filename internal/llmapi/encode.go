@@ -387,7 +387,9 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 				for _, c := range p.Content {
 					switch c.Kind {
 					case PartText:
-						content = append(content, map[string]any{"type": "text", "text": c.Text})
+						if c.Text != "" { // Anthropic refuses an empty text block
+							content = append(content, map[string]any{"type": "text", "text": c.Text})
+						}
 					case PartImage:
 						content = append(content, anthropicImage(c))
 					case PartDocument:
@@ -422,6 +424,10 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 			continue
 		}
 		msgs = append(msgs, map[string]any{"role": string(m.Role), "content": blocks})
+	}
+	if len(msgs) == 0 {
+		// Every message was empty (OpenAI takes an empty user message).
+		return nil, errNoConversation("messages: Anthropic needs a message with content, and every message is empty")
 	}
 	maxTokens := r.MaxTokens
 	if maxTokens <= 0 {

@@ -1760,3 +1760,30 @@ func TestReasoningModelSampling(t *testing.T) {
 		}
 	}
 }
+
+// TestAnthropicEmptyContent: Anthropic refuses an empty text block, which
+// OpenAI's formats take. A tool's empty result goes without content; a
+// conversation whose every message is empty is refused with 400 before
+// it is sent.
+func TestAnthropicEmptyContent(t *testing.T) {
+	req, err := llmapi.DecodeChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"},` +
+		`{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":""}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := llmapi.EncodeAnthropic(req, "claude")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(out, []byte(`"text":""`)) || !bytes.Contains(out, []byte(`{"tool_use_id":"c","type":"tool_result"}`)) {
+		t.Errorf("an empty tool result: %s", out)
+	}
+	req, err = llmapi.DecodeChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":""}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ae *llmapi.APIError
+	if out, err := llmapi.EncodeAnthropic(req, "claude"); !errors.As(err, &ae) || ae.Status != 400 {
+		t.Errorf("only an empty message: %s, %v", out, err)
+	}
+}
