@@ -766,23 +766,23 @@ func (t Tool) fields(key string) map[string]any {
 // still pair: its other bytes become _, and a hash of the whole id keeps
 // apart ids that differ only in those bytes.
 func anthropicToolID(id string) string {
-	ok := id != ""
-	for i := 0; i < len(id) && ok; i++ {
-		c := id[i]
-		ok = c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
-	}
-	if ok {
+	if id != "" && !strings.ContainsFunc(id, notIDRune) {
 		return id
 	}
 	h := fnv.New32a()
 	h.Write([]byte(id))
 	clean := strings.Map(func(r rune) rune {
-		if r == '_' || r == '-' || '0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' {
-			return r
+		if notIDRune(r) {
+			return '_'
 		}
-		return '_'
+		return r
 	}, id)
 	return fmt.Sprintf("toolu_%s_%08x", clean, h.Sum32())
+}
+
+// notIDRune reports whether r is outside Anthropic's tool id alphabet.
+func notIDRune(r rune) bool {
+	return r != '_' && r != '-' && (r < '0' || r > '9') && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z')
 }
 
 // setSampling sets an OpenAI-format request's temperature and top_p, but
