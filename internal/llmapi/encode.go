@@ -1,8 +1,10 @@
 package llmapi
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -377,9 +379,9 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 			case PartDocument:
 				blocks = append(blocks, anthropicDocumentBlock(p))
 			case PartToolUse:
-				input := p.Input
-				if len(strings.TrimSpace(string(input))) == 0 {
-					input = json.RawMessage("{}")
+				input, err := anthropicToolInput(p)
+				if err != nil {
+					return nil, badRequest("messages[%d]: %v", i, err)
 				}
 				blocks = append(blocks, map[string]any{"type": "tool_use", "id": anthropicToolID(p.ID), "name": p.Name, "input": input})
 			case PartToolResult:
@@ -488,8 +490,14 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 	}
 	if len(r.Tools) > 0 {
 		var tools []any
-		for _, t := range r.Tools {
-			tools = append(tools, t.fields("input_schema"))
+		for i, t := range r.Tools {
+			f := t.fields("input_schema")
+			schema, err := anthropicInputSchema(f["input_schema"].(json.RawMessage))
+			if err != nil {
+				return nil, badRequest("tools[%d] (%s): %v", i, t.Name, err)
+			}
+			f["input_schema"] = schema
+			tools = append(tools, f)
 		}
 		out["tools"] = tools
 	}
@@ -799,4 +807,43 @@ func setSampling(out map[string]any, r *Request, c ModelClass) {
 	if r.TopP != nil {
 		out["top_p"] = *r.TopP
 	}
+}
+
+// anthropicInputSchema is a tool's input schema as Anthropic takes one:
+// an object schema with its type said. OpenAI's formats take a schema
+// without a type ({} for a tool without parameters), which Anthropic
+// refuses; such a schema is given "type": "object", as every tool's input
+// is an object. A schema of another type cannot describe a tool's input
+// and is refused.
+func anthropicInputSchema(raw json.RawMessage) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return nil, errors.New("the input schema is not a JSON object")
+	}
+	switch typ, ok := m["type"]; {
+	case !ok:
+		m["type"] = json.RawMessage(`"object"`)
+		return json.Marshal(m)
+	case string(typ) != `"object"`:
+		return nil, fmt.Errorf("the input schema's type is %s; a tool's input is an object", typ)
+	}
+	return raw, nil
+}
+
+// anthropicToolInput is an earlier call's arguments as Anthropic takes
+// them: a JSON object ({} for none, or null). OpenAI's formats carry them
+// as a string that may hold any JSON; a call without a name, or whose
+// arguments are not an object, cannot be sent to Anthropic and is refused.
+func anthropicToolInput(p Part) (json.RawMessage, error) {
+	if p.Name == "" {
+		return nil, errors.New("a tool call without a name")
+	}
+	in := bytes.TrimSpace(p.Input)
+	if len(in) == 0 || string(in) == "null" {
+		return json.RawMessage("{}"), nil
+	}
+	if in[0] != '{' || !json.Valid(in) {
+		return nil, fmt.Errorf("the call of %s has arguments that are not a JSON object", p.Name)
+	}
+	return in, nil
 }

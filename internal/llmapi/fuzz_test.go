@@ -187,8 +187,9 @@ func FuzzDecodeBuffered(f *testing.F) {
 }
 
 // FuzzDecodeRequest feeds client bodies to the request decoders: a body
-// either decodes to a Request that both encoders turn into valid JSON (or
-// refuse with an error), or is refused with an error. Nothing panics.
+// either decodes to a Request that the encoders turn into valid JSON (or
+// refuse with an error), or is refused with an error. Nothing panics, and
+// what is encoded for Anthropic is what it takes (CheckAnthropicRequest).
 func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","max_tokens":10,"system":"s","messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"tool_result","tool_use_id":"t","content":"x"}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"thinking":{"type":"enabled","budget_tokens":1024}}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}],"stream":true,"stream_options":{"include_usage":true}}`))
@@ -213,6 +214,13 @@ func FuzzDecodeRequest(f *testing.F) {
 				out, err := enc(req, "target")
 				if err == nil && !json.Valid(out) {
 					t.Fatalf("encoded request is not JSON: %q", out)
+				}
+			}
+			// What is sent to Anthropic is what it takes, whatever the
+			// client sent; or it is refused before it is sent.
+			if out, err := llmapi.EncodeAnthropic(req, "claude"); err == nil {
+				if err := llmapitest.CheckAnthropicRequest(out); err != nil {
+					t.Fatalf("Anthropic would refuse it: %v\n%s\nfrom %s", err, out, body)
 				}
 			}
 			_, _, _ = llmapi.ToInput(req)

@@ -64,6 +64,23 @@ func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "
 // nothing, and answer nothing as if it had been.
 func errNoConversation(msg string) *APIError { return badRequest("%s", msg) }
 
+// checkTools refuses tools no provider takes, whatever the format: one
+// without a name, or two of one name (a call could not say which it
+// meant).
+func (r *Request) checkTools() error {
+	seen := make(map[string]bool, len(r.Tools))
+	for i, t := range r.Tools {
+		switch {
+		case t.Name == "":
+			return badRequest("tools[%d]: a tool needs a name", i)
+		case seen[t.Name]:
+			return badRequest("tools[%d]: a second tool named %q", i, t.Name)
+		}
+		seen[t.Name] = true
+	}
+	return nil
+}
+
 // untranslatable refuses a request field whose meaning no translation
 // carries: dropping it would answer something else than was asked.
 func untranslatable(field, why string) *APIError {
@@ -346,6 +363,9 @@ func DecodeAnthropicRequest(body []byte) (*Request, error) {
 	if len(r.Messages) == 0 {
 		return nil, errNoConversation("messages: at least one message is required")
 	}
+	if err := r.checkTools(); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -612,6 +632,9 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 	}
 	if len(r.Messages) == 0 {
 		return nil, errNoConversation("messages: at least one user or assistant message is required")
+	}
+	if err := r.checkTools(); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -926,6 +949,9 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 	}
 	if len(r.Messages) == 0 {
 		return nil, errNoConversation("input: at least one user or assistant item is required")
+	}
+	if err := r.checkTools(); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

@@ -489,6 +489,10 @@ func TestUntranslatableRefused(t *testing.T) {
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"modalities":["text","audio"],"audio":{"voice":"alloy","format":"wav"}}`, "audio"},
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"web_search_options":{}}`, "web_search_options"},
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"logit_bias":{"50256":-100}}`, "logit_bias"},
+		// Tools no provider takes.
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{"parameters":{}}}]}`, "tools[0]: a tool needs a name"},
+		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"tools":[{"name":"f","input_schema":{}},{"name":"f","input_schema":{}}]}`, `tools[1]: a second tool named "f"`},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","tools":[{"type":"function","name":""}]}`, "tools[0]: a tool needs a name"},
 		// No turn to answer.
 		{llmapi.DecodeChatRequest, `{"model":"m","messages":[{"role":"developer","content":"x"}]}`, "at least one user or assistant message"},
 		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,"system":"x","messages":[]}`, "at least one message"},
@@ -1785,5 +1789,69 @@ func TestAnthropicEmptyContent(t *testing.T) {
 	var ae *llmapi.APIError
 	if out, err := llmapi.EncodeAnthropic(req, "claude"); !errors.As(err, &ae) || ae.Status != 400 {
 		t.Errorf("only an empty message: %s, %v", out, err)
+	}
+}
+
+// TestAnthropicInputSchema: Anthropic takes a tool's input schema only as
+// an object schema with its type said, where OpenAI's formats take one
+// without a type ({} for a tool without parameters). Such a schema goes
+// to Anthropic with "type": "object"; one of another type, or not an
+// object, is refused with 400 naming the tool.
+func TestAnthropicInputSchema(t *testing.T) {
+	for _, c := range []struct {
+		params, want string // want: the input_schema sent, or the error's text
+	}{
+		{`{}`, `{"type":"object"}`},
+		{`{"properties":{"n":{"type":"number"}}}`, `{"properties":{"n":{"type":"number"}},"type":"object"}`},
+		{`{"type":"object","properties":{}}`, `{"type":"object","properties":{}}`},
+		{`{"type":"array"}`, `tools[0] (f): the input schema's type is "array"`},
+		{`[1]`, `tools[0] (f): the input schema is not a JSON object`},
+	} {
+		req, err := llmapi.DecodeChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":` + c.params + `}}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := llmapi.EncodeAnthropic(req, "claude")
+		var body struct {
+			Tools []struct {
+				InputSchema json.RawMessage `json:"input_schema"`
+			} `json:"tools"`
+		}
+		var ae *llmapi.APIError
+		switch {
+		case err != nil && (!errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, c.want)):
+			t.Errorf("parameters %s: %v", c.params, err)
+		case err == nil && (json.Unmarshal(out, &body) != nil || len(body.Tools) != 1 || string(body.Tools[0].InputSchema) != c.want):
+			t.Errorf("parameters %s: sent %s, want %s", c.params, out, c.want)
+		}
+	}
+}
+
+// TestAnthropicToolInput: an earlier call's arguments go to Anthropic as
+// the JSON object it takes ({} for none or null); a call whose arguments
+// are not an object, or that has no name, cannot go and is refused with
+// 400 before it is sent.
+func TestAnthropicToolInput(t *testing.T) {
+	for _, c := range []struct {
+		call, want string // want: the input sent, or the error's text
+	}{
+		{`{"type":"function_call","call_id":"c","name":"f","arguments":"null"}`, `{}`},
+		{`{"type":"function_call","call_id":"c","name":"f","arguments":" {\"a\":1} "}`, `{"a":1}`},
+		{`{"type":"function_call","call_id":"c","name":"f","arguments":"[1]"}`, "the call of f has arguments that are not a JSON object"},
+		{`{"type":"function_call","call_id":"c","arguments":"{}"}`, "a tool call without a name"},
+	} {
+		req, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","input":[{"role":"user","content":"x"},` + c.call +
+			`,{"type":"function_call_output","call_id":"c","output":"ok"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := llmapi.EncodeAnthropic(req, "claude")
+		var ae *llmapi.APIError
+		switch {
+		case err != nil && (!errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, c.want)):
+			t.Errorf("%s: %v", c.call, err)
+		case err == nil && !bytes.Contains(out, []byte(`"input":`+c.want)):
+			t.Errorf("%s: sent %s, want input %s", c.call, out, c.want)
+		}
 	}
 }

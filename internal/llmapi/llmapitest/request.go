@@ -1,0 +1,112 @@
+package llmapitest
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+)
+
+// anthropicToolID is the pattern Anthropic holds tool call ids to.
+var anthropicToolID = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+
+// CheckAnthropicRequest holds a request the Edge translated for Anthropic
+// to what Anthropic refuses of any request, whatever the client sent: a
+// conversation of at least one message, roles alternating, no empty
+// content or text block, tool call ids of its pattern and inputs that are
+// objects, tools whose input schema is an object schema, a positive
+// max_tokens above any thinking budget, and not both temperature and
+// top_p (nor either beside thinking). What only a wrong client sends (a
+// tool result no call asked for) is the provider's to refuse, not checked
+// here.
+func CheckAnthropicRequest(body []byte) error {
+	var r struct {
+		Messages []struct {
+			Role    string            `json:"role"`
+			Content []json.RawMessage `json:"content"`
+		} `json:"messages"`
+		Tools []struct {
+			Name        string         `json:"name"`
+			InputSchema map[string]any `json:"input_schema"`
+		} `json:"tools"`
+		MaxTokens   int      `json:"max_tokens"`
+		Temperature *float64 `json:"temperature"`
+		TopP        *float64 `json:"top_p"`
+		Thinking    *struct {
+			Budget int `json:"budget_tokens"`
+		} `json:"thinking"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return fmt.Errorf("not an Anthropic request: %v", err)
+	}
+	if len(r.Messages) == 0 {
+		return fmt.Errorf("no messages")
+	}
+	for i, m := range r.Messages {
+		if m.Role != "user" && m.Role != "assistant" {
+			return fmt.Errorf("messages[%d]: role %q", i, m.Role)
+		}
+		if i > 0 && r.Messages[i-1].Role == m.Role {
+			return fmt.Errorf("messages[%d]: two %s messages in a row", i, m.Role)
+		}
+		if len(m.Content) == 0 {
+			return fmt.Errorf("messages[%d]: no content", i)
+		}
+		for j, raw := range m.Content {
+			if err := checkAnthropicBlock(raw); err != nil {
+				return fmt.Errorf("messages[%d].content[%d]: %v", i, j, err)
+			}
+		}
+	}
+	for i, t := range r.Tools {
+		if t.Name == "" || t.InputSchema == nil || t.InputSchema["type"] != "object" {
+			return fmt.Errorf("tools[%d]: name %q, input_schema %v", i, t.Name, t.InputSchema)
+		}
+	}
+	switch {
+	case r.MaxTokens <= 0:
+		return fmt.Errorf("max_tokens %d", r.MaxTokens)
+	case r.Temperature != nil && r.TopP != nil:
+		return fmt.Errorf("both temperature and top_p")
+	case r.Thinking != nil && (r.Thinking.Budget < 1024 || r.Thinking.Budget >= r.MaxTokens):
+		return fmt.Errorf("thinking budget %d with max_tokens %d", r.Thinking.Budget, r.MaxTokens)
+	case r.Thinking != nil && (r.Temperature != nil || r.TopP != nil):
+		return fmt.Errorf("temperature or top_p beside thinking")
+	}
+	return nil
+}
+
+func checkAnthropicBlock(raw json.RawMessage) error {
+	var b struct {
+		Type      string            `json:"type"`
+		Text      *string           `json:"text"`
+		ID        string            `json:"id"`
+		Name      string            `json:"name"`
+		Input     json.RawMessage   `json:"input"`
+		ToolUseID string            `json:"tool_use_id"`
+		Content   []json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return err
+	}
+	switch b.Type {
+	case "text":
+		if b.Text == nil || *b.Text == "" {
+			return fmt.Errorf("an empty text block")
+		}
+	case "tool_use":
+		var in map[string]any
+		if !anthropicToolID.MatchString(b.ID) || b.Name == "" || json.Unmarshal(b.Input, &in) != nil || in == nil {
+			return fmt.Errorf("tool_use id %q, name %q, input %s", b.ID, b.Name, b.Input)
+		}
+	case "tool_result":
+		if !anthropicToolID.MatchString(b.ToolUseID) {
+			return fmt.Errorf("tool_result for id %q", b.ToolUseID)
+		}
+		for _, c := range b.Content {
+			if err := checkAnthropicBlock(c); err != nil {
+				return fmt.Errorf("tool_result content: %v", err)
+			}
+		}
+	}
+	return nil
+}
