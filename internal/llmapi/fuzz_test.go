@@ -3,7 +3,6 @@ package llmapi_test
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"regexp"
@@ -133,8 +132,17 @@ func checkGrammar(t *testing.T, r llmapi.Renderer, stream []byte) {
 // that does not is given. A failed answer's whole body is its error alone.
 func checkAgree(t *testing.T, r llmapi.Renderer, stream, body []byte) {
 	t.Helper()
-	format := map[string]string{"*llmapi.AnthropicRenderer": llmapitest.FormatAnthropic,
-		"*llmapi.ChatRenderer": llmapitest.FormatChat, "*llmapi.ResponsesRenderer": llmapitest.FormatResponses}[fmt.Sprintf("%T", r)]
+	var format string
+	switch r := r.(type) {
+	case *llmapi.AnthropicRenderer:
+		format = llmapitest.FormatAnthropic
+	case *llmapi.ChatRenderer:
+		format = llmapitest.FormatChat
+	case *llmapi.ResponsesRenderer:
+		format = llmapitest.FormatResponses
+	default:
+		t.Fatalf("no format for %T", r)
+	}
 	streamed, err := llmapitest.StreamAnswer(format, llmapitest.Events(t, stream))
 	if err != nil {
 		t.Fatalf("%T: stream: %v in\n%s", r, err, stream)
