@@ -81,6 +81,26 @@ func (r *Request) checkTools() error {
 	return nil
 }
 
+// checkCalls refuses a history whose tool calls cannot be paired with
+// their results, or named to a provider: a call without an id or a name,
+// a result that names no call. Every format's provider refuses one, each
+// in its own words.
+func (r *Request) checkCalls() error {
+	for _, m := range r.Messages {
+		for _, p := range m.Parts {
+			switch {
+			case p.Kind == PartToolUse && p.ID == "":
+				return badRequest("a tool call of %q in the history has no id", p.Name)
+			case p.Kind == PartToolUse && p.Name == "":
+				return badRequest("tool call %q in the history has no name", p.ID)
+			case p.Kind == PartToolResult && p.ToolUseID == "":
+				return badRequest("a tool result in the history names no call")
+			}
+		}
+	}
+	return nil
+}
+
 // untranslatable refuses a request field whose meaning no translation
 // carries: dropping it would answer something else than was asked.
 func untranslatable(field, why string) *APIError {
@@ -366,6 +386,9 @@ func DecodeAnthropicRequest(body []byte) (*Request, error) {
 	if err := r.checkTools(); err != nil {
 		return nil, err
 	}
+	if err := r.checkCalls(); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -634,6 +657,9 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 		return nil, errNoConversation("messages: at least one user or assistant message is required")
 	}
 	if err := r.checkTools(); err != nil {
+		return nil, err
+	}
+	if err := r.checkCalls(); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -951,6 +977,9 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 		return nil, errNoConversation("input: at least one user or assistant item is required")
 	}
 	if err := r.checkTools(); err != nil {
+		return nil, err
+	}
+	if err := r.checkCalls(); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -493,6 +493,9 @@ func TestUntranslatableRefused(t *testing.T) {
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{"parameters":{}}}]}`, "tools[0]: a tool needs a name"},
 		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"tools":[{"name":"f","input_schema":{}},{"name":"f","input_schema":{}}]}`, `tools[1]: a second tool named "f"`},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","tools":[{"type":"function","name":""}]}`, "tools[0]: a tool needs a name"},
+		// A history whose calls and results cannot be paired.
+		{llmapi.DecodeChatRequest, `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"tool","content":"r"}]}`, "a tool result in the history names no call"},
+		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","name":"f","input":{}}]}]}`, `a tool call of "f" in the history has no id`},
 		// No turn to answer.
 		{llmapi.DecodeChatRequest, `{"model":"m","messages":[{"role":"developer","content":"x"}]}`, "at least one user or assistant message"},
 		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,"system":"x","messages":[]}`, "at least one message"},
@@ -1658,7 +1661,7 @@ func TestToolWithoutSchemaOrDescription(t *testing.T) {
 // result's alike, and ids that differ only in refused bytes stay apart.
 // An id Anthropic takes is sent as it is.
 func TestAnthropicToolIDs(t *testing.T) {
-	ids := []string{"functions.bash:0", "functions.bash;0", "call_1-x", ""}
+	ids := []string{"functions.bash:0", "functions.bash;0", "call_1-x", "调用"}
 	var calls, results []string
 	for _, id := range ids {
 		calls = append(calls, `{"id":`+strconv.Quote(id)+`,"type":"function","function":{"name":"bash","arguments":"{}"}}`)
@@ -1829,8 +1832,9 @@ func TestAnthropicInputSchema(t *testing.T) {
 
 // TestAnthropicToolInput: an earlier call's arguments go to Anthropic as
 // the JSON object it takes ({} for none or null); a call whose arguments
-// are not an object, or that has no name, cannot go and is refused with
-// 400 before it is sent.
+// are not an object cannot go and is refused with 400 before it is sent,
+// as is, in any format, a call without a name or an id, or a result that
+// names no call.
 func TestAnthropicToolInput(t *testing.T) {
 	for _, c := range []struct {
 		call, want string // want: the input sent, or the error's text
@@ -1838,14 +1842,15 @@ func TestAnthropicToolInput(t *testing.T) {
 		{`{"type":"function_call","call_id":"c","name":"f","arguments":"null"}`, `{}`},
 		{`{"type":"function_call","call_id":"c","name":"f","arguments":" {\"a\":1} "}`, `{"a":1}`},
 		{`{"type":"function_call","call_id":"c","name":"f","arguments":"[1]"}`, "the call of f has arguments that are not a JSON object"},
-		{`{"type":"function_call","call_id":"c","arguments":"{}"}`, "a tool call without a name"},
+		{`{"type":"function_call","call_id":"c","arguments":"{}"}`, `tool call "c" in the history has no name`},
+		{`{"type":"function_call","name":"f","arguments":"{}"}`, `a tool call of "f" in the history has no id`},
 	} {
 		req, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","input":[{"role":"user","content":"x"},` + c.call +
 			`,{"type":"function_call_output","call_id":"c","output":"ok"}]}`))
-		if err != nil {
-			t.Fatal(err)
+		var out []byte
+		if err == nil {
+			out, err = llmapi.EncodeAnthropic(req, "claude")
 		}
-		out, err := llmapi.EncodeAnthropic(req, "claude")
 		var ae *llmapi.APIError
 		switch {
 		case err != nil && (!errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, c.want)):
