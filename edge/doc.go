@@ -39,19 +39,27 @@
 // A translation carries what the provider's format can hold, a JSON output
 // format included (Chat's response_format, Responses' text.format,
 // Anthropic's output_config.format). A field it cannot carry is refused
-// with a 400 that names it, never dropped: n above 1, logprobs, audio
-// output, the deprecated functions, stop sequences to a Responses
-// provider, JSON mode without a schema to Anthropic, state kept at the
-// provider (previous_response_id, background, conversation, prompt,
-// mcp_servers, container). What only tunes sampling or hints, and that
-// the provider's format lacks, is left out (seed, penalties, logit_bias,
-// top_k, verbosity, service tiers, caching hints, context_management), as
-// is a reasoning effort or thinking budget for an OpenAI model that takes
-// none (GPT-4o, GPT-4.1 and older refuse one): the answer keeps its shape.
+// with a 400 that names it, never dropped: n above 1, logprobs,
+// logit_bias (its token ids are OpenAI's tokenizer's), audio output, the
+// deprecated functions, stop sequences to a Responses provider, JSON mode
+// without a schema to Anthropic, a tool input schema that is not an
+// object schema or an earlier call's arguments that are not an object to
+// Anthropic, state kept at the provider (previous_response_id,
+// background, conversation, prompt, mcp_servers, container). What only
+// tunes sampling or hints, and that the provider's format lacks, is left
+// out (seed, penalties, top_k, verbosity, service tiers, caching hints,
+// context_management), as is a reasoning effort or thinking budget for an
+// OpenAI model that takes none (GPT-4o, GPT-4.1 and older refuse one), a
+// temperature or top_p for one of OpenAI's reasoning models (which refuse
+// them), and top_p beside a temperature for Anthropic (whose newer models
+// refuse both): the answer keeps its shape. Tool call ids Anthropic's
+// pattern refuses are rewritten for it, alike in a call and its result.
 // Values no API takes (a negative token limit or temperature, a top_p
-// outside [0, 1]) are refused with a 400 naming the field wherever the
-// request is decoded (translations and runs); a raw tunnel leaves them to
-// the upstream, which refuses them itself.
+// outside [0, 1]), a request with no turn to answer, tools without a name
+// or sharing one, and a history whose tool calls cannot be paired with
+// their results are refused with a 400 wherever the request is decoded
+// (translations and runs); a raw tunnel leaves them to the upstream,
+// which refuses them itself.
 // Which models those are, and which take their limit as
 // max_completion_tokens, is read from the target's model name, or given
 // by Target.ModelClass for a deployment named otherwise.
