@@ -51,8 +51,9 @@
 // context_management), as is a reasoning effort or thinking budget for an
 // OpenAI model that takes none (GPT-4o, GPT-4.1 and older refuse one), a
 // temperature or top_p for one of OpenAI's reasoning models (which refuse
-// them), and top_p beside a temperature for Anthropic (whose newer models
-// refuse both): the answer keeps its shape. Tool call ids Anthropic's
+// them), and one of the two for Anthropic when both are given (its newer
+// models refuse both; top_p goes unless the temperature is the default):
+// the answer keeps its shape. Tool call ids Anthropic's
 // pattern refuses are rewritten for it, alike in a call and its result.
 // Values no API takes (a negative token limit or temperature, a top_p
 // outside [0, 1]), a request with no turn to answer, tools without a name
