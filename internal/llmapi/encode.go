@@ -339,7 +339,9 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 			out["response_format"] = map[string]any{"type": "json_object"}
 		}
 	}
-	if tc := r.ToolChoice; tc != nil {
+	// A tool choice without tools is refused by OpenAI; with none, the
+	// model answers in text, as the choice would have it.
+	if tc := r.ToolChoice; tc != nil && len(r.Tools) > 0 {
 		switch tc.Mode {
 		case "auto", "none":
 			out["tool_choice"] = tc.Mode
@@ -602,7 +604,7 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 		}
 		out["tools"] = tools
 	}
-	if tc := r.ToolChoice; tc != nil {
+	if tc := r.ToolChoice; tc != nil && len(r.Tools) > 0 { // as for Chat Completions
 		switch tc.Mode {
 		case "auto", "none":
 			out["tool_choice"] = tc.Mode

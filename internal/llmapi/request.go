@@ -66,7 +66,7 @@ func errNoConversation(msg string) *APIError { return badRequest("%s", msg) }
 
 // checkTools refuses tools no provider takes, whatever the format: one
 // without a name, or two of one name (a call could not say which it
-// meant).
+// meant); and a tool choice that requires a call no tool can answer.
 func (r *Request) checkTools() error {
 	seen := make(map[string]bool, len(r.Tools))
 	for i, t := range r.Tools {
@@ -77,6 +77,13 @@ func (r *Request) checkTools() error {
 			return badRequest("tools[%d]: a second tool named %q", i, t.Name)
 		}
 		seen[t.Name] = true
+	}
+	switch tc := r.ToolChoice; {
+	case tc == nil:
+	case tc.Mode == "any" && len(r.Tools) == 0:
+		return badRequest("tool_choice requires a tool call, and the request has no tools")
+	case tc.Mode == "tool" && !seen[tc.Name]:
+		return badRequest("tool_choice names %q, which is not among the tools", tc.Name)
 	}
 	return nil
 }

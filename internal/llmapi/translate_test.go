@@ -493,6 +493,8 @@ func TestUntranslatableRefused(t *testing.T) {
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{"parameters":{}}}]}`, "tools[0]: a tool needs a name"},
 		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"tools":[{"name":"f","input_schema":{}},{"name":"f","input_schema":{}}]}`, `tools[1]: a second tool named "f"`},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","tools":[{"type":"function","name":""}]}`, "tools[0]: a tool needs a name"},
+		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`, `tool_choice names "g", which is not among the tools`},
+		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,` + msgs + `,"tool_choice":{"type":"any"}}`, "tool_choice requires a tool call, and the request has no tools"},
 		// A history whose calls and results cannot be paired.
 		{llmapi.DecodeChatRequest, `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"tool","content":"r"}]}`, "a tool result in the history names no call"},
 		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","name":"f","input":{}}]}]}`, `a tool call of "f" in the history has no id`},
@@ -1857,6 +1859,21 @@ func TestAnthropicToolInput(t *testing.T) {
 			t.Errorf("%s: %v", c.call, err)
 		case err == nil && !bytes.Contains(out, []byte(`"input":`+c.want)):
 			t.Errorf("%s: sent %s, want input %s", c.call, out, c.want)
+		}
+	}
+}
+
+// TestToolChoiceWithoutTools: a tool choice that leaves the model free
+// (auto, none) with no tools is not sent on, as OpenAI refuses one.
+func TestToolChoiceWithoutTools(t *testing.T) {
+	req, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"auto"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, enc := range map[string]func(*llmapi.Request, string) ([]byte, error){"chat": llmapi.EncodeChat, "responses": llmapi.EncodeResponses, "anthropic": llmapi.EncodeAnthropic} {
+		out, err := enc(req, "target")
+		if err != nil || bytes.Contains(out, []byte("tool_choice")) || bytes.Contains(out, []byte("parallel_tool_calls")) {
+			t.Errorf("%s: %s %v", name, out, err)
 		}
 	}
 }
