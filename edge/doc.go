@@ -57,8 +57,9 @@
 // pattern refuses are rewritten for it, alike in a call and its result.
 // Values no API takes (a negative token limit or temperature, a top_p
 // outside [0, 1]), a request with no turn to answer, tools without a name
-// or sharing one, and a history whose tool calls cannot be paired with
-// their results are refused with a 400 wherever the request is decoded
+// or sharing one, a tool choice no tool can answer, and a history whose
+// tool calls cannot be paired with their results are refused with a 400
+// wherever the request is decoded
 // (translations and runs); a raw tunnel leaves them to the upstream,
 // which refuses them itself.
 // Which models those are, and which take their limit as
