@@ -59,9 +59,8 @@
 // outside [0, 1]), a request with no turn to answer, tools without a name
 // or sharing one, a tool choice no tool can answer, and a history whose
 // tool calls cannot be paired with their results are refused with a 400
-// wherever the request is decoded
-// (translations and runs); a raw tunnel leaves them to the upstream,
-// which refuses them itself.
+// wherever the request is decoded (translations and runs); a raw tunnel
+// leaves them to the upstream, which refuses them itself.
 // Which models those are, and which take their limit as
 // max_completion_tokens, is read from the target's model name, or given
 // by Target.ModelClass for a deployment named otherwise.
