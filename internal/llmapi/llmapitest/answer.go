@@ -124,9 +124,9 @@ func (a *Answer) anthropicUsage(use map[string]int) {
 	a.Output = use["output_tokens"]
 }
 
-func anthropicStream(evs []sse.Event) (a Answer, err error) {
+func anthropicStream(evs []sse.Event) (a Answer, _ error) {
 	use := map[string]int{}
-	defer func() { a.anthropicUsage(use) }()
+	defer func() { a.anthropicUsage(use) }() // a named result: the counts reach what is returned
 	kind := ""
 	var name string
 	var input strings.Builder
