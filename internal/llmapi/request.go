@@ -64,6 +64,20 @@ func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "
 // nothing, and answer nothing as if it had been.
 func errNoConversation(msg string) *APIError { return badRequest("%s", msg) }
 
+// validate refuses a decoded request no provider takes, whatever its
+// format: one with no turn to answer (noTurn says so in the format's
+// terms), or whose tools (checkTools) or tool calls (checkCalls) are not
+// whole.
+func (r *Request) validate(noTurn string) error {
+	if len(r.Messages) == 0 {
+		return errNoConversation(noTurn)
+	}
+	if err := r.checkTools(); err != nil {
+		return err
+	}
+	return r.checkCalls()
+}
+
 // checkTools refuses tools no provider takes, whatever the format: one
 // without a name, or two of one name (a call could not say which it
 // meant); and a tool choice that requires a call no tool can answer.
@@ -387,13 +401,7 @@ func DecodeAnthropicRequest(body []byte) (*Request, error) {
 	if m.Metadata != nil {
 		r.User = m.Metadata.UserID
 	}
-	if len(r.Messages) == 0 {
-		return nil, errNoConversation("messages: at least one message is required")
-	}
-	if err := r.checkTools(); err != nil {
-		return nil, err
-	}
-	if err := r.checkCalls(); err != nil {
+	if err := r.validate("messages: at least one message is required"); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -660,13 +668,7 @@ func DecodeChatRequest(body []byte) (*Request, error) {
 		}
 		r.ToolChoice.DisableParallel = true
 	}
-	if len(r.Messages) == 0 {
-		return nil, errNoConversation("messages: at least one user or assistant message is required")
-	}
-	if err := r.checkTools(); err != nil {
-		return nil, err
-	}
-	if err := r.checkCalls(); err != nil {
+	if err := r.validate("messages: at least one user or assistant message is required"); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -980,13 +982,7 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 		}
 		r.ToolChoice.DisableParallel = true
 	}
-	if len(r.Messages) == 0 {
-		return nil, errNoConversation("input: at least one user or assistant item is required")
-	}
-	if err := r.checkTools(); err != nil {
-		return nil, err
-	}
-	if err := r.checkCalls(); err != nil {
+	if err := r.validate("input: at least one user or assistant item is required"); err != nil {
 		return nil, err
 	}
 	return r, nil
