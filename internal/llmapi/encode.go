@@ -303,6 +303,10 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 			msgs = append(msgs, msg)
 		}
 	}
+	if len(msgs) == 0 || len(msgs) == 1 && len(r.System) > 0 {
+		// Every message was empty: no turn to answer.
+		return nil, errNoConversation("messages: every message is empty")
+	}
 	out := map[string]any{"model": model, "messages": msgs, "stream": r.Stream}
 	if r.Stream {
 		out["stream_options"] = map[string]any{"include_usage": true}
@@ -572,6 +576,10 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 			}
 		}
 		flush()
+	}
+	if len(input) == 0 {
+		// Every message was empty: no turn to answer.
+		return nil, errNoConversation("input: every message is empty")
 	}
 	out := map[string]any{"model": model, "input": input, "stream": r.Stream, "store": false}
 	if len(r.System) > 0 {

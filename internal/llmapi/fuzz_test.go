@@ -197,7 +197,8 @@ func FuzzDecodeBuffered(f *testing.F) {
 // FuzzDecodeRequest feeds client bodies to the request decoders: a body
 // either decodes to a Request that the encoders turn into valid JSON (or
 // refuse with an error), or is refused with an error. Nothing panics, and
-// what is encoded for Anthropic is what it takes (CheckAnthropicRequest).
+// what is encoded for each API is what it takes (CheckAnthropicRequest,
+// CheckChatRequest, CheckResponsesRequest).
 func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","max_tokens":10,"system":"s","messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"tool_result","tool_use_id":"t","content":"x"}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"thinking":{"type":"enabled","budget_tokens":1024}}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}],"stream":true,"stream_options":{"include_usage":true}}`))
@@ -218,17 +219,26 @@ func FuzzDecodeRequest(f *testing.F) {
 				}
 				continue
 			}
-			for _, enc := range []func(*llmapi.Request, string) ([]byte, error){llmapi.EncodeChat, llmapi.EncodeAnthropic, llmapi.EncodeResponses} {
-				out, err := enc(req, "target")
-				if err == nil && !json.Valid(out) {
-					t.Fatalf("encoded request is not JSON: %q", out)
-				}
-			}
-			// What is sent to Anthropic is what it takes, whatever the
+			// What is sent to each API is JSON it takes, whatever the
 			// client sent; or it is refused before it is sent.
-			if out, err := llmapi.EncodeAnthropic(req, "claude"); err == nil {
-				if err := llmapitest.CheckAnthropicRequest(out); err != nil {
-					t.Fatalf("Anthropic would refuse it: %v\n%s\nfrom %s", err, out, body)
+			for _, c := range []struct {
+				api   string
+				enc   func(*llmapi.Request, string) ([]byte, error)
+				check func([]byte) error
+			}{
+				{"Anthropic", llmapi.EncodeAnthropic, llmapitest.CheckAnthropicRequest},
+				{"Chat Completions", llmapi.EncodeChat, llmapitest.CheckChatRequest},
+				{"Responses", llmapi.EncodeResponses, llmapitest.CheckResponsesRequest},
+			} {
+				out, err := c.enc(req, "target")
+				if err != nil {
+					continue
+				}
+				if !json.Valid(out) {
+					t.Fatalf("encoded %s request is not JSON: %q", c.api, out)
+				}
+				if err := c.check(out); err != nil {
+					t.Fatalf("%s would refuse it: %v\n%s\nfrom %s", c.api, err, out, body)
 				}
 			}
 			_, _, _ = llmapi.ToInput(req)

@@ -1877,3 +1877,19 @@ func TestToolChoiceWithoutTools(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryMessageEmpty: a conversation whose messages hold nothing (a
+// user message without content) is refused with 400 by every encoder,
+// not sent as no messages at all.
+func TestEveryMessageEmpty(t *testing.T) {
+	req, err := llmapi.DecodeChatRequest([]byte(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, enc := range map[string]func(*llmapi.Request, string) ([]byte, error){"chat": llmapi.EncodeChat, "responses": llmapi.EncodeResponses, "anthropic": llmapi.EncodeAnthropic} {
+		var ae *llmapi.APIError
+		if out, err := enc(req, "target"); !errors.As(err, &ae) || ae.Status != 400 {
+			t.Errorf("%s: %s, %v", name, out, err)
+		}
+	}
+}

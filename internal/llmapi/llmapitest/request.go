@@ -110,3 +110,98 @@ func checkAnthropicBlock(raw json.RawMessage) error {
 	}
 	return nil
 }
+
+// CheckChatRequest holds a request the Edge translated for Chat
+// Completions to what OpenAI refuses of any request: no messages, a
+// tool_choice or parallel_tool_calls without tools, a call without an id
+// or a function name or with arguments that are not a string, a tool
+// message that names no call, both max_tokens and max_completion_tokens.
+func CheckChatRequest(body []byte) error {
+	var r struct {
+		Messages []struct {
+			Role      string `json:"role"`
+			ToolCalls []struct {
+				ID       string `json:"id"`
+				Type     string `json:"type"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments any    `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+			ToolCallID *string `json:"tool_call_id"`
+		} `json:"messages"`
+		Tools               []json.RawMessage `json:"tools"`
+		ToolChoice          json.RawMessage   `json:"tool_choice"`
+		ParallelToolCalls   json.RawMessage   `json:"parallel_tool_calls"`
+		MaxTokens           json.RawMessage   `json:"max_tokens"`
+		MaxCompletionTokens json.RawMessage   `json:"max_completion_tokens"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return fmt.Errorf("not a Chat Completions request: %v", err)
+	}
+	switch {
+	case len(r.Messages) == 0:
+		return fmt.Errorf("no messages")
+	case len(r.Tools) == 0 && (r.ToolChoice != nil || r.ParallelToolCalls != nil):
+		return fmt.Errorf("tool_choice or parallel_tool_calls without tools")
+	case r.MaxTokens != nil && r.MaxCompletionTokens != nil:
+		return fmt.Errorf("both max_tokens and max_completion_tokens")
+	}
+	for i, m := range r.Messages {
+		for j, c := range m.ToolCalls {
+			if _, ok := c.Function.Arguments.(string); !ok || c.ID == "" || c.Type != "function" || c.Function.Name == "" {
+				return fmt.Errorf("messages[%d].tool_calls[%d]: id %q, type %q, name %q, arguments %v", i, j, c.ID, c.Type, c.Function.Name, c.Function.Arguments)
+			}
+		}
+		if m.Role == "tool" && (m.ToolCallID == nil || *m.ToolCallID == "") {
+			return fmt.Errorf("messages[%d]: a tool message without tool_call_id", i)
+		}
+	}
+	return nil
+}
+
+// CheckResponsesRequest holds a request the Edge translated for Responses
+// to what OpenAI refuses of any request: a tool_choice or
+// parallel_tool_calls without tools, a stop sequence (Responses has no
+// such field), a function call without a call_id or a name or with
+// arguments that are not a string, a call output that names no call.
+func CheckResponsesRequest(body []byte) error {
+	var r struct {
+		Input []struct {
+			Type      string `json:"type"`
+			CallID    string `json:"call_id"`
+			Name      string `json:"name"`
+			Arguments any    `json:"arguments"`
+		} `json:"input"`
+		Tools             []json.RawMessage `json:"tools"`
+		ToolChoice        json.RawMessage   `json:"tool_choice"`
+		ParallelToolCalls json.RawMessage   `json:"parallel_tool_calls"`
+		Stop              json.RawMessage   `json:"stop"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return fmt.Errorf("not a Responses request: %v", err)
+	}
+	switch {
+	case len(r.Tools) == 0 && (r.ToolChoice != nil || r.ParallelToolCalls != nil):
+		return fmt.Errorf("tool_choice or parallel_tool_calls without tools")
+	case r.Stop != nil:
+		return fmt.Errorf("a stop field")
+	}
+	for i, it := range r.Input {
+		switch it.Type {
+		case "function_call":
+			if _, ok := it.Arguments.(string); !ok || it.CallID == "" || it.Name == "" {
+				return fmt.Errorf("input[%d]: call_id %q, name %q, arguments %v", i, it.CallID, it.Name, it.Arguments)
+			}
+		case "custom_tool_call":
+			if it.CallID == "" || it.Name == "" {
+				return fmt.Errorf("input[%d]: call_id %q, name %q", i, it.CallID, it.Name)
+			}
+		case "function_call_output", "custom_tool_call_output":
+			if it.CallID == "" {
+				return fmt.Errorf("input[%d]: an output that names no call", i)
+			}
+		}
+	}
+	return nil
+}
