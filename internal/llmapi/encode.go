@@ -331,8 +331,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 	if len(r.Tools) > 0 {
 		var tools []any
 		for _, t := range r.Tools {
-			fn := t.fields("parameters")
-			tools = append(tools, map[string]any{"type": "function", "function": fn})
+			tools = append(tools, map[string]any{"type": "function", "function": t.fields("parameters", t.schema())})
 		}
 		out["tools"] = tools
 	}
@@ -354,7 +353,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 		case "tool":
 			out["tool_choice"] = map[string]any{"type": "function", "function": map[string]any{"name": tc.Name}}
 		}
-		if tc.DisableParallel && len(r.Tools) > 0 {
+		if tc.DisableParallel {
 			out["parallel_tool_calls"] = false
 		}
 	}
@@ -497,13 +496,11 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 	if len(r.Tools) > 0 {
 		var tools []any
 		for i, t := range r.Tools {
-			f := t.fields("input_schema")
-			schema, err := anthropicInputSchema(f["input_schema"].(json.RawMessage))
+			schema, err := anthropicInputSchema(t.schema())
 			if err != nil {
 				return nil, badRequest("tools[%d] (%s): %v", i, t.Name, err)
 			}
-			f["input_schema"] = schema
-			tools = append(tools, f)
+			tools = append(tools, t.fields("input_schema", schema))
 		}
 		out["tools"] = tools
 	}
@@ -606,7 +603,7 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 	if len(r.Tools) > 0 {
 		var tools []any
 		for _, t := range r.Tools {
-			fn := t.fields("parameters")
+			fn := t.fields("parameters", t.schema())
 			fn["type"], fn["strict"] = "function", false
 			tools = append(tools, fn)
 		}
@@ -621,7 +618,7 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 		case "tool":
 			out["tool_choice"] = map[string]any{"type": "function", "name": tc.Name}
 		}
-		if tc.DisableParallel && len(r.Tools) > 0 {
+		if tc.DisableParallel {
 			out["parallel_tool_calls"] = false
 		}
 	}
@@ -763,13 +760,18 @@ func ToInput(r *Request) (execution.Input, execution.Options, error) {
 // every format's function takes an object.
 var noParameters = json.RawMessage(`{"type":"object","properties":{}}`)
 
-// fields are a tool's name, its description when it has one (a client
-// that gave none sends none), and its input schema under key.
-func (t Tool) fields(key string) map[string]any {
-	f := map[string]any{"name": t.Name, key: t.Schema}
+// schema is the tool's input schema, noParameters when it has none.
+func (t Tool) schema() json.RawMessage {
 	if len(t.Schema) == 0 || string(t.Schema) == "null" {
-		f[key] = noParameters
+		return noParameters
 	}
+	return t.Schema
+}
+
+// fields are a tool's name, its description when it has one (a client
+// that gave none sends none), and schema under key.
+func (t Tool) fields(key string, schema json.RawMessage) map[string]any {
+	f := map[string]any{"name": t.Name, key: schema}
 	if t.Description != "" {
 		f["description"] = t.Description
 	}
@@ -842,12 +844,10 @@ func anthropicInputSchema(raw json.RawMessage) (json.RawMessage, error) {
 
 // anthropicToolInput is an earlier call's arguments as Anthropic takes
 // them: a JSON object ({} for none, or null). OpenAI's formats carry them
-// as a string that may hold any JSON; a call without a name, or whose
-// arguments are not an object, cannot be sent to Anthropic and is refused.
+// as a string that may hold any JSON; a call whose arguments are not an
+// object cannot be sent to Anthropic and is refused. (A call without a
+// name never gets here: the decoders refuse one, Request.validate.)
 func anthropicToolInput(p Part) (json.RawMessage, error) {
-	if p.Name == "" {
-		return nil, errors.New("a tool call without a name")
-	}
 	in := bytes.TrimSpace(p.Input)
 	if len(in) == 0 || string(in) == "null" {
 		return json.RawMessage("{}"), nil
