@@ -55,6 +55,11 @@
 // models refuse both; top_p goes unless the temperature is the default):
 // the answer keeps its shape. Tool call ids Anthropic's
 // pattern refuses are rewritten for it, alike in a call and its result.
+// A tool name OpenAI and Anthropic refuse (longer than 64 bytes, or with
+// a byte other than a letter, digit, _ or -) is renamed in a translation,
+// alike in the tools, the tool choice and the history's calls, and the
+// answer's calls of it are given back to the client under its own name;
+// two names that would be renamed to one are refused with a 400.
 // Values no API takes (a negative token limit or temperature, a top_p
 // outside [0, 1]), a request with no turn to answer, tools without a name
 // or sharing one, a tool choice no tool can answer, and a history whose

@@ -932,6 +932,14 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 		}
 	}
 	defer dec.Release()
+	// A translation renamed each tool name no provider takes
+	// (llmapi.ProviderToolName); the answer's calls are given to the
+	// client under its own names. A name not renamed is the client's
+	// already, or one the model made up, and is given as it is.
+	var toolNames map[string]string
+	if !ownID && req.ir != nil {
+		toolNames = req.ir.ToolNames()
+	}
 	em := newEmitter(s, w, req)
 	defer em.finish()
 	em.start()
@@ -955,6 +963,11 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 		}
 		if ownID && ev.Kind == llmapi.EvStart {
 			s.keepAnswerID(req, x, em.rend, ev.ID)
+		}
+		if ev.Kind == llmapi.EvBlockStart && ev.Block == llmapi.BlockToolUse {
+			if c, ok := toolNames[ev.Name]; ok {
+				ev.Name = c
+			}
 		}
 		if !em.shown && ev.Kind == llmapi.EvError && ev.Err != nil {
 			// The provider refused before any output, inside its answer

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -1134,4 +1135,103 @@ func TestEmptyConversationRefused(t *testing.T) {
 	if u := r.usageOf("alice"); u.Requests != 0 {
 		t.Errorf("%d requests were dispatched", u.Requests)
 	}
+}
+
+// TestToolNamesRenamedThroughTranslation: a tool name no provider takes
+// (an MCP tool whose prefixed name passes 64 bytes, a name with a dot)
+// reaches a provider of another format renamed (llmapi.ProviderToolName),
+// and the model's calls of it reach the client under the client's own
+// name, streamed and whole. A request relayed untranslated reaches its provider
+// as the client sent it.
+func TestToolNamesRenamedThroughTranslation(t *testing.T) {
+	long := "mcp__plugin_deploy_on_aws_awsiac__check_cloudformation_template_compliance"
+	names := []string{long, "server.tool", "weather"}
+	var received atomic.Value // []string: the tool names the last upstream request carried
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		got := upstreamToolNames(q)
+		received.Store(got)
+		sc := upstreamtest.Script{Text: []string{"Calling."}}
+		for i, n := range got { // the model calls every tool by the name it was given
+			sc.ToolCalls = append(sc.ToolCalls, upstreamtest.ToolCall{ID: fmt.Sprintf("call_%d", i), Name: n, Arguments: `{"n":1}`})
+		}
+		return sc
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
+	var chatTools, messagesTools, responsesTools []string
+	for _, n := range names {
+		chatTools = append(chatTools, `{"type":"function","function":{"name":"`+n+`"}}`)
+		messagesTools = append(messagesTools, `{"name":"`+n+`","input_schema":{"type":"object"}}`)
+		responsesTools = append(responsesTools, `{"type":"function","name":"`+n+`"}`)
+	}
+	for _, c := range []struct {
+		format, path, body string
+		header             map[string]string
+		native             string // the model relayed untranslated
+	}{
+		{llmapitest.FormatChat, "/v1/chat/completions", `{"model":"MODEL",STREAM,"messages":[{"role":"user","content":"go"}],"tools":[` + strings.Join(chatTools, ",") + `]}`, oa, "via-chat"},
+		{llmapitest.FormatAnthropic, "/v1/messages", `{"model":"MODEL","max_tokens":50,STREAM,"messages":[{"role":"user","content":"go"}],"tools":[` + strings.Join(messagesTools, ",") + `]}`, an, "via-anthropic"},
+		{llmapitest.FormatResponses, "/v1/responses", `{"model":"MODEL",STREAM,"input":"go","tools":[` + strings.Join(responsesTools, ",") + `]}`, oa, "via-responses"},
+	} {
+		for _, model := range []string{"via-chat", "via-anthropic", "via-responses"} {
+			want := names
+			if model != c.native {
+				want = nil
+				for _, n := range names {
+					want = append(want, llmapi.ProviderToolName(n))
+				}
+			}
+			for _, stream := range []bool{false, true} {
+				name := fmt.Sprintf("%s to %s (stream %v)", c.path, model, stream)
+				body := strings.Replace(strings.Replace(c.body, "MODEL", model, 1), "STREAM", fmt.Sprintf(`"stream":%v`, stream), 1)
+				resp, out := r.do(t, "POST", c.path, body, c.header)
+				if resp.StatusCode != 200 {
+					t.Fatalf("%s: %d %s", name, resp.StatusCode, out)
+				}
+				if got, _ := received.Load().([]string); !slices.Equal(got, want) {
+					t.Errorf("%s: the provider was given tools %q, want %q", name, got, want)
+				}
+				var a llmapitest.Answer
+				var err error
+				if stream {
+					a, err = llmapitest.StreamAnswer(c.format, llmapitest.Events(t, []byte(out)))
+				} else {
+					a, err = llmapitest.BodyAnswer(c.format, []byte(out))
+				}
+				if err != nil {
+					t.Fatalf("%s: %v in\n%s", name, err, out)
+				}
+				var called []string
+				for _, call := range a.Calls {
+					called = append(called, call.Name)
+				}
+				if !slices.Equal(called, names) {
+					t.Errorf("%s: the client was given calls of %q, want %q\n%s", name, called, names, out)
+				}
+			}
+		}
+	}
+	r.settled()
+}
+
+// upstreamToolNames reads the names of the tools an upstream request
+// offered, in its format.
+func upstreamToolNames(q *upstreamtest.Request) []string {
+	var body struct {
+		Tools []struct {
+			Name     string `json:"name"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		} `json:"tools"`
+	}
+	json.Unmarshal(q.Body, &body)
+	var names []string
+	for _, t := range body.Tools {
+		if t.Name == "" {
+			t.Name = t.Function.Name // Chat Completions
+		}
+		names = append(names, t.Name)
+	}
+	return names
 }

@@ -286,7 +286,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 					if strings.TrimSpace(args) == "" {
 						args = "{}"
 					}
-					calls = append(calls, map[string]any{"id": p.ID, "type": "function", "function": map[string]any{"name": p.Name, "arguments": args}})
+					calls = append(calls, map[string]any{"id": p.ID, "type": "function", "function": map[string]any{"name": ProviderToolName(p.Name), "arguments": args}})
 				case PartThinking:
 					// dropped: see the mapping above
 				default:
@@ -351,7 +351,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 		case "any":
 			out["tool_choice"] = "required"
 		case "tool":
-			out["tool_choice"] = map[string]any{"type": "function", "function": map[string]any{"name": tc.Name}}
+			out["tool_choice"] = map[string]any{"type": "function", "function": map[string]any{"name": ProviderToolName(tc.Name)}}
 		}
 		if tc.DisableParallel {
 			out["parallel_tool_calls"] = false
@@ -388,7 +388,7 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 				if err != nil {
 					return nil, badRequest("messages[%d]: %v", i, err)
 				}
-				blocks = append(blocks, map[string]any{"type": "tool_use", "id": anthropicToolID(p.ID), "name": p.Name, "input": input})
+				blocks = append(blocks, map[string]any{"type": "tool_use", "id": anthropicToolID(p.ID), "name": ProviderToolName(p.Name), "input": input})
 			case PartToolResult:
 				var content []any
 				for _, c := range p.Content {
@@ -507,7 +507,7 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 	if tc := r.ToolChoice; tc != nil && len(r.Tools) > 0 {
 		c := map[string]any{"type": tc.Mode}
 		if tc.Mode == "tool" {
-			c["name"] = tc.Name
+			c["name"] = ProviderToolName(tc.Name)
 		}
 		if tc.DisableParallel && tc.Mode != "none" {
 			c["disable_parallel_tool_use"] = true
@@ -562,7 +562,7 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 				if strings.TrimSpace(args) == "" {
 					args = "{}"
 				}
-				input = append(input, map[string]any{"type": "function_call", "call_id": p.ID, "name": p.Name, "arguments": args})
+				input = append(input, map[string]any{"type": "function_call", "call_id": p.ID, "name": ProviderToolName(p.Name), "arguments": args})
 			case p.Kind == PartToolResult && m.Role == RoleUser:
 				flush()
 				input = append(input, map[string]any{"type": "function_call_output", "call_id": p.ToolUseID, "output": responsesToolOutput(p)})
@@ -616,7 +616,7 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 		case "any":
 			out["tool_choice"] = "required"
 		case "tool":
-			out["tool_choice"] = map[string]any{"type": "function", "name": tc.Name}
+			out["tool_choice"] = map[string]any{"type": "function", "name": ProviderToolName(tc.Name)}
 		}
 		if tc.DisableParallel {
 			out["parallel_tool_calls"] = false
@@ -768,10 +768,11 @@ func (t Tool) schema() json.RawMessage {
 	return t.Schema
 }
 
-// fields are a tool's name, its description when it has one (a client
-// that gave none sends none), and schema under key.
+// fields are a tool's name as providers take it (ProviderToolName), its
+// description when it has one (a client that gave none sends none), and
+// schema under key.
 func (t Tool) fields(key string, schema json.RawMessage) map[string]any {
-	f := map[string]any{"name": t.Name, key: schema}
+	f := map[string]any{"name": ProviderToolName(t.Name), key: schema}
 	if t.Description != "" {
 		f["description"] = t.Description
 	}

@@ -66,8 +66,9 @@ func errNoConversation(msg string) *APIError { return badRequest("%s", msg) }
 
 // validate refuses a decoded request no provider takes, whatever its
 // format: one with no turn to answer (noTurn says so in the format's
-// terms), or whose tools (checkTools) or tool calls (checkCalls) are not
-// whole.
+// terms), whose tools (checkTools) or tool calls (checkCalls) are not
+// whole, or two of whose tool names would reach a provider as one
+// (checkToolNames).
 func (r *Request) validate(noTurn string) error {
 	if len(r.Messages) == 0 {
 		return errNoConversation(noTurn)
@@ -75,7 +76,10 @@ func (r *Request) validate(noTurn string) error {
 	if err := r.checkTools(); err != nil {
 		return err
 	}
-	return r.checkCalls()
+	if err := r.checkCalls(); err != nil {
+		return err
+	}
+	return r.checkToolNames()
 }
 
 // checkTools refuses tools no provider takes, whatever the format: one

@@ -9,11 +9,25 @@ import (
 // anthropicToolID is the pattern Anthropic holds tool call ids to.
 var anthropicToolID = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
+// toolName is the pattern OpenAI and Anthropic hold tool names to, a
+// tool's and a call's alike.
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// checkToolName refuses a tool name neither provider takes; where says
+// where it was met.
+func checkToolName(where, name string) error {
+	if !toolName.MatchString(name) {
+		return fmt.Errorf("%s: tool name %q", where, name)
+	}
+	return nil
+}
+
 // CheckAnthropicRequest holds a request the Edge translated for Anthropic
 // to what Anthropic refuses of any request, whatever the client sent: a
 // conversation of at least one message, roles alternating, no empty
 // content or text block, tool call ids of its pattern and inputs that are
-// objects, tools whose input schema is an object schema, a positive
+// objects, tools whose input schema is an object schema, tool names (of
+// tools, calls and the tool choice) of its pattern, a positive
 // max_tokens above any thinking budget, and not both temperature and
 // top_p (nor either beside thinking). What only a wrong client sends (a
 // tool result no call asked for) is the provider's to refuse, not checked
@@ -28,6 +42,9 @@ func CheckAnthropicRequest(body []byte) error {
 			Name        string         `json:"name"`
 			InputSchema map[string]any `json:"input_schema"`
 		} `json:"tools"`
+		ToolChoice *struct {
+			Name *string `json:"name"`
+		} `json:"tool_choice"`
 		MaxTokens   int      `json:"max_tokens"`
 		Temperature *float64 `json:"temperature"`
 		TopP        *float64 `json:"top_p"`
@@ -58,8 +75,16 @@ func CheckAnthropicRequest(body []byte) error {
 		}
 	}
 	for i, t := range r.Tools {
-		if t.Name == "" || t.InputSchema == nil || t.InputSchema["type"] != "object" {
-			return fmt.Errorf("tools[%d]: name %q, input_schema %v", i, t.Name, t.InputSchema)
+		if t.InputSchema == nil || t.InputSchema["type"] != "object" {
+			return fmt.Errorf("tools[%d]: input_schema %v", i, t.InputSchema)
+		}
+		if err := checkToolName(fmt.Sprintf("tools[%d]", i), t.Name); err != nil {
+			return err
+		}
+	}
+	if tc := r.ToolChoice; tc != nil && tc.Name != nil {
+		if err := checkToolName("tool_choice", *tc.Name); err != nil {
+			return err
 		}
 	}
 	switch {
@@ -95,9 +120,10 @@ func checkAnthropicBlock(raw json.RawMessage) error {
 		}
 	case "tool_use":
 		var in map[string]any
-		if !anthropicToolID.MatchString(b.ID) || b.Name == "" || json.Unmarshal(b.Input, &in) != nil || in == nil {
-			return fmt.Errorf("tool_use id %q, name %q, input %s", b.ID, b.Name, b.Input)
+		if !anthropicToolID.MatchString(b.ID) || json.Unmarshal(b.Input, &in) != nil || in == nil {
+			return fmt.Errorf("tool_use id %q, input %s", b.ID, b.Input)
 		}
+		return checkToolName("tool_use", b.Name)
 	case "tool_result":
 		if !anthropicToolID.MatchString(b.ToolUseID) {
 			return fmt.Errorf("tool_result for id %q", b.ToolUseID)
@@ -114,8 +140,9 @@ func checkAnthropicBlock(raw json.RawMessage) error {
 // CheckChatRequest holds a request the Edge translated for Chat
 // Completions to what OpenAI refuses of any request: no messages, a
 // tool_choice or parallel_tool_calls without tools, a call without an id
-// or a function name or with arguments that are not a string, a tool
-// message that names no call, both max_tokens and max_completion_tokens.
+// or with arguments that are not a string, a tool name (of a tool, a call
+// or the tool choice) outside its pattern, a tool message that names no
+// call, both max_tokens and max_completion_tokens.
 func CheckChatRequest(body []byte) error {
 	var r struct {
 		Messages []struct {
@@ -130,11 +157,15 @@ func CheckChatRequest(body []byte) error {
 			} `json:"tool_calls"`
 			ToolCallID *string `json:"tool_call_id"`
 		} `json:"messages"`
-		Tools               []json.RawMessage `json:"tools"`
-		ToolChoice          json.RawMessage   `json:"tool_choice"`
-		ParallelToolCalls   json.RawMessage   `json:"parallel_tool_calls"`
-		MaxTokens           json.RawMessage   `json:"max_tokens"`
-		MaxCompletionTokens json.RawMessage   `json:"max_completion_tokens"`
+		Tools []struct {
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		} `json:"tools"`
+		ToolChoice          json.RawMessage `json:"tool_choice"`
+		ParallelToolCalls   json.RawMessage `json:"parallel_tool_calls"`
+		MaxTokens           json.RawMessage `json:"max_tokens"`
+		MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
 		return fmt.Errorf("not a Chat Completions request: %v", err)
@@ -149,13 +180,29 @@ func CheckChatRequest(body []byte) error {
 	}
 	for i, m := range r.Messages {
 		for j, c := range m.ToolCalls {
-			if _, ok := c.Function.Arguments.(string); !ok || c.ID == "" || c.Type != "function" || c.Function.Name == "" {
-				return fmt.Errorf("messages[%d].tool_calls[%d]: id %q, type %q, name %q, arguments %v", i, j, c.ID, c.Type, c.Function.Name, c.Function.Arguments)
+			if _, ok := c.Function.Arguments.(string); !ok || c.ID == "" || c.Type != "function" {
+				return fmt.Errorf("messages[%d].tool_calls[%d]: id %q, type %q, arguments %v", i, j, c.ID, c.Type, c.Function.Arguments)
+			}
+			if err := checkToolName(fmt.Sprintf("messages[%d].tool_calls[%d]", i, j), c.Function.Name); err != nil {
+				return err
 			}
 		}
 		if m.Role == "tool" && (m.ToolCallID == nil || *m.ToolCallID == "") {
 			return fmt.Errorf("messages[%d]: a tool message without tool_call_id", i)
 		}
+	}
+	for i, t := range r.Tools {
+		if err := checkToolName(fmt.Sprintf("tools[%d]", i), t.Function.Name); err != nil {
+			return err
+		}
+	}
+	var choice struct {
+		Function *struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(r.ToolChoice, &choice) == nil && choice.Function != nil {
+		return checkToolName("tool_choice", choice.Function.Name)
 	}
 	return nil
 }
@@ -163,8 +210,9 @@ func CheckChatRequest(body []byte) error {
 // CheckResponsesRequest holds a request the Edge translated for Responses
 // to what OpenAI refuses of any request: a tool_choice or
 // parallel_tool_calls without tools, a stop sequence (Responses has no
-// such field), a function call without a call_id or a name or with
-// arguments that are not a string, a call output that names no call.
+// such field), a function call without a call_id or with arguments that
+// are not a string, a tool name (of a tool, a call or the tool choice)
+// outside its pattern, a call output that names no call.
 func CheckResponsesRequest(body []byte) error {
 	var r struct {
 		Input []struct {
@@ -173,10 +221,12 @@ func CheckResponsesRequest(body []byte) error {
 			Name      string `json:"name"`
 			Arguments any    `json:"arguments"`
 		} `json:"input"`
-		Tools             []json.RawMessage `json:"tools"`
-		ToolChoice        json.RawMessage   `json:"tool_choice"`
-		ParallelToolCalls json.RawMessage   `json:"parallel_tool_calls"`
-		Stop              json.RawMessage   `json:"stop"`
+		Tools []struct {
+			Name string `json:"name"`
+		} `json:"tools"`
+		ToolChoice        json.RawMessage `json:"tool_choice"`
+		ParallelToolCalls json.RawMessage `json:"parallel_tool_calls"`
+		Stop              json.RawMessage `json:"stop"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
 		return fmt.Errorf("not a Responses request: %v", err)
@@ -190,18 +240,35 @@ func CheckResponsesRequest(body []byte) error {
 	for i, it := range r.Input {
 		switch it.Type {
 		case "function_call":
-			if _, ok := it.Arguments.(string); !ok || it.CallID == "" || it.Name == "" {
-				return fmt.Errorf("input[%d]: call_id %q, name %q, arguments %v", i, it.CallID, it.Name, it.Arguments)
+			if _, ok := it.Arguments.(string); !ok || it.CallID == "" {
+				return fmt.Errorf("input[%d]: call_id %q, arguments %v", i, it.CallID, it.Arguments)
+			}
+			if err := checkToolName(fmt.Sprintf("input[%d]", i), it.Name); err != nil {
+				return err
 			}
 		case "custom_tool_call":
-			if it.CallID == "" || it.Name == "" {
-				return fmt.Errorf("input[%d]: call_id %q, name %q", i, it.CallID, it.Name)
+			if it.CallID == "" {
+				return fmt.Errorf("input[%d]: call_id %q", i, it.CallID)
+			}
+			if err := checkToolName(fmt.Sprintf("input[%d]", i), it.Name); err != nil {
+				return err
 			}
 		case "function_call_output", "custom_tool_call_output":
 			if it.CallID == "" {
 				return fmt.Errorf("input[%d]: an output that names no call", i)
 			}
 		}
+	}
+	for i, t := range r.Tools {
+		if err := checkToolName(fmt.Sprintf("tools[%d]", i), t.Name); err != nil {
+			return err
+		}
+	}
+	var choice struct {
+		Name *string `json:"name"`
+	}
+	if json.Unmarshal(r.ToolChoice, &choice) == nil && choice.Name != nil {
+		return checkToolName("tool_choice", *choice.Name)
 	}
 	return nil
 }
