@@ -572,9 +572,9 @@ func TestLongContextCapacity(t *testing.T) {
 	g := newGate()
 	r := newRig(t, rigOpts{capacity: 4, queueTimeout: 50 * time.Millisecond, reply: g.reply, mutate: func(c *edge.Config) {
 		c.Nodes[0].Providers[0].LongContextCapacity = 1
-		c.LongContextTokens = 1000 // about 4 KB of request body
+		c.LongContextTokens = 2000 // about 8 KB of request body
 	}})
-	long := strings.Repeat("x", 5000)
+	long := strings.Repeat("x", 10000)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.post(t, apiKey, chatJSON("gpt-local", "hold "+long)) })
 	for len(g.served()) == 0 {
@@ -586,6 +586,16 @@ func TestLongContextCapacity(t *testing.T) {
 	}
 	if status, _, body := r.post(t, apiKey, chatJSON("gpt-local", "short")); status != 200 {
 		t.Fatalf("short request beside a full long-context slot: %d %s", status, body)
+	}
+	// A screenshot's base64 is long, but an image costs a model
+	// edge.ImageTokens whatever its bytes: the request is not a long one.
+	shot := `{"model":"gpt-local","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},` +
+		`{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo` + strings.Repeat("A", 40000) + `"}}]}]}`
+	if est := edge.EstimateTokens([]byte(shot)); est >= 2000 {
+		t.Fatalf("a screenshot estimated at %d tokens", est)
+	}
+	if status, _, body := r.post(t, apiKey, shot); status != 200 {
+		t.Fatalf("a screenshot beside a full long-context slot: %d %s", status, body)
 	}
 	var lc int
 	for _, n := range r.srv.Nodes() {

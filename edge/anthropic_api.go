@@ -17,10 +17,10 @@ import (
 // the route speaks Anthropic and is available, the request passes through
 // to it (the next such provider when a Node refused it unopened, as a
 // draining one does); otherwise the answer is an estimate by the Edge's
-// rule (request bytes / 4), marked with the header X-IOP-Token-Count:
-// estimate. The Anthropic headers travel as they do with a message
-// (anthropicHeaders): a beta changes what a request may hold, so its
-// count too.
+// rule (EstimateTokens: request bytes / 4, an inline image at most
+// ImageTokens), marked with the header X-IOP-Token-Count: estimate. The
+// Anthropic headers travel as they do with a message (anthropicHeaders):
+// a beta changes what a request may hold, so its count too.
 func (s *Server) countTokens(w http.ResponseWriter, r *http.Request, rid string) {
 	snap := s.snap.Load()
 	key := s.authFor(w, r, snap, apiMessages)

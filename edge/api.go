@@ -1059,11 +1059,6 @@ func (req *request) unservable() error {
 	return first
 }
 
-// EstimateTokens is the Edge's cheap prompt-size rule, used for
-// long-context admission: the request body's UTF-8 bytes divided by 4,
-// rounded up. It runs no tokenizer.
-func EstimateTokens(body []byte) int { return (len(body) + 3) / 4 }
-
 // chargeEstimate charges what an answer's booked usage leaves out, by
 // estimate, so that no answer escapes its key's TokensPerMinute:
 //   - an answer with no usage booked (a command-line provider, which
@@ -1253,3 +1248,16 @@ func anthropicHeaders(w http.ResponseWriter, r *http.Request) (http.Header, bool
 	}
 	return out, true
 }
+
+// ImageTokens is the most EstimateTokens counts for an image sent inline.
+const ImageTokens = llmapi.ImageTokens
+
+// EstimateTokens is the Edge's cheap prompt-size rule, used for
+// long-context admission, for count_tokens where no provider counts, and
+// for a key's TokensPerMinute where no provider reported usage: the
+// request body's bytes divided by 4, rounded up, except that an image
+// sent inline in base64 (a data URL, or Anthropic's base64 source) counts
+// at most ImageTokens (a screenshot's base64 runs to megabytes; what it
+// costs a model does not grow with them). It runs no tokenizer and
+// decodes no JSON; other inline files (a PDF) count their bytes.
+func EstimateTokens(body []byte) int { return llmapi.EstimateTokens(body) }

@@ -73,9 +73,11 @@ type Config struct {
 	// proxies keep it open. Zero means DefaultKeepAlive (reloadable).
 	KeepAlive time.Duration
 	// LongContextTokens is the estimated prompt size from which a request
-	// needs one of its provider's long-context slots. The estimate is the
-	// request body's bytes divided by 4, rounded up: no tokenizer runs on
-	// the request path. Zero means DefaultLongContextTokens (reloadable).
+	// needs one of its provider's long-context slots. The estimate is
+	// EstimateTokens: the request body's bytes divided by 4, rounded up,
+	// an inline image counted as at most ImageTokens; no tokenizer runs
+	// on the request path. Zero means DefaultLongContextTokens
+	// (reloadable).
 	LongContextTokens int
 	// AgingStep is how long a queued request takes to climb one priority
 	// class, so that a low class is never starved: a request that has
@@ -187,12 +189,11 @@ type APIKey struct {
 	// token counting apart from messages. An answer whose usage no one
 	// reported (a command-line provider's, one cut short before its
 	// usage, one from a provider that reports none) counts toward
-	// TokensPerMinute by estimate: its request body's bytes / 4 for the
-	// input, and for the output its text bytes / 4 where the Edge decodes
-	// the answer, one token per streamed delta event or body bytes / 4
-	// where it passes the provider's answer through
-	// (Usage.EstimatedTokens). A
-	// stream cut short after a usage snapshot (Anthropic's message_start)
+	// TokensPerMinute by estimate: EstimateTokens of its request body for
+	// the input, and for the output its text bytes / 4 where the Edge
+	// decodes the answer, one token per streamed delta event or body
+	// bytes / 4 where it passes the provider's answer through
+	// (Usage.EstimatedTokens). A stream cut short after a usage snapshot (Anthropic's message_start)
 	// counts what it reported and, by estimate, the output beyond it. An
 	// answer refused with an error status counts nothing. Each per-minute
 	// limit is a bucket that holds a minute's worth and refills evenly;
