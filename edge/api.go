@@ -845,7 +845,7 @@ func (s *Server) open(ctx context.Context, req *request, lease *pool.Lease) (*ex
 		default:
 			// A candidate's format carries the request (cands): its body
 			// is ready but for the target's model.
-			body = req.prep.enc[encIndex(format, t.class())].body.Splice("model", llmapi.Quote(t.Model))
+			body = req.prep.find(req.ir, format, t).body.Splice("model", llmapi.Quote(t.Model))
 			x.format = format
 			switch format {
 			case formatChat:
@@ -927,12 +927,14 @@ func (snap *snapshot) needsIR(rt *Route, a api) bool {
 }
 
 // preparation is a decoded request made ready before it is queued: enc
-// holds it encoded for each provider format a target of its route
-// translates to (at encIndex), run its conversion for a normalized run. A
-// provider that cannot carry it is no candidate.
+// holds it encoded for each OpenAI provider format a target of its route
+// translates to (at encIndex), messages for Anthropic Messages (one for
+// each output limit its targets are sent), run its conversion for a
+// normalized run. A provider that cannot carry it is no candidate.
 type preparation struct {
-	enc [modelClasses * (formatResponses + 1)]prepared
-	run struct {
+	enc      [modelClasses * (formatResponses + 1)]prepared
+	messages []limitPrepared
+	run      struct {
 		done bool
 		in   execution.Input
 		opts execution.Options
@@ -949,12 +951,48 @@ type prepared struct {
 	err  error
 }
 
-var encoders = [...]func(*llmapi.Request, string, llmapi.ModelClass) ([]byte, error){
-	formatChat: llmapi.EncodeChatAs,
-	formatMessages: func(r *llmapi.Request, model string, _ llmapi.ModelClass) ([]byte, error) {
-		return llmapi.EncodeAnthropic(r, model)
-	},
-	formatResponses: llmapi.EncodeResponsesAs,
+// limitPrepared is a request encoded for Anthropic Messages with the
+// output limit maxTokens where the client set none (0 when it set one).
+type limitPrepared struct {
+	maxTokens int
+	prepared
+}
+
+// messagesLimit is the output limit the Anthropic Messages encoder sends
+// target t for r: 0 (the client's own, whatever the target) when r sets
+// one.
+func messagesLimit(r *llmapi.Request, t Target) int {
+	if r.MaxTokens > 0 {
+		return 0
+	}
+	return t.maxTokens()
+}
+
+// find is where pr keeps r encoded for format f to target t: nil when it
+// was not prepared. It only reads pr, so candidates may ask it from the
+// pool's goroutines.
+func (pr *preparation) find(r *llmapi.Request, f wireFormat, t Target) *prepared {
+	if f != formatMessages {
+		return &pr.enc[encIndex(f, t.class())]
+	}
+	limit := messagesLimit(r, t)
+	for i := range pr.messages {
+		if pr.messages[i].maxTokens == limit {
+			return &pr.messages[i].prepared
+		}
+	}
+	return nil
+}
+
+// encode encodes r for format f to target t.
+func encode(r *llmapi.Request, f wireFormat, t Target) ([]byte, error) {
+	switch f {
+	case formatChat:
+		return llmapi.EncodeChatAs(r, t.Model, t.class())
+	case formatResponses:
+		return llmapi.EncodeResponsesAs(r, t.Model, t.class())
+	}
+	return llmapi.EncodeAnthropicWith(r, t.Model, messagesLimit(r, t))
 }
 
 // modelClasses is how many encodings of one request a format may need:
@@ -964,13 +1002,12 @@ var encoders = [...]func(*llmapi.Request, string, llmapi.ModelClass) ([]byte, er
 // another.
 const modelClasses = 3
 
-// encIndex is where a preparation keeps the request encoded for format f
-// to a model of class c: one body for each class the format's encoder
-// tells apart (modelClasses).
+// encIndex is where a preparation keeps the request encoded for OpenAI
+// format f to a model of class c: one body for each class the format's
+// encoder tells apart (modelClasses).
 func encIndex(f wireFormat, c llmapi.ModelClass) int {
 	i := modelClasses * int(f)
 	switch {
-	case f == formatMessages:
 	case c == llmapi.ClassOpenAIChat:
 		i += 2
 	case f == formatChat && c == llmapi.ClassOpenAIReasoning:
@@ -992,11 +1029,18 @@ func (req *request) prepare() {
 			continue
 		}
 		switch p, f := capability(pi, req.api); {
-		case p == pathTranslate && !pr.enc[encIndex(f, t.class())].done:
-			e := &pr.enc[encIndex(f, t.class())]
+		case p == pathTranslate:
+			e := pr.find(req.ir, f, t)
+			if e == nil {
+				pr.messages = append(pr.messages, limitPrepared{maxTokens: messagesLimit(req.ir, t)})
+				e = &pr.messages[len(pr.messages)-1].prepared
+			}
+			if e.done {
+				continue
+			}
 			e.done = true
 			var body []byte
-			if body, e.err = encoders[f](req.ir, t.Model, t.class()); e.err == nil {
+			if body, e.err = encode(req.ir, f, t); e.err == nil {
 				e.body, e.err = llmapi.Scan(body, "model")
 			}
 		case p == pathRun && !pr.run.done:
@@ -1019,7 +1063,7 @@ func (req *request) unfit(p dispatchPath, f wireFormat, t Target) error {
 	case req.prep == nil:
 		return errUnprepared
 	case p == pathTranslate:
-		if e := &req.prep.enc[encIndex(f, t.class())]; e.done {
+		if e := req.prep.find(req.ir, f, t); e != nil && e.done {
 			return e.err
 		}
 	case p == pathRun && req.prep.run.done:

@@ -290,6 +290,24 @@ type Target struct {
 	// "openai/gpt-5-mini" are reasoning models, "gpt-4o" and "gpt-4.1"
 	// chat models, anything else other.
 	ModelClass string
+	// MaxTokens is the output limit sent to Model when a request
+	// translated for it sets none, where the provider's API requires
+	// one (Anthropic Messages). Zero reads it from the model's name: the
+	// most the model writes for a Claude model the Edge knows (64,000 for
+	// the Claude 4 models after Opus 4.1 and for 3.7 Sonnet, 32,000 for
+	// Opus 4 and 4.1, 8,192 for 3.5 Haiku and Sonnet), 4096 for any other,
+	// so that an answer its client left unbounded (Codex and most OpenAI
+	// clients send no limit) is not cut short. Give it for a model the
+	// name does not tell, or one that writes more.
+	MaxTokens int
+}
+
+// maxTokens is the output limit t is sent where a request sets none.
+func (t Target) maxTokens() int {
+	if t.MaxTokens > 0 {
+		return t.MaxTokens
+	}
+	return llmapi.AnthropicMaxTokens(t.Model)
 }
 
 // Model classes (Target.ModelClass).
@@ -416,6 +434,8 @@ func (c *Config) validate() error {
 				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: Weight %d outside 0..%d", i, r.Model, j, t.Weight, pool.MaxWeight)
 			case !validModelClass(t.ModelClass):
 				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: ModelClass %q is not %s, %s or %s", i, r.Model, j, t.ModelClass, ModelOpenAIReasoning, ModelOpenAIChat, ModelOther)
+			case t.MaxTokens < 0:
+				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: MaxTokens %d is negative", i, r.Model, j, t.MaxTokens)
 			}
 			for _, n := range c.Nodes {
 				if n.ID != node {

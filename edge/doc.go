@@ -68,7 +68,10 @@
 // leaves them to the upstream, which refuses them itself.
 // Which models those are, and which take their limit as
 // max_completion_tokens, is read from the target's model name, or given
-// by Target.ModelClass for a deployment named otherwise.
+// by Target.ModelClass for a deployment named otherwise. Anthropic
+// requires an output limit: a request translated for it whose client set
+// none is sent its target's (Target.MaxTokens), by default the most a
+// Claude model writes, so that an answer left unbounded is not cut short.
 // A Responses custom tool, whose input is free text (Codex's apply_patch),
 // is carried as a function with one string parameter, a grammar it names
 // in that parameter's description, and its calls come back to the client

@@ -1235,3 +1235,51 @@ func upstreamToolNames(q *upstreamtest.Request) []string {
 	}
 	return names
 }
+
+// TestTranslatedOutputLimit: Anthropic requires an output limit, and a
+// request translated for it whose client set none (Codex sends none) is
+// sent its target's: Target.MaxTokens, or the one its model's name tells
+// (4096 for a name it does not). Targets of one route with different
+// limits each get their own; a client's own limit goes to every target.
+func TestTranslatedOutputLimit(t *testing.T) {
+	r := newRig(t, rigOpts{mutate: func(c *edge.Config) {
+		c.Routes = append(c.Routes, edge.Route{Model: "claude-limits", Strategy: edge.Weighted, Targets: []edge.Target{
+			{ProviderID: "claude", Model: "up-model", Weight: 1, MaxTokens: 20000},
+			{ProviderID: "claude", Model: "up-model", Weight: 1},
+		}})
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	for _, c := range []struct {
+		name, path, body string
+		want             []float64 // the limits the targets are sent
+	}{
+		{"a Responses request without a limit", "/v1/responses", `{"model":"claude-limits","input":"go"}`, []float64{20000, 4096}},
+		{"a Chat request without a limit", "/v1/chat/completions", `{"model":"claude-limits","messages":[{"role":"user","content":"go"}]}`, []float64{20000, 4096}},
+		{"a Chat request with its own", "/v1/chat/completions", `{"model":"claude-limits","max_completion_tokens":300,"messages":[{"role":"user","content":"go"}]}`, []float64{300}},
+	} {
+		seen := map[float64]bool{}
+		for i := 0; i < 100 && (len(seen) < len(c.want) || i < 10); i++ {
+			before := len(r.upstream.Requests())
+			resp, out := r.do(t, "POST", c.path, c.body, oa)
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s: %d %s", c.name, resp.StatusCode, out)
+			}
+			reqs := r.upstream.Requests()
+			if len(reqs) != before+1 || reqs[before].API != "messages" {
+				t.Fatalf("%s: %d upstream requests", c.name, len(reqs)-before)
+			}
+			var body struct {
+				MaxTokens float64 `json:"max_tokens"`
+			}
+			json.Unmarshal(reqs[before].Body, &body)
+			if !slices.Contains(c.want, body.MaxTokens) {
+				t.Fatalf("%s: max_tokens %v, want one of %v", c.name, body.MaxTokens, c.want)
+			}
+			seen[body.MaxTokens] = true
+		}
+		if len(seen) != len(c.want) {
+			t.Errorf("%s: the targets were sent %v, want each of %v", c.name, seen, c.want)
+		}
+	}
+	r.settled()
+}

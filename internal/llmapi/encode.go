@@ -360,13 +360,64 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// DefaultAnthropicMaxTokens is sent when the client set no output limit:
-// the Messages API requires one.
+// DefaultAnthropicMaxTokens is sent when the client set no output limit
+// (the Messages API requires one) to a model whose limit its name does not
+// tell (AnthropicMaxTokens).
 const DefaultAnthropicMaxTokens = 4096
 
-// EncodeAnthropic renders r as an Anthropic Messages request for model.
-// Consecutive turns of one role are merged, as the API requires.
+// AnthropicMaxTokens is the output limit sent to an Anthropic model when
+// the client set none, read from the model's name: the most the model
+// writes, so that an answer a client left unbounded (Codex and most
+// OpenAI clients send no limit) is not cut short where OpenAI's models
+// would have gone on. Claude Opus 4 and 4.1 take 32,000; 3.7 Sonnet and
+// the later Claude 4 models 64,000 (some of them more); 3.5 Haiku and
+// Sonnet 8,192; any other model, and an older Claude,
+// DefaultAnthropicMaxTokens. The name is read as Anthropic, Bedrock
+// ("anthropic.claude-...") and Vertex ("...@date") spell it, an alias or
+// a dated version.
+func AnthropicMaxTokens(model string) int {
+	m := strings.ToLower(model)
+	i := strings.Index(m, "claude-")
+	if i < 0 {
+		return DefaultAnthropicMaxTokens
+	}
+	m, _, _ = strings.Cut(m[i+len("claude-"):], "@") // Vertex's @date
+	switch {
+	case strings.HasPrefix(m, "3-7-sonnet"):
+		return 64000
+	case strings.HasPrefix(m, "3-5-"):
+		return 8192
+	}
+	for _, family := range []string{"opus-", "sonnet-", "haiku-"} {
+		rest, ok := strings.CutPrefix(m, family)
+		if !ok {
+			continue
+		}
+		major, rest, _ := strings.Cut(rest, "-")
+		minor, _, _ := strings.Cut(rest, "-")
+		switch {
+		case family == "opus-" && major == "4" && (minor == "" || minor == "0" || minor == "1" || len(minor) == 8):
+			// claude-opus-4, -4-0, -4-1 and the dated
+			// claude-opus-4-20250514.
+			return 32000
+		case len(major) == 1 && major[0] >= '4' && major[0] <= '9':
+			return 64000
+		}
+	}
+	return DefaultAnthropicMaxTokens
+}
+
+// EncodeAnthropic renders r as an Anthropic Messages request for model,
+// with the output limit AnthropicMaxTokens(model) where the client set
+// none.
 func EncodeAnthropic(r *Request, model string) ([]byte, error) {
+	return EncodeAnthropicWith(r, model, AnthropicMaxTokens(model))
+}
+
+// EncodeAnthropicWith renders r as an Anthropic Messages request for
+// model, with the output limit maxTokens where the client set none.
+// Consecutive turns of one role are merged, as the API requires.
+func EncodeAnthropicWith(r *Request, model string, maxTokens int) ([]byte, error) {
 	if r.Output != nil && r.Output.Schema == nil {
 		return nil, fmt.Errorf("%w: JSON mode without a schema (Anthropic's output_config.format takes a json_schema)", ErrUnsupported)
 	}
@@ -436,9 +487,8 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 		// Every message was empty (OpenAI takes an empty user message).
 		return nil, errNoConversation("messages: Anthropic needs a message with content, and every message is empty")
 	}
-	maxTokens := r.MaxTokens
-	if maxTokens <= 0 {
-		maxTokens = DefaultAnthropicMaxTokens
+	if r.MaxTokens > 0 || maxTokens <= 0 {
+		maxTokens = cmp.Or(r.MaxTokens, DefaultAnthropicMaxTokens)
 	}
 	out := map[string]any{"model": model, "messages": msgs, "stream": r.Stream}
 	if len(r.System) > 0 {

@@ -1893,3 +1893,64 @@ func TestEveryMessageEmpty(t *testing.T) {
 		}
 	}
 }
+
+// TestAnthropicMaxTokens: a request translated for Anthropic whose client
+// set no output limit is sent the most its model writes, read from the
+// model's name however the provider spells it, and 4096 for a model the
+// name does not tell; a client's own limit goes as it is.
+func TestAnthropicMaxTokens(t *testing.T) {
+	for model, want := range map[string]int{
+		"claude-opus-4-20250514":                       32000,
+		"claude-opus-4-0":                              32000,
+		"claude-opus-4-1":                              32000,
+		"anthropic.claude-opus-4-1-20250805-v1:0":      32000,
+		"claude-opus-4@20250514":                       32000,
+		"claude-opus-4-5":                              64000,
+		"claude-opus-4-5-20251101":                     64000,
+		"claude-sonnet-4-20250514":                     64000,
+		"claude-sonnet-4-5@20250929":                   64000,
+		"us.anthropic.claude-sonnet-4-5-20250929-v1:0": 64000,
+		"claude-haiku-4-5":                             64000,
+		"Claude-Sonnet-4-6":                            64000,
+		"claude-3-7-sonnet-latest":                     64000,
+		"claude-3-5-haiku-20241022":                    8192,
+		"claude-3-5-sonnet-latest":                     8192,
+		"claude-3-haiku-20240307":                      4096,
+		"claude-2.1":                                   4096,
+		"kimi-k2":                                      4096,
+		"claude-opus-4-10":                             64000,
+	} {
+		if got := llmapi.AnthropicMaxTokens(model); got != want {
+			t.Errorf("AnthropicMaxTokens(%q) = %d, want %d", model, got, want)
+		}
+	}
+	sent := func(body string, maxTokens int) float64 {
+		t.Helper()
+		req, err := llmapi.DecodeChatRequest([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := llmapi.EncodeAnthropicWith(req, "claude-sonnet-4-5", maxTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b map[string]any
+		if err := json.Unmarshal(out, &b); err != nil {
+			t.Fatal(err)
+		}
+		return b["max_tokens"].(float64)
+	}
+	const turn = `"messages":[{"role":"user","content":"x"}]`
+	if got := sent(`{"model":"m",`+turn+`}`, 64000); got != 64000 {
+		t.Errorf("no client limit: max_tokens %v, want 64000", got)
+	}
+	if got := sent(`{"model":"m",`+turn+`,"max_tokens":300}`, 64000); got != 300 {
+		t.Errorf("a client limit of 300: max_tokens %v", got)
+	}
+	if got := sent(`{"model":"m",`+turn+`}`, 0); got != llmapi.DefaultAnthropicMaxTokens {
+		t.Errorf("no limit given the encoder: max_tokens %v", got)
+	}
+	if got := sent(`{"model":"m",`+turn+`,"reasoning_effort":"high"}`, 64000); got != 64000 {
+		t.Errorf("a thinking budget within the model's limit: max_tokens %v, want 64000", got)
+	}
+}
