@@ -1137,10 +1137,17 @@ func (s *Server) chargeEstimate(req *request) {
 	s.limits.spend(req.key, n)
 }
 
-// tunnelBody rewrites only the model (a byte splice, no re-encode) and, for
-// a streamed chat, asks the upstream for usage.
+// tunnelBody rewrites only the model (a byte splice, no re-encode), for a
+// streamed chat asks the upstream for usage, and leaves out of a
+// Responses request the reasoning items the Edge sealed for Anthropic
+// (llmapi.DropSealedReasoning; a body that holds none is not re-encoded).
 func tunnelBody(req *request, upstreamModel string) ([]byte, error) {
 	body := req.fields.Splice("model", llmapi.Quote(upstreamModel))
+	if req.api == apiResponses {
+		// Thinking the Edge sealed for the client when an Anthropic
+		// provider answered it is for Anthropic only.
+		return llmapi.DropSealedReasoning(body)
+	}
 	if req.api != apiChat || !req.stream || req.includeUsage {
 		return body, nil
 	}

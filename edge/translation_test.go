@@ -1283,3 +1283,71 @@ func TestTranslatedOutputLimit(t *testing.T) {
 	}
 	r.settled()
 }
+
+// TestSealedThinkingThroughTheEdge: Codex keeps no state at its provider
+// (store false) and asks for its reasoning state back (include
+// reasoning.encrypted_content). Answered by an Anthropic model that
+// thought and called a tool, it is given the signed thinking sealed in the
+// reasoning item, streamed and whole; sending the items back with the
+// call's output, its next request reaches Anthropic with that thinking
+// block and thinking on. Relayed untranslated to a Responses provider, the
+// same request goes without the sealed item, which that provider could
+// not open.
+func TestSealedThinkingThroughTheEdge(t *testing.T) {
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{Reasoning: []string{"Paris, ", "then."}, ToolCalls: []upstreamtest.ToolCall{{ID: "toolu_1", Name: "weather", Arguments: `{"city":"Paris"}`}}}
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	const opts = `"store":false,"include":["reasoning.encrypted_content"],"reasoning":{"effort":"low"},"tools":[{"type":"function","name":"weather"}]`
+	for _, stream := range []bool{false, true} {
+		resp, out := r.do(t, "POST", "/v1/responses", fmt.Sprintf(`{"model":"via-anthropic","stream":%v,"input":"weather?",%s}`, stream, opts), oa)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+		var items []string
+		if stream {
+			for _, ev := range llmapitest.Events(t, []byte(out)) {
+				if ev.Type == "response.output_item.done" {
+					var o struct{ Item json.RawMessage }
+					json.Unmarshal(ev.Data, &o)
+					items = append(items, string(o.Item))
+				}
+			}
+		} else {
+			var o struct{ Output []json.RawMessage }
+			json.Unmarshal([]byte(out), &o)
+			for _, it := range o.Output {
+				items = append(items, string(it))
+			}
+		}
+		if len(items) != 2 || !strings.Contains(items[0], `"encrypted_content":"`+llmapi.SealedPrefix) {
+			t.Fatalf("stream %v: output items %q", stream, items)
+		}
+		input := `[{"role":"user","content":"weather?"},` + strings.Join(items, ",") + `,{"type":"function_call_output","call_id":"toolu_1","output":"18C"}]`
+		for _, model := range []string{"via-anthropic", "via-responses"} {
+			before := len(r.upstream.Requests())
+			resp, out := r.do(t, "POST", "/v1/responses", `{"model":"`+model+`","input":`+input+`,`+opts+`}`, oa)
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s: %d %s", model, resp.StatusCode, out)
+			}
+			q := r.upstream.Requests()[before]
+			var body struct {
+				Thinking any `json:"thinking"`
+				Messages []struct {
+					Content []struct {
+						Type, Thinking, Signature string
+					} `json:"content"`
+				} `json:"messages"`
+			}
+			json.Unmarshal(q.Body, &body)
+			switch {
+			case model == "via-anthropic" && (body.Thinking == nil || len(body.Messages) < 2 || body.Messages[1].Content[0].Type != "thinking" ||
+				body.Messages[1].Content[0].Thinking != "Paris, then." || body.Messages[1].Content[0].Signature != "sig-upstreamtest"):
+				t.Errorf("stream %v: Anthropic was sent %s", stream, q.Body)
+			case model == "via-responses" && (strings.Contains(string(q.Body), llmapi.SealedPrefix) || !strings.Contains(string(q.Body), `"call_id":"toolu_1"`)):
+				t.Errorf("stream %v: the Responses provider was sent %s", stream, q.Body)
+			}
+		}
+	}
+	r.settled()
+}

@@ -38,7 +38,7 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 		&llmapi.ResponsesRenderer{ID: "resp_1", Model: "m"},
 		// Calls of these tools (names the seeds use) render as
 		// custom_tool_call items.
-		&llmapi.ResponsesRenderer{ID: "resp_2", Model: "m", Freeform: map[string]bool{"f": true, "get_weather": true, "apply_patch": true}},
+		&llmapi.ResponsesRenderer{ID: "resp_2", Model: "m", Freeform: map[string]bool{"f": true, "get_weather": true, "apply_patch": true}, Seal: true},
 		&llmapi.ChatRenderer{ID: "c_2", Model: "m", Freeform: map[string]bool{"f": true, "get_weather": true, "apply_patch": true}},
 	}
 	// render runs a fresh decoder into r and returns the stream it wrote.
@@ -208,6 +208,11 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","input":[{"type":"custom_tool_call","call_id":"c","name":"p","input":"*** Begin Patch"},{"type":"custom_tool_call_output","call_id":"c","output":"ok"}],"tools":[{"type":"custom","name":"p","format":{"type":"grammar","syntax":"lark","definition":"start: x"}},{"type":"custom","name":"q","format":{"type":"text"}}],"tool_choice":{"type":"custom","name":"p"}}`))
 	f.Add([]byte(`{"model":"m","input":"x","tools":[{"type":"function","name":"a"},{"type":"custom","name":"b"}],"tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"custom","name":"b"}]},"allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"a"}}]}}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"p","input":"*** Begin Patch"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}],"tools":[{"type":"custom","custom":{"name":"p","format":{"type":"grammar","grammar":{"syntax":"lark","definition":"start: x"}}}},{"type":"custom","custom":{"name":"q","format":{"type":"text"}}}],"tool_choice":{"type":"custom","custom":{"name":"p"}}}`))
+	// Codex's next turn after Anthropic thought and called a tool: the
+	// sealed reasoning item it was given, the call, its output.
+	f.Add([]byte(`{"model":"m","store":false,"include":["reasoning.encrypted_content"],"reasoning":{"effort":"low"},"input":[{"role":"user","content":"x"},` +
+		`{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"Let me look."}],"encrypted_content":"` + llmapi.SealedPrefix + `eyJ0ZXh0IjoiTGV0IG1lIGxvb2suIiwic2lnbmF0dXJlIjoiRXFRQkNnSVlBaElNIn0"},` +
+		`{"type":"function_call","call_id":"toolu_1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"toolu_1","output":"r"}],"tools":[{"type":"function","name":"f"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, dec := range []func([]byte) (*llmapi.Request, error){
 			llmapi.DecodeAnthropicRequest, llmapi.DecodeChatRequest, llmapi.DecodeResponsesRequest,
@@ -242,6 +247,16 @@ func FuzzDecodeRequest(f *testing.F) {
 				}
 			}
 			_, _, _ = llmapi.ToInput(req)
+		}
+		// Relayed untranslated, a Responses body stays JSON, and keeps
+		// no reasoning item the gateway sealed.
+		if out, err := llmapi.DropSealedReasoning(body); err == nil && json.Valid(body) {
+			if !json.Valid(out) {
+				t.Fatalf("dropping sealed reasoning made %q of %q", out, body)
+			}
+			if again, _ := llmapi.DropSealedReasoning(out); !bytes.Equal(again, out) {
+				t.Fatalf("a sealed reasoning item is left in %q", out)
+			}
 		}
 	})
 }

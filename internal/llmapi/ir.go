@@ -115,6 +115,11 @@ type Request struct {
 	User string
 	// Output asks for a JSON answer; nil asks for free text.
 	Output *OutputFormat
+	// SealReasoning is a Responses client's include of
+	// "reasoning.encrypted_content": it keeps the reasoning state itself
+	// and sends it back (ResponsesRenderer.Seal). It asks nothing of the
+	// provider.
+	SealReasoning bool
 }
 
 // FreeformTools returns the names of r's freeform tools, or nil when it

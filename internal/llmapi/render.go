@@ -588,10 +588,18 @@ type ResponsesRenderer struct {
 	// when it gave no such string). The input is whole only once the call
 	// is, so it is streamed as one delta, right before its .done event.
 	Freeform map[string]bool
-	st       state
-	seq      int
-	started  bool
-	itemIDs  map[int]string
+	// Seal gives a reasoning item that carries a thinking block's
+	// signature (an Anthropic model's) an encrypted_content holding the
+	// block (SealedPrefix), as OpenAI gives its own reasoning state to a
+	// client that includes reasoning.encrypted_content
+	// (Request.SealReasoning). A client that sends the item back, as
+	// Codex does, has Anthropic go on thinking through a tool loop, which
+	// it does only given its signed thinking back.
+	Seal    bool
+	st      state
+	seq     int
+	started bool
+	itemIDs map[int]string
 }
 
 // custom reports whether block i is a call of a freeform tool.
@@ -638,7 +646,11 @@ func (r *ResponsesRenderer) item(i int, final bool) map[string]any {
 	}
 	switch b.Kind {
 	case PartThinking:
-		return map[string]any{"type": "reasoning", "id": id, "summary": []any{map[string]any{"type": "summary_text", "text": b.Text}}}
+		it := map[string]any{"type": "reasoning", "id": id, "summary": []any{map[string]any{"type": "summary_text", "text": b.Text}}}
+		if final && r.Seal && b.Signature != "" {
+			it["encrypted_content"] = sealThinking(b.Text, b.Signature)
+		}
+		return it
 	case PartToolUse:
 		args := ""
 		if r.Freeform[b.Name] {

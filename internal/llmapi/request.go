@@ -877,6 +877,7 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 	if q.Reasoning != nil {
 		r.ReasoningEffort = q.Reasoning.Effort
 	}
+	r.SealReasoning = slices.Contains(q.Include, "reasoning.encrypted_content")
 	var s string
 	if json.Unmarshal(q.Input, &s) == nil {
 		r.Messages = []Message{{Role: RoleUser, Parts: []Part{{Kind: PartText, Text: s}}}}
@@ -890,6 +891,8 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 			Args    string          `json:"arguments"`
 			Input   json.RawMessage `json:"input"`
 			Output  json.RawMessage `json:"output"`
+			// EncryptedContent is a reasoning item's state.
+			EncryptedContent string `json:"encrypted_content"`
 		}
 		if err := json.Unmarshal(q.Input, &items); err != nil {
 			return nil, badRequest("input must be a string or a list of items")
@@ -957,7 +960,17 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 				}
 				add(RoleUser, Part{Kind: PartToolResult, ToolUseID: it.CallID, Content: content})
 			case "reasoning":
-				// Provider-held reasoning state; not portable.
+				// A thinking block this gateway sealed for the client
+				// (SealedPrefix) goes back to Anthropic as it was
+				// written; another provider's reasoning state is not
+				// portable, and is left out.
+				if strings.HasPrefix(it.EncryptedContent, SealedPrefix) {
+					p, err := openThinking(it.EncryptedContent, where)
+					if err != nil {
+						return nil, err
+					}
+					add(RoleAssistant, p)
+				}
 			default:
 				return nil, badRequest("%s: item type %q cannot be translated", where, it.Type)
 			}

@@ -18,8 +18,9 @@ import (
 type Answer struct {
 	Text      string
 	Reasoning string
-	// Signatures joins Anthropic thinking blocks' signatures, which a
-	// client sends back with them on its next turn.
+	// Signatures joins Anthropic thinking blocks' signatures, or the
+	// encrypted_content of Responses reasoning items, which a client
+	// sends back with them on its next turn.
 	Signatures string
 	Calls      []Call
 	// Stop is the format's own stop reason: Anthropic's stop_reason,
@@ -363,6 +364,9 @@ func responsesStream(evs []sse.Event) (Answer, error) {
 			a.Reasoning += str(o, "delta")
 		case "response.output_item.done":
 			it := sub(o, "item")
+			if str(it, "type") == "reasoning" {
+				a.Signatures += str(it, "encrypted_content")
+			}
 			if t := str(it, "type"); t != "function_call" && t != "custom_tool_call" {
 				break
 			}
@@ -403,6 +407,7 @@ func responsesBody(o obj) (Answer, error) {
 				po, _ := p.(obj)
 				a.Reasoning += str(po, "text")
 			}
+			a.Signatures += str(it, "encrypted_content")
 		case "function_call", "custom_tool_call":
 			c, err := responsesCall(it)
 			if err != nil {

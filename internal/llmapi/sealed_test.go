@@ -1,0 +1,133 @@
+package llmapi_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/iop-dev/iop/internal/llmapi"
+	"github.com/iop-dev/iop/internal/llmapi/llmapitest"
+)
+
+// TestSealedThinkingRoundTrip: a Responses client that keeps its own
+// reasoning state (Codex: store false, include
+// reasoning.encrypted_content) is given an Anthropic model's signed
+// thinking as a reasoning item's encrypted_content, streamed and whole.
+// Sent back with the call's output, it reaches Anthropic as the thinking
+// block it was, first in the assistant's turn, and the model goes on
+// thinking; without it, Anthropic would refuse thinking in the tool loop,
+// and it is turned off.
+func TestSealedThinkingRoundTrip(t *testing.T) {
+	upstream, err := os.ReadFile("testdata/anthropic_stream_thinking_tools.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := func(seal bool) (streamed, whole []json.RawMessage) {
+		stream, _, body := llmapitest.Render(t, llmapi.DecodeAnthropicStream(strings.NewReader(string(upstream))),
+			&llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Seal: seal})
+		for _, ev := range llmapitest.Events(t, stream) {
+			if ev.Type == "response.output_item.done" {
+				var o struct{ Item json.RawMessage }
+				json.Unmarshal(ev.Data, &o)
+				streamed = append(streamed, o.Item)
+			}
+		}
+		var o struct{ Output []json.RawMessage }
+		if err := json.Unmarshal(body, &o); err != nil {
+			t.Fatal(err)
+		}
+		return streamed, o.Output
+	}
+	streamed, whole := items(true)
+	if len(streamed) != 3 || len(whole) != 3 || string(streamed[0]) != string(whole[0]) {
+		t.Fatalf("streamed items %s\nwhole %s", streamed, whole)
+	}
+	var reasoning struct {
+		EncryptedContent string `json:"encrypted_content"`
+	}
+	if json.Unmarshal(whole[0], &reasoning); !strings.HasPrefix(reasoning.EncryptedContent, llmapi.SealedPrefix) {
+		t.Fatalf("the reasoning item is not sealed: %s", whole[0])
+	}
+	if plain, _ := items(false); strings.Contains(string(plain[0]), "encrypted_content") {
+		t.Errorf("a client that did not include reasoning.encrypted_content was given it: %s", plain[0])
+	}
+
+	next := func(reasoningItem string) map[string]any {
+		t.Helper()
+		input := `[{"role":"user","content":"weather in SF?"},` + reasoningItem + string(whole[1]) + `,` + string(whole[2]) + `,` +
+			`{"type":"function_call_output","call_id":"toolu_01A","output":"18C"}]`
+		req, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","store":false,"include":["reasoning.encrypted_content"],` +
+			`"reasoning":{"effort":"medium"},"input":` + input + `,"tools":[{"type":"function","name":"get_weather"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !req.SealReasoning {
+			t.Error("the include was not read")
+		}
+		out, err := llmapi.EncodeAnthropic(req, "claude-sonnet-4-5")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := llmapitest.CheckAnthropicRequest(out); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var b map[string]any
+		json.Unmarshal(out, &b)
+		return b
+	}
+	b := next(string(whole[0]) + ",")
+	assistant := b["messages"].([]any)[1].(map[string]any)["content"].([]any)
+	first := assistant[0].(map[string]any)
+	if first["type"] != "thinking" || first["thinking"] != "The user wants the weather." || first["signature"] != "EqQBCgIYAhIM" || b["thinking"] == nil {
+		t.Fatalf("sent back, the thinking reached Anthropic as %v, thinking %v", assistant, b["thinking"])
+	}
+	// Reasoning state of another provider's (OpenAI's own encrypted
+	// content) is left out, and thinking with it.
+	if b := next(`{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAAAABo-opaque"},`); b["thinking"] != nil ||
+		strings.Contains(mustMarshal(t, b), "gAAAA") {
+		t.Fatalf("foreign reasoning state: %v", b)
+	}
+
+	// A sealed item that does not open is refused.
+	_, err = llmapi.DecodeResponsesRequest([]byte(`{"model":"m","input":[{"role":"user","content":"x"},` +
+		`{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"` + llmapi.SealedPrefix + `!!"}]}`))
+	var ae *llmapi.APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, "input[1].encrypted_content") {
+		t.Fatalf("a broken sealed item: %v", err)
+	}
+}
+
+func mustMarshal(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestDropSealedReasoning: a Responses request relayed untranslated
+// leaves out the reasoning items the gateway sealed, and nothing else;
+// one that holds none is passed as it is, byte for byte.
+func TestDropSealedReasoning(t *testing.T) {
+	sealed := `{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"` + llmapi.SealedPrefix + `eyJ0ZXh0IjoiIn0"}`
+	theirs := `{"type":"reasoning","id":"rs_2","summary":[],"encrypted_content":"gAAAAB"}`
+	call := `{"type":"function_call","call_id":"c1","name":"f","arguments":"{\"x\": 1.50}"}`
+	body := `{"model":"m", "input":[{"role":"user","content":"x"},` + sealed + `,` + theirs + `,` + call + `],"store":false}`
+	out, err := llmapi.DropSealedReasoning([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"m", "input":[{"role":"user","content":"x"},` + theirs + `,` + call + `],"store":false}`
+	if string(out) != want {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+	// A user's text that mentions the prefix is no reasoning item.
+	for _, b := range []string{want, `{"input":"` + llmapi.SealedPrefix + `"}`, `{"input":[{"role":"user","content":"` + llmapi.SealedPrefix + `"}]}`} {
+		if out, err := llmapi.DropSealedReasoning([]byte(b)); err != nil || string(out) != b {
+			t.Errorf("%s: changed to %s (%v)", b, out, err)
+		}
+	}
+}
