@@ -840,15 +840,24 @@ func anthropicToolID(id string) string {
 	if id != "" && !strings.ContainsFunc(id, notIDRune) {
 		return id
 	}
+	return "toolu_" + idSafe(id, len(id))
+}
+
+// idSafe is s in the alphabet of notIDRune, for an id or name a provider
+// refuses: its other runes become _ (so it is ASCII), it is cut to keep
+// bytes, and "_" and an FNV-1a hash of the whole of s (eight hex digits)
+// follow, which keeps apart strings that differ only in what was replaced
+// or cut.
+func idSafe(s string, keep int) string {
 	h := fnv.New32a()
-	h.Write([]byte(id))
+	h.Write([]byte(s))
 	clean := strings.Map(func(r rune) rune {
 		if notIDRune(r) {
 			return '_'
 		}
 		return r
-	}, id)
-	return fmt.Sprintf("toolu_%s_%08x", clean, h.Sum32())
+	}, s)
+	return fmt.Sprintf("%s_%08x", clean[:min(len(clean), keep)], h.Sum32())
 }
 
 // notIDRune reports whether r is outside Anthropic's tool id alphabet.

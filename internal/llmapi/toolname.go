@@ -1,10 +1,6 @@
 package llmapi
 
-import (
-	"fmt"
-	"hash/fnv"
-	"strings"
-)
+import "strings"
 
 // maxToolName is the longest tool name OpenAI's and Anthropic's APIs
 // take (each refuses a longer one with 400).
@@ -28,18 +24,7 @@ func ProviderToolName(name string) string {
 	if name != "" && len(name) <= maxToolName && !strings.ContainsFunc(name, notIDRune) {
 		return name
 	}
-	h := fnv.New32a()
-	h.Write([]byte(name))
-	clean := strings.Map(func(r rune) rune {
-		if notIDRune(r) {
-			return '_'
-		}
-		return r
-	}, name)
-	if len(clean) > toolNameKeep {
-		clean = clean[:toolNameKeep] // every byte of clean is ASCII
-	}
-	return fmt.Sprintf("%s_%08x", clean, h.Sum32())
+	return idSafe(name, toolNameKeep)
 }
 
 // ToolNames maps the tool names a translation of r renames
