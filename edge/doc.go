@@ -53,8 +53,10 @@
 // temperature or top_p for one of OpenAI's reasoning models (which refuse
 // them), and one of the two for Anthropic when both are given (its newer
 // models refuse both; top_p goes unless the temperature is the default):
-// the answer keeps its shape. Tool call ids Anthropic's
-// pattern refuses are rewritten for it, alike in a call and its result.
+// the answer keeps its shape. Tool call ids Anthropic's pattern refuses,
+// or longer than OpenAI takes (40 bytes in Chat Completions, 64 in
+// Responses), are rewritten for it, alike in a call and its result; an
+// end-user id longer than OpenAI's 64 bytes goes to it as its SHA-256.
 // A tool name OpenAI and Anthropic refuse (longer than 64 bytes, or with
 // a byte other than a letter, digit, _ or -) is renamed in a translation,
 // alike in the tools, the tool choice and the history's calls, and the

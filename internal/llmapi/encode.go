@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strings"
 
 	"github.com/iop-dev/iop/execution"
@@ -242,7 +241,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 					if p.IsError && !strings.HasPrefix(text, "Error") {
 						text = "Error: " + text
 					}
-					msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": p.ToolUseID, "content": text})
+					msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": openAICallID(p.ToolUseID, maxChatCallID), "content": text})
 					// A tool message holds text only: a result's images and
 					// documents (a screenshot, a PDF read) follow in the
 					// user message that comes after the turn's tool
@@ -255,7 +254,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 						if err != nil {
 							return nil, err
 						}
-						content = append(content, map[string]any{"type": "text", "text": fmt.Sprintf("%s from the result of tool call %s:", map[PartKind]string{PartImage: "Image", PartDocument: "Document"}[c.Kind], p.ToolUseID)}, part)
+						content = append(content, map[string]any{"type": "text", "text": fmt.Sprintf("%s from the result of tool call %s:", map[PartKind]string{PartImage: "Image", PartDocument: "Document"}[c.Kind], openAICallID(p.ToolUseID, maxChatCallID))}, part)
 					}
 				case PartText, PartImage, PartDocument:
 					part, err := chatPart(p, i)
@@ -286,7 +285,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 					if strings.TrimSpace(args) == "" {
 						args = "{}"
 					}
-					calls = append(calls, map[string]any{"id": p.ID, "type": "function", "function": map[string]any{"name": ProviderToolName(p.Name), "arguments": args}})
+					calls = append(calls, map[string]any{"id": openAICallID(p.ID, maxChatCallID), "type": "function", "function": map[string]any{"name": ProviderToolName(p.Name), "arguments": args}})
 				case PartThinking:
 					// dropped: see the mapping above
 				default:
@@ -323,7 +322,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 		out["stop"] = r.Stop
 	}
 	if r.User != "" {
-		out["user"] = r.User
+		out["user"] = openAIUser(r.User)
 	}
 	if effort := effortOf(r, c); effort != "" {
 		out["reasoning_effort"] = effort
@@ -612,10 +611,10 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 				if strings.TrimSpace(args) == "" {
 					args = "{}"
 				}
-				input = append(input, map[string]any{"type": "function_call", "call_id": p.ID, "name": ProviderToolName(p.Name), "arguments": args})
+				input = append(input, map[string]any{"type": "function_call", "call_id": openAICallID(p.ID, maxResponsesCallID), "name": ProviderToolName(p.Name), "arguments": args})
 			case p.Kind == PartToolResult && m.Role == RoleUser:
 				flush()
-				input = append(input, map[string]any{"type": "function_call_output", "call_id": p.ToolUseID, "output": responsesToolOutput(p)})
+				input = append(input, map[string]any{"type": "function_call_output", "call_id": openAICallID(p.ToolUseID, maxResponsesCallID), "output": responsesToolOutput(p)})
 			case p.Kind == PartThinking:
 				// dropped: see the mapping above
 			default:
@@ -637,7 +636,7 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 	}
 	setSampling(out, r, c)
 	if r.User != "" {
-		out["user"] = r.User
+		out["user"] = openAIUser(r.User)
 	}
 	if f := r.Output; f != nil {
 		format := map[string]any{"type": "json_object"}
@@ -827,42 +826,6 @@ func (t Tool) fields(key string, schema json.RawMessage) map[string]any {
 		f["description"] = t.Description
 	}
 	return f
-}
-
-// anthropicToolID is a tool call's id as Anthropic takes one: letters,
-// digits, _ and - only. Other providers' ids may hold more (Kimi's
-// "functions.bash:0"), and a conversation one of them began may go on at
-// Anthropic (a route's next provider). Such an id is rewritten the same
-// way wherever it appears, the call's and its result's alike, so they
-// still pair: its other bytes become _, and a hash of the whole id keeps
-// apart ids that differ only in those bytes.
-func anthropicToolID(id string) string {
-	if id != "" && !strings.ContainsFunc(id, notIDRune) {
-		return id
-	}
-	return "toolu_" + idSafe(id, len(id))
-}
-
-// idSafe is s in the alphabet of notIDRune, for an id or name a provider
-// refuses: its other runes become _ (so it is ASCII), it is cut to keep
-// bytes, and "_" and an FNV-1a hash of the whole of s (eight hex digits)
-// follow, which keeps apart strings that differ only in what was replaced
-// or cut.
-func idSafe(s string, keep int) string {
-	h := fnv.New32a()
-	h.Write([]byte(s))
-	clean := strings.Map(func(r rune) rune {
-		if notIDRune(r) {
-			return '_'
-		}
-		return r
-	}, s)
-	return fmt.Sprintf("%s_%08x", clean[:min(len(clean), keep)], h.Sum32())
-}
-
-// notIDRune reports whether r is outside Anthropic's tool id alphabet.
-func notIDRune(r rune) bool {
-	return r != '_' && r != '-' && (r < '0' || r > '9') && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z')
 }
 
 // setSampling sets an OpenAI-format request's temperature and top_p, but

@@ -142,7 +142,8 @@ func checkAnthropicBlock(raw json.RawMessage) error {
 // tool_choice or parallel_tool_calls without tools, a call without an id
 // or with arguments that are not a string, a tool name (of a tool, a call
 // or the tool choice) outside its pattern, a tool message that names no
-// call, both max_tokens and max_completion_tokens.
+// call, a call id over 40 bytes, a user over 64, both max_tokens and
+// max_completion_tokens.
 func CheckChatRequest(body []byte) error {
 	var r struct {
 		Messages []struct {
@@ -166,6 +167,7 @@ func CheckChatRequest(body []byte) error {
 		ParallelToolCalls   json.RawMessage `json:"parallel_tool_calls"`
 		MaxTokens           json.RawMessage `json:"max_tokens"`
 		MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
+		User                string          `json:"user"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
 		return fmt.Errorf("not a Chat Completions request: %v", err)
@@ -177,18 +179,20 @@ func CheckChatRequest(body []byte) error {
 		return fmt.Errorf("tool_choice or parallel_tool_calls without tools")
 	case r.MaxTokens != nil && r.MaxCompletionTokens != nil:
 		return fmt.Errorf("both max_tokens and max_completion_tokens")
+	case len(r.User) > 64:
+		return fmt.Errorf("a user of %d bytes", len(r.User))
 	}
 	for i, m := range r.Messages {
 		for j, c := range m.ToolCalls {
-			if _, ok := c.Function.Arguments.(string); !ok || c.ID == "" || c.Type != "function" {
+			if _, ok := c.Function.Arguments.(string); !ok || c.ID == "" || len(c.ID) > 40 || c.Type != "function" {
 				return fmt.Errorf("messages[%d].tool_calls[%d]: id %q, type %q, arguments %v", i, j, c.ID, c.Type, c.Function.Arguments)
 			}
 			if err := checkToolName(fmt.Sprintf("messages[%d].tool_calls[%d]", i, j), c.Function.Name); err != nil {
 				return err
 			}
 		}
-		if m.Role == "tool" && (m.ToolCallID == nil || *m.ToolCallID == "") {
-			return fmt.Errorf("messages[%d]: a tool message without tool_call_id", i)
+		if m.Role == "tool" && (m.ToolCallID == nil || *m.ToolCallID == "" || len(*m.ToolCallID) > 40) {
+			return fmt.Errorf("messages[%d]: a tool message without a tool_call_id OpenAI takes", i)
 		}
 	}
 	for i, t := range r.Tools {
@@ -212,7 +216,8 @@ func CheckChatRequest(body []byte) error {
 // parallel_tool_calls without tools, a stop sequence (Responses has no
 // such field), a function call without a call_id or with arguments that
 // are not a string, a tool name (of a tool, a call or the tool choice)
-// outside its pattern, a call output that names no call.
+// outside its pattern, a call output that names no call, a call_id over
+// 64 bytes, a user over 64.
 func CheckResponsesRequest(body []byte) error {
 	var r struct {
 		Input []struct {
@@ -227,6 +232,7 @@ func CheckResponsesRequest(body []byte) error {
 		ToolChoice        json.RawMessage `json:"tool_choice"`
 		ParallelToolCalls json.RawMessage `json:"parallel_tool_calls"`
 		Stop              json.RawMessage `json:"stop"`
+		User              string          `json:"user"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
 		return fmt.Errorf("not a Responses request: %v", err)
@@ -236,8 +242,13 @@ func CheckResponsesRequest(body []byte) error {
 		return fmt.Errorf("tool_choice or parallel_tool_calls without tools")
 	case r.Stop != nil:
 		return fmt.Errorf("a stop field")
+	case len(r.User) > 64:
+		return fmt.Errorf("a user of %d bytes", len(r.User))
 	}
 	for i, it := range r.Input {
+		if len(it.CallID) > 64 {
+			return fmt.Errorf("input[%d]: a call_id of %d bytes", i, len(it.CallID))
+		}
 		switch it.Type {
 		case "function_call":
 			if _, ok := it.Arguments.(string); !ok || it.CallID == "" {

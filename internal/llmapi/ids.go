@@ -1,6 +1,12 @@
 package llmapi
 
-import "strings"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"strings"
+)
 
 // maxToolName is the longest tool name OpenAI's and Anthropic's APIs
 // take (each refuses a longer one with 400).
@@ -77,4 +83,76 @@ func (r *Request) checkToolNames() error {
 		}
 	})
 	return err
+}
+
+// The longest tool call ids OpenAI takes: a Chat Completions call's id
+// and tool_call_id, a Responses call_id (each longer one is refused with
+// 400, string_above_max_length).
+const (
+	maxChatCallID      = 40
+	maxResponsesCallID = 64
+)
+
+// openAICallID is a tool call's id as an OpenAI API takes it, in a call
+// and its result alike: the id itself when it is at most max bytes,
+// otherwise cut to make room for a hash of the whole (idSafe). A
+// conversation another provider began (its ids can run to hundreds of
+// bytes) may go on at OpenAI, a route's next provider; the model's new
+// calls have OpenAI's own ids, so nothing is mapped back.
+func openAICallID(id string, max int) string {
+	if len(id) <= max {
+		return id
+	}
+	return idSafe(id, max-9)
+}
+
+// maxOpenAIUser is the longest end-user id OpenAI takes.
+const maxOpenAIUser = 64
+
+// openAIUser is an end-user id as OpenAI takes it: the id itself when it
+// is at most 64 bytes, otherwise the hex SHA-256 of it, which stays one
+// value for one end user (Claude Code's metadata.user_id runs to about
+// 150 bytes).
+func openAIUser(user string) string {
+	if len(user) <= maxOpenAIUser {
+		return user
+	}
+	sum := sha256.Sum256([]byte(user))
+	return hex.EncodeToString(sum[:])
+}
+
+// anthropicToolID is a tool call's id as Anthropic takes one: letters,
+// digits, _ and - only. Other providers' ids may hold more (Kimi's
+// "functions.bash:0"), and a conversation one of them began may go on at
+// Anthropic (a route's next provider). Such an id is rewritten the same
+// way wherever it appears, the call's and its result's alike, so they
+// still pair: its other bytes become _, and a hash of the whole id keeps
+// apart ids that differ only in those bytes.
+func anthropicToolID(id string) string {
+	if id != "" && !strings.ContainsFunc(id, notIDRune) {
+		return id
+	}
+	return "toolu_" + idSafe(id, len(id))
+}
+
+// idSafe is s in the alphabet of notIDRune, for an id or name a provider
+// refuses: its other runes become _ (so it is ASCII), it is cut to keep
+// bytes, and "_" and an FNV-1a hash of the whole of s (eight hex digits)
+// follow, which keeps apart strings that differ only in what was replaced
+// or cut.
+func idSafe(s string, keep int) string {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	clean := strings.Map(func(r rune) rune {
+		if notIDRune(r) {
+			return '_'
+		}
+		return r
+	}, s)
+	return fmt.Sprintf("%s_%08x", clean[:min(len(clean), keep)], h.Sum32())
+}
+
+// notIDRune reports whether r is outside Anthropic's tool id alphabet.
+func notIDRune(r rune) bool {
+	return r != '_' && r != '-' && (r < '0' || r > '9') && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z')
 }

@@ -1,6 +1,8 @@
 package llmapi_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -163,5 +165,94 @@ func TestToolNamesThatWouldMeet(t *testing.T) {
 		if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, clash) {
 			t.Errorf("%s: got %v, want a 400 naming %q", c.body, err, clash)
 		}
+	}
+}
+
+// TestOpenAICallIDsAndUser: a conversation another provider began can
+// hold tool call ids longer than OpenAI takes (40 bytes in Chat
+// Completions, 64 in Responses; a gateway that keeps Gemini's thought
+// signature in the id makes hundreds), and Claude Code's end-user id runs
+// to about 150 bytes where OpenAI takes 64. Translated for OpenAI, a long
+// id is cut with a hash of the whole, alike in the call and its result,
+// so that two ids with one prefix stay apart; a long user id becomes its
+// SHA-256, one value for one user. Short ones go as they are, and
+// Anthropic is sent the user id as it came.
+func TestOpenAICallIDsAndUser(t *testing.T) {
+	long1 := "call_7f3a__thought__" + strings.Repeat("Q2lnbmF0dXJl", 20)
+	long2 := long1 + "x"
+	user := "user_" + strings.Repeat("ab", 32) + "_account__session_9b1deb4d-3b7d-4bad-9bdd-2b0d7b3dcb6d"
+	req, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":9,"metadata":{"user_id":"` + user + `"},"messages":[` +
+		`{"role":"user","content":"go"},{"role":"assistant","content":[` +
+		`{"type":"tool_use","id":"` + long1 + `","name":"f","input":{}},{"type":"tool_use","id":"` + long2 + `","name":"f","input":{}},` +
+		`{"type":"tool_use","id":"toolu_01short","name":"f","input":{}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"` + long1 + `","content":"a"},` +
+		`{"type":"tool_result","tool_use_id":"` + long2 + `","content":"b"},{"type":"tool_result","tool_use_id":"toolu_01short","content":"c"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(user))
+	wantUser := hex.EncodeToString(sum[:])
+	check := func(format string, max int, calls, results []string, sentUser string) {
+		t.Helper()
+		if !slices.Equal(calls, results) || len(calls) != 3 || calls[0] == calls[1] || calls[2] != "toolu_01short" {
+			t.Errorf("%s: calls %q, results %q", format, calls, results)
+		}
+		for _, id := range calls {
+			if len(id) > max {
+				t.Errorf("%s: an id of %d bytes: %q", format, len(id), id)
+			}
+		}
+		if sentUser != wantUser {
+			t.Errorf("%s: user %q, want %q", format, sentUser, wantUser)
+		}
+	}
+
+	out, err := llmapi.EncodeChat(req, "gpt-4o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chat struct {
+		User     string
+		Messages []struct {
+			ToolCalls []struct{ ID string } `json:"tool_calls"`
+			ToolCall  string                `json:"tool_call_id"`
+		}
+	}
+	json.Unmarshal(out, &chat)
+	var calls, results []string
+	for _, m := range chat.Messages {
+		for _, c := range m.ToolCalls {
+			calls = append(calls, c.ID)
+		}
+		if m.ToolCall != "" {
+			results = append(results, m.ToolCall)
+		}
+	}
+	check("chat", 40, calls, results, chat.User)
+
+	if out, err = llmapi.EncodeResponses(req, "gpt-5"); err != nil {
+		t.Fatal(err)
+	}
+	var resp struct {
+		User  string
+		Input []struct {
+			Type   string
+			CallID string `json:"call_id"`
+		}
+	}
+	json.Unmarshal(out, &resp)
+	calls, results = nil, nil
+	for _, it := range resp.Input {
+		switch it.Type {
+		case "function_call":
+			calls = append(calls, it.CallID)
+		case "function_call_output":
+			results = append(results, it.CallID)
+		}
+	}
+	check("responses", 64, calls, results, resp.User)
+
+	if out, err = llmapi.EncodeAnthropic(req, "claude"); err != nil || !strings.Contains(string(out), `"user_id":"`+user+`"`) {
+		t.Errorf("Anthropic was not sent the user id as it came: %v %s", err, out)
 	}
 }
