@@ -193,13 +193,13 @@ type APIKey struct {
 	// the input, and for the output its text bytes / 4 where the Edge
 	// decodes the answer, one token per streamed delta event or body
 	// bytes / 4 where it passes the provider's answer through
-	// (Usage.EstimatedTokens). A stream cut short after a usage snapshot (Anthropic's message_start)
-	// counts what it reported and, by estimate, the output beyond it. An
-	// answer refused with an error status counts nothing. Each per-minute
-	// limit is a bucket that holds a minute's worth and refills evenly;
-	// one that a reload adds to a key starts full, one that it changes
-	// keeps what is left (within the new limit), one that it removes is
-	// forgotten.
+	// (Usage.EstimatedTokens). A stream cut short after a usage snapshot
+	// (Anthropic's message_start) counts what it reported and, by
+	// estimate, the output beyond it. An answer refused with an error
+	// status counts nothing. Each per-minute limit is a bucket that holds
+	// a minute's worth and refills evenly; one that a reload adds to a key
+	// starts full, one that it changes keeps what is left (within the new
+	// limit), one that it removes is forgotten.
 	RequestsPerMinute int
 	TokensPerMinute   int
 	MaxConcurrent     int

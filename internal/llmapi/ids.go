@@ -94,16 +94,16 @@ const (
 )
 
 // openAICallID is a tool call's id as an OpenAI API takes it, in a call
-// and its result alike: the id itself when it is at most max bytes,
+// and its result alike: the id itself when it is at most limit bytes,
 // otherwise cut to make room for a hash of the whole (idSafe). A
 // conversation another provider began (its ids can run to hundreds of
 // bytes) may go on at OpenAI, a route's next provider; the model's new
 // calls have OpenAI's own ids, so nothing is mapped back.
-func openAICallID(id string, max int) string {
-	if len(id) <= max {
+func openAICallID(id string, limit int) string {
+	if len(id) <= limit {
 		return id
 	}
-	return idSafe(id, max-9)
+	return idSafe(id, limit-9)
 }
 
 // maxOpenAIUser is the longest end-user id OpenAI takes.

@@ -12,7 +12,9 @@ import (
 // the block's text and signature, which Anthropic needs back, whole and
 // unchanged, to go on thinking in a tool loop. It is not encrypted: the
 // client was shown the text, and the signature is Anthropic's own proof
-// that the text is what its model wrote. Only this gateway reads it.
+// that the text is what its model wrote (a forged one is refused there,
+// as it would be sent through the Messages API). Only this gateway reads
+// it.
 const SealedPrefix = "iop.thinking.v1:"
 
 var sealedPrefix = []byte(SealedPrefix)
