@@ -61,7 +61,10 @@
 // a byte other than a letter, digit, _ or -) is renamed in a translation,
 // alike in the tools, the tool choice and the history's calls, and the
 // answer's calls of it are given back to the client under its own name;
-// two names that would be renamed to one are refused with a 400.
+// two names that would be renamed to one are refused with a 400. Text
+// Anthropic refuses and OpenAI takes (empty or all whitespace, as a
+// model's "\n\n" before its tool call) is left out for it, and the
+// trailing whitespace of a final assistant message (a prefill) trimmed.
 // Values no API takes (a negative token limit or temperature, a top_p
 // outside [0, 1]), a request with no turn to answer, tools without a name
 // or sharing one, a tool choice no tool can answer, and a history whose

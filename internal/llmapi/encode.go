@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 
 	"github.com/iop-dev/iop/execution"
 )
@@ -426,7 +427,7 @@ func EncodeAnthropicWith(r *Request, model string, maxTokens int) ([]byte, error
 		for _, p := range m.Parts {
 			switch p.Kind {
 			case PartText:
-				if p.Text != "" {
+				if anthropicText(p.Text) {
 					blocks = append(blocks, map[string]any{"type": "text", "text": p.Text})
 				}
 			case PartImage:
@@ -444,7 +445,7 @@ func EncodeAnthropicWith(r *Request, model string, maxTokens int) ([]byte, error
 				for _, c := range p.Content {
 					switch c.Kind {
 					case PartText:
-						if c.Text != "" { // Anthropic refuses an empty text block
+						if anthropicText(c.Text) {
 							content = append(content, map[string]any{"type": "text", "text": c.Text})
 						}
 					case PartImage:
@@ -486,6 +487,7 @@ func EncodeAnthropicWith(r *Request, model string, maxTokens int) ([]byte, error
 		// Every message was empty (OpenAI takes an empty user message).
 		return nil, errNoConversation("messages: Anthropic needs a message with content, and every message is empty")
 	}
+	trimPrefill(msgs[len(msgs)-1])
 	if r.MaxTokens > 0 || maxTokens <= 0 {
 		maxTokens = cmp.Or(r.MaxTokens, DefaultAnthropicMaxTokens)
 	}
@@ -769,6 +771,26 @@ func anthropicDocumentBlock(p Part) map[string]any {
 		b["title"] = p.Title
 	}
 	return b
+}
+
+// anthropicText reports whether Anthropic takes text as a text block: it
+// refuses one that is empty or all whitespace, which OpenAI's formats
+// take (a model's "\n\n" before its tool call, an empty tool result).
+// Such text says nothing, and is left out.
+func anthropicText(text string) bool { return strings.TrimSpace(text) != "" }
+
+// trimPrefill trims the trailing whitespace of a conversation's last
+// message when it is the assistant's (a prefill the model continues),
+// which Anthropic refuses ("final assistant content cannot end with
+// trailing whitespace"); the model writes what follows either way.
+func trimPrefill(last map[string]any) {
+	if last["role"] != string(RoleAssistant) {
+		return
+	}
+	blocks := last["content"].([]any)
+	if b := blocks[len(blocks)-1].(map[string]any); b["type"] == "text" {
+		b["text"] = strings.TrimRightFunc(b["text"].(string), unicode.IsSpace)
+	}
 }
 
 func anthropicImage(p Part) map[string]any {

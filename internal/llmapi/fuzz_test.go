@@ -213,6 +213,9 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","store":false,"include":["reasoning.encrypted_content"],"reasoning":{"effort":"low"},"input":[{"role":"user","content":"x"},` +
 		`{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"Let me look."}],"encrypted_content":"` + llmapi.SealedPrefix + `eyJ0ZXh0IjoiTGV0IG1lIGxvb2suIiwic2lnbmF0dXJlIjoiRXFRQkNnSVlBaElNIn0"},` +
 		`{"type":"function_call","call_id":"toolu_1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"toolu_1","output":"r"}],"tools":[{"type":"function","name":"f"}]}`))
+	// Blank text OpenAI's formats take, and a prefill ending in a space.
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"w"},{"role":"assistant","content":"\n\n","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"c1","content":" "},{"role":"user","content":[{"type":"text","text":" "},{"type":"text","text":"ok"}]},{"role":"assistant","content":"Sure, "}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, dec := range []func([]byte) (*llmapi.Request, error){
 			llmapi.DecodeAnthropicRequest, llmapi.DecodeChatRequest, llmapi.DecodeResponsesRequest,

@@ -1954,3 +1954,53 @@ func TestAnthropicMaxTokens(t *testing.T) {
 		t.Errorf("a thinking budget within the model's limit: max_tokens %v, want 64000", got)
 	}
 }
+
+// TestAnthropicWhitespaceText: OpenAI's formats take text that is all
+// whitespace (a model's "\n\n" before its tool call, a tool's blank
+// output), and a conversation that ends in the assistant's text with a
+// trailing space (a prefill); Anthropic refuses each with 400 ("text
+// content blocks must contain non-whitespace text", "final assistant
+// content cannot end with trailing whitespace"). Translated, the blank
+// text is left out and the prefill's trailing whitespace trimmed.
+func TestAnthropicWhitespaceText(t *testing.T) {
+	req, err := llmapi.DecodeChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"weather?"},` +
+		`{"role":"assistant","content":"\n\n","tool_calls":[{"id":"c1","type":"function","function":{"name":"weather","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"c1","content":" \n"},{"role":"user","content":[{"type":"text","text":"  "},{"type":"text","text":"thanks"}]},` +
+		`{"role":"assistant","content":"Sure, \n"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := llmapi.EncodeAnthropic(req, "claude")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := llmapitest.CheckAnthropicRequest(out); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var b struct {
+		Messages []struct {
+			Role    string
+			Content []map[string]any
+		}
+	}
+	json.Unmarshal(out, &b)
+	want := []string{`user:[text weather?]`, `assistant:[tool_use]`, `user:[tool_result text thanks]`, `assistant:[text Sure,]`}
+	var got []string
+	for _, m := range b.Messages {
+		var blocks []string
+		for _, c := range m.Content {
+			s := c["type"].(string)
+			if txt, ok := c["text"].(string); ok {
+				s += " " + txt
+			}
+			if _, ok := c["content"]; ok {
+				s += " with content"
+			}
+			blocks = append(blocks, s)
+		}
+		got = append(got, m.Role+":["+strings.Join(blocks, " ")+"]")
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("sent %q, want %q\n%s", got, want, out)
+	}
+}

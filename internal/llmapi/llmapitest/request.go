@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
+	"unicode"
 )
 
 // anthropicToolID is the pattern Anthropic holds tool call ids to.
@@ -25,11 +27,12 @@ func checkToolName(where, name string) error {
 // CheckAnthropicRequest holds a request the Edge translated for Anthropic
 // to what Anthropic refuses of any request, whatever the client sent: a
 // conversation of at least one message, roles alternating, no empty
-// content or text block, tool call ids of its pattern and inputs that are
-// objects, tools whose input schema is an object schema, tool names (of
-// tools, calls and the tool choice) of its pattern, a positive
-// max_tokens above any thinking budget, and not both temperature and
-// top_p (nor either beside thinking). What only a wrong client sends (a
+// content, no text block without non-whitespace text and no final
+// assistant text that ends in whitespace, tool call ids of its pattern
+// and inputs that are objects, tools whose input schema is an object
+// schema, tool names (of tools, calls and the tool choice) of its
+// pattern, a positive max_tokens above any thinking budget, and not both
+// temperature and top_p (nor either beside thinking). What only a wrong client sends (a
 // tool result no call asked for) is the provider's to refuse, not checked
 // here.
 func CheckAnthropicRequest(body []byte) error {
@@ -74,6 +77,17 @@ func CheckAnthropicRequest(body []byte) error {
 			}
 		}
 	}
+	// A final assistant message is a prefill, which may not end in
+	// whitespace.
+	if last := r.Messages[len(r.Messages)-1]; last.Role == "assistant" {
+		var b struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(last.Content[len(last.Content)-1], &b) == nil && b.Type == "text" && strings.TrimRightFunc(b.Text, unicode.IsSpace) != b.Text {
+			return fmt.Errorf("final assistant content ends in whitespace: %q", b.Text)
+		}
+	}
 	for i, t := range r.Tools {
 		if t.InputSchema == nil || t.InputSchema["type"] != "object" {
 			return fmt.Errorf("tools[%d]: input_schema %v", i, t.InputSchema)
@@ -115,8 +129,8 @@ func checkAnthropicBlock(raw json.RawMessage) error {
 	}
 	switch b.Type {
 	case "text":
-		if b.Text == nil || *b.Text == "" {
-			return fmt.Errorf("an empty text block")
+		if b.Text == nil || strings.TrimSpace(*b.Text) == "" {
+			return fmt.Errorf("a text block without non-whitespace text")
 		}
 	case "tool_use":
 		var in map[string]any
