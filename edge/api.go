@@ -997,9 +997,9 @@ func encode(r *llmapi.Request, f wireFormat, t Target) ([]byte, error) {
 
 // modelClasses is how many encodings of one request a format may need:
 // besides the model's name, the encoders read only the model's class
-// (Target.class): one of OpenAI's reasoning models, whose Chat
-// Completions limit field differs, one that takes no reasoning effort, or
-// another.
+// (Target.class): one of OpenAI's reasoning models (its Chat Completions
+// limit field differs, and it is sent no temperature or top_p in either
+// format), one that takes no reasoning effort, or another.
 const modelClasses = 3
 
 // encIndex is where a preparation keeps the request encoded for OpenAI
@@ -1010,7 +1010,7 @@ func encIndex(f wireFormat, c llmapi.ModelClass) int {
 	switch {
 	case c == llmapi.ClassOpenAIChat:
 		i += 2
-	case f == formatChat && c == llmapi.ClassOpenAIReasoning:
+	case c == llmapi.ClassOpenAIReasoning:
 		i++
 	}
 	return i

@@ -1351,3 +1351,42 @@ func TestSealedThinkingThroughTheEdge(t *testing.T) {
 	}
 	r.settled()
 }
+
+// TestSamplingByModelClassThroughResponses: a request translated for
+// Responses is encoded apart for each class of model a route's targets
+// are: OpenAI's reasoning models refuse a temperature, which any other
+// model is sent. Targets of both classes behind one route each get their
+// own (they shared one encoding, the first target's).
+func TestSamplingByModelClassThroughResponses(t *testing.T) {
+	models := []string{"up-model", "gpt-5-mini"}
+	r := newRig(t, rigOpts{nodeModels: models, mutate: func(c *edge.Config) {
+		for j := range c.Nodes[0].Providers {
+			if p := &c.Nodes[0].Providers[j]; p.ID == "resp-only" {
+				p.Models = models
+			}
+		}
+		c.Routes = append(c.Routes, edge.Route{Model: "mixed-responses", Strategy: edge.Weighted, Targets: []edge.Target{
+			{ProviderID: "resp-only", Model: "up-model", Weight: 1}, {ProviderID: "resp-only", Model: "gpt-5-mini", Weight: 1},
+		}})
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	seen := map[string]bool{}
+	for i := 0; i < 200 && len(seen) < len(models); i++ {
+		before := len(r.upstream.Requests())
+		resp, out := r.do(t, "POST", "/v1/chat/completions", `{"model":"mixed-responses","temperature":0.7,"messages":[{"role":"user","content":"x"}]}`, oa)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+		q := r.upstream.Requests()[before]
+		var body map[string]any
+		json.Unmarshal(q.Body, &body)
+		if want := q.Model != "gpt-5-mini"; q.API != "responses" || (body["temperature"] != nil) != want {
+			t.Fatalf("%s was sent %s", q.Model, q.Body)
+		}
+		seen[q.Model] = true
+	}
+	if len(seen) != len(models) {
+		t.Fatalf("served by %v; want every target", seen)
+	}
+	r.settled()
+}
