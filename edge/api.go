@@ -999,8 +999,9 @@ func encode(r *llmapi.Request, f wireFormat, t Target) ([]byte, error) {
 // besides the model's name, the encoders read only the model's class
 // (Target.class): one of OpenAI's reasoning models (its Chat Completions
 // limit field differs, and it is sent no temperature or top_p in either
-// format), one that takes no reasoning effort, or another.
-const modelClasses = 3
+// format), one that takes no reasoning effort, one that is given its
+// reasoning back in Chat Completions, or another.
+const modelClasses = 4
 
 // encIndex is where a preparation keeps the request encoded for OpenAI
 // format f to a model of class c: one body for each class the format's
@@ -1012,6 +1013,8 @@ func encIndex(f wireFormat, c llmapi.ModelClass) int {
 		i += 2
 	case c == llmapi.ClassOpenAIReasoning:
 		i++
+	case f == formatChat && c == llmapi.ClassReasoningContent:
+		i += 3
 	}
 	return i
 }

@@ -284,11 +284,13 @@ type Target struct {
 	Weight int
 	// ModelClass says, for a request translated into Chat Completions or
 	// Responses, how Model takes an output limit and a reasoning effort,
-	// where its name does not tell (an Azure deployment is named by its
-	// operator): ModelOpenAIReasoning, ModelOpenAIChat or ModelOther.
-	// Empty reads it from the name: "o3", "gpt-5.1" and
+	// and whether it is given its reasoning back, where its name does not
+	// tell (an Azure deployment is named by its operator):
+	// ModelOpenAIReasoning, ModelOpenAIChat, ModelReasoningContent or
+	// ModelOther. Empty reads it from the name: "o3", "gpt-5.1" and
 	// "openai/gpt-5-mini" are reasoning models, "gpt-4o" and "gpt-4.1"
-	// chat models, anything else other.
+	// chat models, a name with "deepseek" in it reasoning-content,
+	// anything else other.
 	ModelClass string
 	// MaxTokens is the output limit sent to Model when a request
 	// translated for it sets none, where the provider's API requires
@@ -320,6 +322,12 @@ const (
 	// ModelOpenAIChat is one of OpenAI's models without reasoning (GPT-4o,
 	// GPT-4.1 and older): max_tokens, and no effort, which they refuse.
 	ModelOpenAIChat = "openai-chat"
+	// ModelReasoningContent is a model that must be given its reasoning
+	// back, in reasoning_content on each assistant message of a Chat
+	// Completions request (DeepSeek's thinking mode refuses a tool loop
+	// without it); otherwise as ModelOther. Servers that do not know the
+	// field may refuse it (Groq, Cerebras), so no other class is sent it.
+	ModelReasoningContent = "reasoning-content"
 	// ModelOther is any other model: max_tokens, which every
 	// OpenAI-compatible server reads, and an effort, which servers that
 	// have no use for it ignore.
@@ -328,10 +336,11 @@ const (
 
 // modelClassOf maps Target.ModelClass to the encoders' class.
 var modelClassOf = map[string]llmapi.ModelClass{
-	"":                   llmapi.ClassByName,
-	ModelOpenAIReasoning: llmapi.ClassOpenAIReasoning,
-	ModelOpenAIChat:      llmapi.ClassOpenAIChat,
-	ModelOther:           llmapi.ClassOther,
+	"":                    llmapi.ClassByName,
+	ModelOpenAIReasoning:  llmapi.ClassOpenAIReasoning,
+	ModelOpenAIChat:       llmapi.ClassOpenAIChat,
+	ModelReasoningContent: llmapi.ClassReasoningContent,
+	ModelOther:            llmapi.ClassOther,
 }
 
 // class is the encoders' class of the target's model.
@@ -433,7 +442,7 @@ func (c *Config) validate() error {
 			case t.Weight < 0 || t.Weight > pool.MaxWeight:
 				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: Weight %d outside 0..%d", i, r.Model, j, t.Weight, pool.MaxWeight)
 			case !validModelClass(t.ModelClass):
-				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: ModelClass %q is not %s, %s or %s", i, r.Model, j, t.ModelClass, ModelOpenAIReasoning, ModelOpenAIChat, ModelOther)
+				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: ModelClass %q is not %s, %s, %s or %s", i, r.Model, j, t.ModelClass, ModelOpenAIReasoning, ModelOpenAIChat, ModelReasoningContent, ModelOther)
 			case t.MaxTokens < 0:
 				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: MaxTokens %d is negative", i, r.Model, j, t.MaxTokens)
 			}

@@ -77,14 +77,18 @@
 // requires an output limit: a request translated for it whose client set
 // none is sent its target's (Target.MaxTokens), by default the most a
 // Claude model writes, so that an answer left unbounded is not cut short.
-// A Responses client that includes reasoning.encrypted_content (Codex,
-// which keeps no state at the provider) is given an Anthropic model's
-// signed thinking sealed in the reasoning item's encrypted_content; sent
-// back, it reaches Anthropic as the thinking block it was, which Anthropic
-// needs to go on thinking in a tool loop. Another provider's reasoning
-// state is not portable and is left out of a translation, and a request
-// relayed untranslated to a Responses provider goes without the sealed
-// items.
+// A model that must be given its reasoning back (DeepSeek's thinking
+// mode; ModelReasoningContent) gets each assistant message's thinking as
+// reasoning_content; no other model is sent the field, which some servers
+// refuse. A Responses client that includes reasoning.encrypted_content
+// (Codex, which keeps no state at the provider) is given the model's
+// thinking, with an Anthropic model's signature, sealed in the reasoning
+// item's encrypted_content; sent back, it reaches Anthropic as the
+// thinking block it was, which Anthropic needs to go on thinking in a
+// tool loop, and DeepSeek as its reasoning_content. Another provider's
+// reasoning state is not portable and is left out of a translation, and
+// a request relayed untranslated to a Responses provider goes without
+// the sealed items.
 // A Responses custom tool, whose input is free text (Codex's apply_patch),
 // is carried as a function with one string parameter, a grammar it names
 // in that parameter's description, and its calls come back to the client

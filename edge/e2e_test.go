@@ -63,8 +63,9 @@ type rigOpts struct {
 	keepAlive    time.Duration
 	maxBody      int64
 	mutate       func(*edge.Config)
-	// nodeModels are the models the Node allows on providers "local" and
-	// "resp-only" and the upstream serves; nil means just "up-model".
+	// nodeModels are the models the Node allows on providers "local",
+	// "resp-only" and "chat-only" and the upstream serves; nil means just
+	// "up-model".
 	nodeModels []string
 	// hosted are more providers for the Node to host (mutate adds their
 	// specs and routes).
@@ -89,7 +90,7 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	// Two more views of the same upstream: one that speaks only Responses
 	// and one that speaks only Chat Completions (ProviderSpec.APIs).
 	ro, _ := oaadapter.New(oaadapter.Config{ID: "resp-only", BaseURL: upURL, Models: o.nodeModels})
-	co, _ := oaadapter.New(oaadapter.Config{ID: "chat-only", BaseURL: upURL, Models: []string{"up-model"}})
+	co, _ := oaadapter.New(oaadapter.Config{ID: "chat-only", BaseURL: upURL, Models: o.nodeModels})
 
 	cfg := edge.Config{
 		Epoch: 1,

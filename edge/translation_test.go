@@ -1390,3 +1390,84 @@ func TestSamplingByModelClassThroughResponses(t *testing.T) {
 	}
 	r.settled()
 }
+
+// TestReasoningGivenBackToDeepSeek: DeepSeek's thinking mode refuses a
+// tool loop whose assistant messages do not give its reasoning back.
+// Claude Code keeps the thinking blocks it was given and Codex the sealed
+// reasoning items (include reasoning.encrypted_content); either way the
+// next request reaches DeepSeek, through Chat Completions, with each
+// assistant message's reasoning_content. A model of another class is not
+// sent the field.
+func TestReasoningGivenBackToDeepSeek(t *testing.T) {
+	models := []string{"up-model", "deepseek-reasoner"}
+	r := newRig(t, rigOpts{nodeModels: models, reply: func(*upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{Reasoning: []string{"Paris ", "first."}, ToolCalls: []upstreamtest.ToolCall{{ID: "call_1", Name: "weather", Arguments: `{"city":"Paris"}`}}}
+	}, mutate: func(c *edge.Config) {
+		for j := range c.Nodes[0].Providers {
+			if p := &c.Nodes[0].Providers[j]; p.ID == "chat-only" {
+				p.Models = models
+			}
+		}
+		c.Routes = append(c.Routes, edge.Route{Model: "via-deepseek", Targets: []edge.Target{{ProviderID: "chat-only", Model: "deepseek-reasoner"}}})
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
+	// sent returns the reasoning_content of each assistant message the
+	// upstream was last sent.
+	sent := func() []any {
+		reqs := r.upstream.Requests()
+		var b struct{ Messages []map[string]any }
+		json.Unmarshal(reqs[len(reqs)-1].Body, &b)
+		var out []any
+		for _, m := range b.Messages {
+			if m["role"] == "assistant" {
+				out = append(out, m["reasoning_content"])
+			}
+		}
+		return out
+	}
+	tools := `"tools":[{"name":"weather","input_schema":{"type":"object"}}]`
+	for _, model := range []string{"via-deepseek", "via-chat"} {
+		want := []any{"Paris first."}
+		if model == "via-chat" {
+			want = []any{nil}
+		}
+		// Claude Code: the answer's content blocks go back as they came.
+		resp, out := r.do(t, "POST", "/v1/messages", `{"model":"`+model+`","max_tokens":500,"messages":[{"role":"user","content":"weather?"}],`+tools+`}`, an)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+		var first struct{ Content json.RawMessage }
+		json.Unmarshal([]byte(out), &first)
+		resp, out = r.do(t, "POST", "/v1/messages", `{"model":"`+model+`","max_tokens":500,"messages":[{"role":"user","content":"weather?"},`+
+			`{"role":"assistant","content":`+string(first.Content)+`},{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"18C"}]}],`+tools+`}`, an)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+		if got := sent(); !slices.Equal(got, want) {
+			t.Errorf("Anthropic client to %s: reasoning_content %q, want %q (first answer %s)", model, got, want, first.Content)
+		}
+		// Codex: the sealed reasoning item goes back with the call.
+		const opts = `"store":false,"include":["reasoning.encrypted_content"],"tools":[{"type":"function","name":"weather"}]`
+		resp, out = r.do(t, "POST", "/v1/responses", `{"model":"`+model+`","input":"weather?",`+opts+`}`, oa)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+		var items struct{ Output []json.RawMessage }
+		json.Unmarshal([]byte(out), &items)
+		var input []string
+		input = append(input, `{"role":"user","content":"weather?"}`)
+		for _, it := range items.Output {
+			input = append(input, string(it))
+		}
+		input = append(input, `{"type":"function_call_output","call_id":"call_1","output":"18C"}`)
+		resp, out = r.do(t, "POST", "/v1/responses", `{"model":"`+model+`","input":[`+strings.Join(input, ",")+`],`+opts+`}`, oa)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+		if got := sent(); !slices.Equal(got, want) {
+			t.Errorf("Responses client to %s: reasoning_content %q, want %q (first output %s)", model, got, want, items.Output)
+		}
+	}
+	r.settled()
+}

@@ -116,7 +116,7 @@ func TestEdgeStrictness(t *testing.T) {
 		{"api the adapter cannot serve", "capacity: 1}", `the openai adapter cannot serve "messages"`},
 		{"no generation api", "capacity: 1}", "names no generation API"},
 		{"cors origin with a path", `api: {listen: "127.0.0.1:0"}`, `CORSOrigins[0]: "https://chat.example/": an origin has no path`},
-		{"unknown model class", "provider: p1, model: m}", `Routes[0] (pub).Targets[0]: ModelClass "gpt" is not openai-reasoning, openai-chat or other`},
+		{"unknown model class", "provider: p1, model: m}", `Routes[0] (pub).Targets[0]: ModelClass "gpt" is not openai-reasoning, openai-chat, reasoning-content or other`},
 		{"one secret under two names", `models: ["*"]`, "APIKeys[1] (b): same secret as APIKeys[0] (a)"},
 		{"queue bytes below a body", "nodes_listen:", "MaxQueuedBytes (1024) is below MaxBodyBytes (2048)"},
 		{"queue bytes below the default body", "nodes_listen:", "MaxQueuedBytes (1048576) is below MaxBodyBytes (16777216)"},

@@ -17,7 +17,9 @@ import (
 //   - to Chat Completions, a budget becomes reasoning_effort "low" (under
 //     4,096 tokens), "medium" (under 16,384) or "high"; thinking blocks in
 //     the history are dropped, because Chat Completions has no place for
-//     them and strict servers reject unknown fields;
+//     them and strict servers reject unknown fields, but for a model that
+//     must be given them back (ClassReasoningContent: DeepSeek), whose
+//     assistant messages carry them as reasoning_content;
 //   - to Anthropic, an effort becomes a budget of 2,048 (minimal, low),
 //     8,192 (medium), 24,576 (high) or 32,768 (xhigh) tokens, or none
 //     (none), with max_tokens raised above it when needed; an effort of
@@ -148,7 +150,9 @@ type ModelClass uint8
 
 const (
 	// ClassByName reads the class from the model's name:
-	// CompletionTokensModel, NonReasoningModel, else ClassOther.
+	// CompletionTokensModel, NonReasoningModel, ClassReasoningContent
+	// for a DeepSeek model ("deepseek-reasoner",
+	// "deepseek-ai/DeepSeek-V3.2"), else ClassOther.
 	ClassByName ModelClass = iota
 	// ClassOther takes max_tokens and a reasoning effort (open models and
 	// the servers that host them; one that has no use for the effort
@@ -162,6 +166,13 @@ const (
 	// ClassOpenAIChat is one of OpenAI's models that take no reasoning
 	// effort (GPT-4o, GPT-4.1 and older): max_tokens, and no effort.
 	ClassOpenAIChat
+	// ClassReasoningContent is a model that must be given its reasoning
+	// back, in Chat Completions' reasoning_content on each assistant
+	// message: DeepSeek's thinking mode refuses a tool loop without it
+	// ("Missing reasoning_content field in the assistant message"). It
+	// is otherwise ClassOther. Other servers refuse the field (Groq,
+	// Cerebras), so only this class is sent it.
+	ClassReasoningContent
 )
 
 // Of is c for model: c itself, or for ClassByName the class model's name
@@ -174,6 +185,8 @@ func (c ModelClass) Of(model string) ModelClass {
 		return ClassOpenAIChat
 	case CompletionTokensModel(model):
 		return ClassOpenAIReasoning
+	case strings.Contains(modelName(model), "deepseek"):
+		return ClassReasoningContent
 	}
 	return ClassOther
 }
@@ -276,7 +289,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 		case RoleAssistant:
 			msg := map[string]any{"role": "assistant"}
 			var calls []any
-			var text strings.Builder
+			var text, reasoning strings.Builder
 			for _, p := range m.Parts {
 				switch p.Kind {
 				case PartText:
@@ -288,10 +301,17 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 					}
 					calls = append(calls, map[string]any{"id": openAICallID(p.ID, maxChatCallID), "type": "function", "function": map[string]any{"name": ProviderToolName(p.Name), "arguments": args}})
 				case PartThinking:
-					// dropped: see the mapping above
+					// Dropped (see the mapping above), but for a model
+					// that must be given it back.
+					reasoning.WriteString(p.Text)
 				default:
 					return nil, badRequest("messages[%d]: %s in an assistant turn", i, p.Kind)
 				}
+			}
+			if c == ClassReasoningContent {
+				// Empty when the client kept none: the field must be
+				// there all the same.
+				msg["reasoning_content"] = reasoning.String()
 			}
 			msg["content"] = text.String()
 			if calls != nil {

@@ -588,13 +588,14 @@ type ResponsesRenderer struct {
 	// when it gave no such string). The input is whole only once the call
 	// is, so it is streamed as one delta, right before its .done event.
 	Freeform map[string]bool
-	// Seal gives a reasoning item that carries a thinking block's
-	// signature (an Anthropic model's) an encrypted_content holding the
-	// block (SealedPrefix), as OpenAI gives its own reasoning state to a
-	// client that includes reasoning.encrypted_content
-	// (Request.SealReasoning). A client that sends the item back, as
-	// Codex does, has Anthropic go on thinking through a tool loop, which
-	// it does only given its signed thinking back.
+	// Seal gives a reasoning item an encrypted_content holding its
+	// thinking block (SealedPrefix): its text, and an Anthropic model's
+	// signature. OpenAI gives its own reasoning state so to a client that
+	// includes reasoning.encrypted_content (Request.SealReasoning). A
+	// client that sends the item back, as Codex does, has Anthropic go on
+	// thinking through a tool loop, which it does only given its signed
+	// thinking back, and has DeepSeek given its reasoning back
+	// (ClassReasoningContent).
 	Seal    bool
 	st      state
 	seq     int
@@ -647,7 +648,7 @@ func (r *ResponsesRenderer) item(i int, final bool) map[string]any {
 	switch b.Kind {
 	case PartThinking:
 		it := map[string]any{"type": "reasoning", "id": id, "summary": []any{map[string]any{"type": "summary_text", "text": b.Text}}}
-		if final && r.Seal && b.Signature != "" {
+		if final && r.Seal && (b.Text != "" || b.Signature != "") {
 			it["encrypted_content"] = sealThinking(b.Text, b.Signature)
 		}
 		return it

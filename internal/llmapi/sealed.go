@@ -8,9 +8,10 @@ import (
 )
 
 // SealedPrefix opens the encrypted_content a Responses reasoning item is
-// given when it carries an Anthropic thinking block (ResponsesRenderer.Seal):
-// the block's text and signature, which Anthropic needs back, whole and
-// unchanged, to go on thinking in a tool loop. It is not encrypted: the
+// given (ResponsesRenderer.Seal): its thinking block's text and, from
+// Anthropic, signature, which Anthropic needs back, whole and unchanged,
+// to go on thinking in a tool loop (and DeepSeek its text,
+// ClassReasoningContent). It is not encrypted: the
 // client was shown the text, and the signature is Anthropic's own proof
 // that the text is what its model wrote (a forged one is refused there,
 // as it would be sent through the Messages API). Only this gateway reads
@@ -39,7 +40,7 @@ func openThinking(sealed, where string) (Part, error) {
 	if err == nil {
 		err = json.Unmarshal(raw, &t)
 	}
-	if err != nil || t.Signature == "" {
+	if err != nil {
 		return Part{}, badRequest("%s.encrypted_content is not a reasoning item this gateway gave", where)
 	}
 	return Part{Kind: PartThinking, Text: t.Text, Signature: t.Signature}, nil

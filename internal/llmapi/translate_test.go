@@ -1138,6 +1138,8 @@ func TestModelClass(t *testing.T) {
 		{"openai/gpt-5-mini", llmapi.ClassByName, llmapi.ClassOpenAIReasoning},
 		{"gpt-4.1", llmapi.ClassByName, llmapi.ClassOpenAIChat},
 		{"qwen3:8b", llmapi.ClassByName, llmapi.ClassOther},
+		{"deepseek-reasoner", llmapi.ClassByName, llmapi.ClassReasoningContent},
+		{"deepseek-ai/DeepSeek-V3.2", llmapi.ClassByName, llmapi.ClassReasoningContent},
 		{"my-deployment", llmapi.ClassOpenAIReasoning, llmapi.ClassOpenAIReasoning},
 		{"gpt-4o", llmapi.ClassOther, llmapi.ClassOther},
 	} {
@@ -1153,6 +1155,7 @@ func TestModelClass(t *testing.T) {
 		{llmapi.ClassOther, "max_tokens", "high"},
 		{llmapi.ClassOpenAIReasoning, "max_completion_tokens", "high"},
 		{llmapi.ClassOpenAIChat, "max_tokens", ""},
+		{llmapi.ClassReasoningContent, "max_tokens", "high"},
 	} {
 		b, err := llmapi.EncodeChatAs(r, "deployment", c.class)
 		if err != nil {
@@ -2002,5 +2005,55 @@ func TestAnthropicWhitespaceText(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("sent %q, want %q\n%s", got, want, out)
+	}
+}
+
+// TestReasoningContentGivenBack: DeepSeek's thinking mode refuses a tool
+// loop whose assistant messages do not give its reasoning back
+// ("Missing reasoning_content field in the assistant message"), and
+// Groq and Cerebras refuse the field. A request translated for Chat
+// Completions gives each assistant message its thinking as
+// reasoning_content (empty where the client kept none) to a model of
+// ClassReasoningContent (a DeepSeek model by name), and to no other.
+func TestReasoningContentGivenBack(t *testing.T) {
+	req, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":99,"messages":[{"role":"user","content":"weather?"},` +
+		`{"role":"assistant","content":[{"type":"thinking","thinking":"Paris first.","signature":""},{"type":"tool_use","id":"c1","name":"weather","input":{}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"18C"}]},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"c2","name":"weather","input":{}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"c2","content":"20C"}]}],` +
+		`"tools":[{"name":"weather","input_schema":{"type":"object"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasoning := func(body []byte) []any {
+		t.Helper()
+		var b struct{ Messages []map[string]any }
+		json.Unmarshal(body, &b)
+		var out []any
+		for _, m := range b.Messages {
+			if m["role"] == "assistant" {
+				out = append(out, m["reasoning_content"])
+			}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		model string
+		class llmapi.ModelClass
+		want  []any
+	}{
+		{"deepseek-reasoner", llmapi.ClassByName, []any{"Paris first.", ""}},
+		{"deployment", llmapi.ClassReasoningContent, []any{"Paris first.", ""}},
+		{"qwen3:8b", llmapi.ClassByName, []any{nil, nil}},
+		{"gpt-5", llmapi.ClassByName, []any{nil, nil}},
+		{"deepseek-r1-distill-llama-70b", llmapi.ClassOther, []any{nil, nil}}, // on Groq
+	} {
+		out, err := llmapi.EncodeChatAs(req, c.model, c.class)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := reasoning(out); !slices.Equal(got, c.want) {
+			t.Errorf("%s as %v: reasoning_content %q, want %q", c.model, c.class, got, c.want)
+		}
 	}
 }
