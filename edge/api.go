@@ -929,11 +929,11 @@ func (snap *snapshot) needsIR(rt *Route, a api) bool {
 // preparation is a decoded request made ready before it is queued: enc
 // holds it encoded for each OpenAI provider format a target of its route
 // translates to (at encIndex), messages for Anthropic Messages (one for
-// each output limit its targets are sent), run its conversion for a
-// normalized run. A provider that cannot carry it is no candidate.
+// each output limit and way of thinking its targets take), run its
+// conversion for a normalized run. A provider that cannot carry it is no candidate.
 type preparation struct {
 	enc      [modelClasses * (formatResponses + 1)]prepared
-	messages []limitPrepared
+	messages []modelPrepared
 	run      struct {
 		done bool
 		in   execution.Input
@@ -951,21 +951,23 @@ type prepared struct {
 	err  error
 }
 
-// limitPrepared is a request encoded for Anthropic Messages with the
-// output limit maxTokens where the client set none (0 when it set one).
-type limitPrepared struct {
-	maxTokens int
+// modelPrepared is a request encoded for Anthropic Messages to a model
+// the encoder is told model of.
+type modelPrepared struct {
+	model llmapi.AnthropicModel
 	prepared
 }
 
-// messagesLimit is the output limit the Anthropic Messages encoder sends
-// target t for r: 0 (the client's own, whatever the target) when r sets
-// one.
-func messagesLimit(r *llmapi.Request, t Target) int {
-	if r.MaxTokens > 0 {
-		return 0
+// messagesModel is what the Anthropic Messages encoder is told of target
+// t for r: its output limit where r sets none (0, the client's own
+// whatever the target, where it sets one), and whether it thinks
+// adaptively.
+func messagesModel(r *llmapi.Request, t Target) llmapi.AnthropicModel {
+	am := llmapi.AnthropicModel{Adaptive: llmapi.AdaptiveThinkingModel(t.Model)}
+	if r.MaxTokens <= 0 {
+		am.MaxTokens = t.maxTokens()
 	}
-	return t.maxTokens()
+	return am
 }
 
 // find is where pr keeps r encoded for format f to target t: nil when it
@@ -975,9 +977,9 @@ func (pr *preparation) find(r *llmapi.Request, f wireFormat, t Target) *prepared
 	if f != formatMessages {
 		return &pr.enc[encIndex(f, t.class())]
 	}
-	limit := messagesLimit(r, t)
+	am := messagesModel(r, t)
 	for i := range pr.messages {
-		if pr.messages[i].maxTokens == limit {
+		if pr.messages[i].model == am {
 			return &pr.messages[i].prepared
 		}
 	}
@@ -992,7 +994,7 @@ func encode(r *llmapi.Request, f wireFormat, t Target) ([]byte, error) {
 	case formatResponses:
 		return llmapi.EncodeResponsesAs(r, t.Model, t.class())
 	}
-	return llmapi.EncodeAnthropicWith(r, t.Model, messagesLimit(r, t))
+	return llmapi.EncodeAnthropicWith(r, t.Model, messagesModel(r, t))
 }
 
 // modelClasses is how many encodings of one request a format may need:
@@ -1035,7 +1037,7 @@ func (req *request) prepare() {
 		case p == pathTranslate:
 			e := pr.find(req.ir, f, t)
 			if e == nil {
-				pr.messages = append(pr.messages, limitPrepared{maxTokens: messagesLimit(req.ir, t)})
+				pr.messages = append(pr.messages, modelPrepared{model: messagesModel(req.ir, t)})
 				e = &pr.messages[len(pr.messages)-1].prepared
 			}
 			if e.done {

@@ -77,6 +77,11 @@
 // requires an output limit: a request translated for it whose client set
 // none is sent its target's (Target.MaxTokens), by default the most a
 // Claude model writes, so that an answer left unbounded is not cut short.
+// A reasoning effort asks a Claude model that thinks adaptively (Opus
+// and Sonnet 4.6 and later, the newest of which refuse a thinking budget)
+// for thinking {"type": "adaptive"} with output_config.effort, and an
+// older one for a budget; a route's Claude targets of both kinds are
+// each sent their own.
 // A model that must be given its reasoning back (DeepSeek's thinking
 // mode; ModelReasoningContent) gets each assistant message's thinking as
 // reasoning_content; no other model is sent the field, which some servers

@@ -64,8 +64,8 @@ type rigOpts struct {
 	maxBody      int64
 	mutate       func(*edge.Config)
 	// nodeModels are the models the Node allows on providers "local",
-	// "resp-only" and "chat-only" and the upstream serves; nil means just
-	// "up-model".
+	// "claude", "resp-only" and "chat-only" and the upstream serves; nil
+	// means just "up-model".
 	nodeModels []string
 	// hosted are more providers for the Node to host (mutate adds their
 	// specs and routes).
@@ -86,7 +86,7 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	upURL := up.Start()
 	t.Cleanup(up.Close)
 	oa, _ := oaadapter.New(oaadapter.Config{ID: "local", BaseURL: upURL, Models: o.nodeModels})
-	an, _ := anthropic.New(anthropic.Config{ID: "claude", BaseURL: upURL, Models: []string{"up-model"}})
+	an, _ := anthropic.New(anthropic.Config{ID: "claude", BaseURL: upURL, Models: o.nodeModels})
 	// Two more views of the same upstream: one that speaks only Responses
 	// and one that speaks only Chat Completions (ProviderSpec.APIs).
 	ro, _ := oaadapter.New(oaadapter.Config{ID: "resp-only", BaseURL: upURL, Models: o.nodeModels})

@@ -1471,3 +1471,53 @@ func TestReasoningGivenBackToDeepSeek(t *testing.T) {
 	}
 	r.settled()
 }
+
+// TestThinkingByClaudeGeneration: Claude Opus 4.8 is asked to think
+// adaptively with an effort, and refuses a budget; Sonnet 4.5 takes only
+// a budget. Both behind one route, with the same output limit, each is
+// sent its own way of thinking (one shared encoding would give one of
+// them a request it refuses).
+func TestThinkingByClaudeGeneration(t *testing.T) {
+	models := []string{"up-model", "claude-opus-4-8", "claude-sonnet-4-5"}
+	r := newRig(t, rigOpts{nodeModels: models, mutate: func(c *edge.Config) {
+		for j := range c.Nodes[0].Providers {
+			if p := &c.Nodes[0].Providers[j]; p.ID == "claude" {
+				p.Models = models
+			}
+		}
+		c.Routes = append(c.Routes, edge.Route{Model: "claude-gens", Strategy: edge.Weighted, Targets: []edge.Target{
+			{ProviderID: "claude", Model: "claude-opus-4-8", Weight: 1}, {ProviderID: "claude", Model: "claude-sonnet-4-5", Weight: 1},
+		}})
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	want := map[string]string{"claude-opus-4-8": "adaptive", "claude-sonnet-4-5": "enabled"}
+	seen := map[string]bool{}
+	for i := 0; i < 200 && len(seen) < len(want); i++ {
+		before := len(r.upstream.Requests())
+		resp, out := r.do(t, "POST", "/v1/chat/completions", `{"model":"claude-gens","reasoning_effort":"medium","messages":[{"role":"user","content":"x"}]}`, oa)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+		q := r.upstream.Requests()[before]
+		var body struct {
+			MaxTokens int `json:"max_tokens"`
+			Thinking  struct {
+				Type   string `json:"type"`
+				Budget int    `json:"budget_tokens"`
+			} `json:"thinking"`
+			OutputConfig struct {
+				Effort string `json:"effort"`
+			} `json:"output_config"`
+		}
+		json.Unmarshal(q.Body, &body)
+		if body.Thinking.Type != want[q.Model] || body.MaxTokens != 64000 ||
+			(body.Thinking.Type == "adaptive") != (body.OutputConfig.Effort == "medium" && body.Thinking.Budget == 0) {
+			t.Fatalf("%s was sent %s", q.Model, q.Body)
+		}
+		seen[q.Model] = true
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("served by %v; want every target", seen)
+	}
+	r.settled()
+}

@@ -14,6 +14,8 @@ import (
 
 // Thinking and reasoning mapping. Anthropic has a thinking token budget,
 // OpenAI a reasoning effort. Translating a request:
+//   - from an adaptive Claude client, output_config.effort becomes the
+//     reasoning effort (xhigh and max become high);
 //   - to Chat Completions, a budget becomes reasoning_effort "low" (under
 //     4,096 tokens), "medium" (under 16,384) or "high"; thinking blocks in
 //     the history are dropped, because Chat Completions has no place for
@@ -23,7 +25,11 @@ import (
 //   - to Anthropic, an effort becomes a budget of 2,048 (minimal, low),
 //     8,192 (medium), 24,576 (high) or 32,768 (xhigh) tokens, or none
 //     (none), with max_tokens raised above it when needed; an effort of
-//     another name is refused; thinking blocks are kept only with a
+//     another name is refused; a Claude model that thinks adaptively
+//     (AdaptiveThinkingModel: Opus and Sonnet 4.6 and later, the newest
+//     of which refuse a budget) is asked with thinking {"type":
+//     "adaptive", "display": "summarized"} and output_config.effort low,
+//     medium or high instead; thinking blocks are kept only with a
 //     signature Anthropic issued, since it rejects any other; a request
 //     that forces a tool, or a turn that continues a tool loop whose call
 //     has no such block, runs without thinking, which Anthropic refuses
@@ -408,36 +414,108 @@ func AnthropicMaxTokens(model string) int {
 	case strings.HasPrefix(m, "3-5-"):
 		return 8192
 	}
-	for _, family := range []string{"opus-", "sonnet-", "haiku-"} {
-		rest, ok := strings.CutPrefix(m, family)
-		if !ok {
-			continue
-		}
-		major, rest, _ := strings.Cut(rest, "-")
-		minor, _, _ := strings.Cut(rest, "-")
-		switch {
-		case family == "opus-" && major == "4" && (minor == "" || minor == "0" || minor == "1" || len(minor) == 8):
-			// claude-opus-4, -4-0, -4-1 and the dated
-			// claude-opus-4-20250514.
-			return 32000
-		case len(major) == 1 && major[0] >= '4' && major[0] <= '9':
-			return 64000
+	switch v, ok := claudeVersionOf(model); {
+	case !ok:
+		return DefaultAnthropicMaxTokens
+	case v.family == "opus" && v.major == 4 && v.minor <= 1:
+		// claude-opus-4, -4-0, -4-1 and the dated claude-opus-4-20250514.
+		return 32000
+	}
+	return 64000
+}
+
+// AnthropicModel is what the Anthropic encoder needs to know of a model
+// besides its name.
+type AnthropicModel struct {
+	// MaxTokens is the output limit sent where the client set none; 0
+	// sends DefaultAnthropicMaxTokens.
+	MaxTokens int
+	// Adaptive says the model thinks adaptively: it is asked to think
+	// with thinking {"type": "adaptive"} and output_config.effort, and
+	// refuses (the newest ones) or deprecates a thinking budget.
+	Adaptive bool
+}
+
+// AnthropicModelOf reads what its name tells of model: AnthropicMaxTokens
+// and AdaptiveThinkingModel.
+func AnthropicModelOf(model string) AnthropicModel {
+	return AnthropicModel{MaxTokens: AnthropicMaxTokens(model), Adaptive: AdaptiveThinkingModel(model)}
+}
+
+// AdaptiveThinkingModel reports whether model's name is that of a Claude
+// model that thinks adaptively: Opus and Sonnet 4.6 and every Claude
+// model of a later version (Opus 4.7 and 4.8, Sonnet 5). The newest of
+// them refuse thinking {"type": "enabled"} with a budget (400), and 4.6
+// deprecates it; the older ones take nothing else. The name is read as
+// AnthropicMaxTokens reads it.
+func AdaptiveThinkingModel(model string) bool {
+	v, ok := claudeVersionOf(model)
+	return ok && (v.major >= 5 || v.major == 4 && v.minor >= 6)
+}
+
+// claudeVersion is a Claude 4 or later model's family and version.
+type claudeVersion struct {
+	family       string // "opus", "sonnet" or "haiku"
+	major, minor int
+}
+
+// claudeVersionOf reads a Claude 4 or later model's version from its
+// name ("claude-opus-4-8", "anthropic.claude-sonnet-4-6-v1:0",
+// "claude-sonnet-5@20260901"): its minor version is 0 where the name
+// gives none, or gives a date in its place ("claude-opus-4-20250514").
+// ok is false for any other name.
+func claudeVersionOf(model string) (v claudeVersion, ok bool) {
+	m := strings.ToLower(model)
+	i := strings.Index(m, "claude-")
+	if i < 0 {
+		return v, false
+	}
+	m, _, _ = strings.Cut(m[i+len("claude-"):], "@") // Vertex's @date
+	family, rest, _ := strings.Cut(m, "-")
+	if family != "opus" && family != "sonnet" && family != "haiku" {
+		return v, false
+	}
+	major, rest, _ := strings.Cut(rest, "-")
+	minor, _, _ := strings.Cut(rest, "-")
+	if len(major) != 1 || major[0] < '4' || major[0] > '9' {
+		return v, false
+	}
+	v = claudeVersion{family: family, major: int(major[0] - '0')}
+	if len(minor) <= 2 { // a date is no minor version
+		for _, c := range minor {
+			if c < '0' || c > '9' {
+				return claudeVersion{family: family, major: v.major}, true
+			}
+			v.minor = v.minor*10 + int(c-'0')
 		}
 	}
-	return DefaultAnthropicMaxTokens
+	return v, true
+}
+
+// anthropicEffort is the effort an adaptive Claude model is asked for in
+// place of an OpenAI reasoning effort: low, medium or high. "minimal" is
+// low, and "xhigh", which not every such model takes, high.
+func anthropicEffort(effort string) string {
+	switch effort {
+	case "minimal", "low":
+		return "low"
+	case "medium":
+		return "medium"
+	}
+	return "high"
 }
 
 // EncodeAnthropic renders r as an Anthropic Messages request for model,
-// with the output limit AnthropicMaxTokens(model) where the client set
-// none.
+// as AnthropicModelOf(model) says the model takes it.
 func EncodeAnthropic(r *Request, model string) ([]byte, error) {
-	return EncodeAnthropicWith(r, model, AnthropicMaxTokens(model))
+	return EncodeAnthropicWith(r, model, AnthropicModelOf(model))
 }
 
 // EncodeAnthropicWith renders r as an Anthropic Messages request for
-// model, with the output limit maxTokens where the client set none.
-// Consecutive turns of one role are merged, as the API requires.
-func EncodeAnthropicWith(r *Request, model string, maxTokens int) ([]byte, error) {
+// model, of which am says what its name may not. Consecutive turns of
+// one role are merged, as the API requires.
+func EncodeAnthropicWith(r *Request, model string, am AnthropicModel) ([]byte, error) {
+	maxTokens := am.MaxTokens
 	if r.Output != nil && r.Output.Schema == nil {
 		return nil, fmt.Errorf("%w: JSON mode without a schema (Anthropic's output_config.format takes a json_schema)", ErrUnsupported)
 	}
@@ -528,13 +606,24 @@ func EncodeAnthropicWith(r *Request, model string, maxTokens int) ([]byte, error
 		// tool loop whose call has no signed thinking block.
 		budget = 0
 	}
-	if budget > 0 {
+	var outputConfig map[string]any
+	switch {
+	case budget > 0 && am.Adaptive:
+		// The thinking is shown summarized, as a Responses client asks
+		// (summary "auto"); the newest models show none unless asked.
+		out["thinking"] = map[string]any{"type": "adaptive", "display": "summarized"}
+		effort := r.ReasoningEffort
+		if effort == "" {
+			effort = effortFor(budget)
+		}
+		outputConfig = map[string]any{"effort": anthropicEffort(effort)}
+	case budget > 0:
 		budget = max(budget, 1024) // the API's minimum
 		out["thinking"] = map[string]any{"type": "enabled", "budget_tokens": budget}
 		if maxTokens <= budget {
 			maxTokens = budget + DefaultAnthropicMaxTokens
 		}
-	} else {
+	default:
 		// Anthropic's newer models refuse temperature and top_p together
 		// (its guidance for every model: set one). Given both, the
 		// temperature goes, unless it is the default (1) and top_p says
@@ -562,7 +651,13 @@ func EncodeAnthropicWith(r *Request, model string, maxTokens int) ([]byte, error
 		out["metadata"] = map[string]any{"user_id": r.User}
 	}
 	if f := r.Output; f != nil {
-		out["output_config"] = map[string]any{"format": map[string]any{"type": "json_schema", "schema": f.Schema}}
+		if outputConfig == nil {
+			outputConfig = map[string]any{}
+		}
+		outputConfig["format"] = map[string]any{"type": "json_schema", "schema": f.Schema}
+	}
+	if outputConfig != nil {
+		out["output_config"] = outputConfig
 	}
 	if len(r.Tools) > 0 {
 		var tools []any

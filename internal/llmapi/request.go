@@ -297,6 +297,20 @@ func anthropicDocument(b anthropicBlock, where string) ([]Part, error) {
 	return nil, badRequest("%s: document source %q not supported", where, b.Source.Type)
 }
 
+// openAIEffort is the OpenAI reasoning effort an adaptive Claude client's
+// effort asks for: low, medium and high as they are, and "xhigh" or
+// "max", which not every OpenAI model takes, high; none for none given.
+// ok is false for an effort Anthropic does not name.
+func openAIEffort(effort string) (string, bool) {
+	switch effort {
+	case "", "low", "medium", "high":
+		return effort, true
+	case "xhigh", "max":
+		return "high", true
+	}
+	return "", false
+}
+
 // DecodeAnthropicRequest decodes an Anthropic Messages request.
 func DecodeAnthropicRequest(body []byte) (*Request, error) {
 	var m struct {
@@ -331,6 +345,7 @@ func DecodeAnthropicRequest(body []byte) (*Request, error) {
 		} `json:"metadata"`
 		OutputConfig *struct {
 			Format json.RawMessage `json:"format"`
+			Effort string          `json:"effort"`
 		} `json:"output_config"`
 		OutputFormat json.RawMessage   `json:"output_format"` // the structured-outputs beta's name for output_config.format
 		MCPServers   []json.RawMessage `json:"mcp_servers"`
@@ -399,8 +414,18 @@ func DecodeAnthropicRequest(body []byte) (*Request, error) {
 	if tc := m.ToolChoice; tc != nil {
 		r.ToolChoice = &ToolChoice{Mode: tc.Type, Name: tc.Name, DisableParallel: tc.DisableParallelToolUse}
 	}
-	if m.Thinking != nil && m.Thinking.Type == "enabled" {
+	switch {
+	case m.Thinking != nil && m.Thinking.Type == "enabled":
 		r.ThinkingBudget = m.Thinking.BudgetTokens
+	case m.Thinking != nil && m.Thinking.Type == "adaptive" && m.OutputConfig != nil:
+		// Adaptive thinking (Claude 4.6 and later) is asked for with an
+		// effort, not a budget. Its default (high) is Anthropic's; given
+		// none, an OpenAI model reasons at its own.
+		effort, ok := openAIEffort(m.OutputConfig.Effort)
+		if !ok {
+			return nil, badRequest("output_config.effort %q is not low, medium, high, xhigh or max", m.OutputConfig.Effort)
+		}
+		r.ReasoningEffort = effort
 	}
 	if m.Metadata != nil {
 		r.User = m.Metadata.UserID

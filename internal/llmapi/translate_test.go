@@ -1933,7 +1933,7 @@ func TestAnthropicMaxTokens(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := llmapi.EncodeAnthropicWith(req, "claude-sonnet-4-5", maxTokens)
+		out, err := llmapi.EncodeAnthropicWith(req, "claude-sonnet-4-5", llmapi.AnthropicModel{MaxTokens: maxTokens})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -2055,5 +2055,86 @@ func TestReasoningContentGivenBack(t *testing.T) {
 		if got := reasoning(out); !slices.Equal(got, c.want) {
 			t.Errorf("%s as %v: reasoning_content %q, want %q", c.model, c.class, got, c.want)
 		}
+	}
+}
+
+// TestAdaptiveThinking: Claude Opus and Sonnet 4.6 and later think
+// adaptively; the newest refuse a thinking budget with 400. A request
+// translated for one asks with thinking {"type": "adaptive"} and
+// output_config.effort (the thinking shown summarized), an older Claude
+// with a budget as before. An adaptive Claude client's effort reaches an
+// OpenAI model as its reasoning effort; an effort Anthropic does not name
+// is refused.
+func TestAdaptiveThinking(t *testing.T) {
+	for model, want := range map[string]bool{
+		"claude-opus-4-6": true, "claude-sonnet-4-6": true, "claude-opus-4-7": true, "claude-opus-4-8": true,
+		"claude-sonnet-5": true, "claude-sonnet-5@20260901": true, "anthropic.claude-opus-4-8-v1:0": true, "Claude-Opus-4-10": true,
+		"claude-opus-4-5": false, "claude-sonnet-4-5-20250929": false, "claude-haiku-4-5": false, "claude-opus-4-20250514": false,
+		"claude-opus-4-1": false, "claude-3-7-sonnet-latest": false, "kimi-k2": false, "claude-sonnet": false,
+	} {
+		if got := llmapi.AdaptiveThinkingModel(model); got != want {
+			t.Errorf("AdaptiveThinkingModel(%q) = %v", model, got)
+		}
+	}
+	encode := func(body, model string) map[string]any {
+		t.Helper()
+		req, err := llmapi.DecodeChatRequest([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := llmapi.EncodeAnthropic(req, model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := llmapitest.CheckAnthropicRequest(out); err != nil {
+			t.Fatalf("%s: %v\n%s", model, err, out)
+		}
+		var b map[string]any
+		json.Unmarshal(out, &b)
+		return b
+	}
+	const turn = `"messages":[{"role":"user","content":"x"}]`
+	for _, c := range []struct {
+		body, model      string
+		thinking, config string // the fields sent, as JSON
+	}{
+		{`{"model":"m",` + turn + `,"reasoning_effort":"medium"}`, "claude-opus-4-8",
+			`{"display":"summarized","type":"adaptive"}`, `{"effort":"medium"}`},
+		{`{"model":"m",` + turn + `,"reasoning_effort":"xhigh"}`, "claude-sonnet-5", `{"display":"summarized","type":"adaptive"}`, `{"effort":"high"}`},
+		{`{"model":"m",` + turn + `,"reasoning_effort":"minimal","response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object"}}}}`, "claude-opus-4-6",
+			`{"display":"summarized","type":"adaptive"}`, `{"effort":"low","format":{"schema":{"type":"object"},"type":"json_schema"}}`},
+		{`{"model":"m",` + turn + `,"reasoning_effort":"medium"}`, "claude-sonnet-4-5", `{"budget_tokens":8192,"type":"enabled"}`, "null"},
+		{`{"model":"m",` + turn + `}`, "claude-opus-4-8", "null", "null"},
+	} {
+		b := encode(c.body, c.model)
+		if got := mustMarshal(t, b["thinking"]); got != c.thinking {
+			t.Errorf("%s to %s: thinking %s, want %s", c.body, c.model, got, c.thinking)
+		}
+		if got := mustMarshal(t, b["output_config"]); got != c.config {
+			t.Errorf("%s to %s: output_config %s, want %s", c.body, c.model, got, c.config)
+		}
+	}
+
+	// From an adaptive Claude client to an OpenAI model.
+	for effort, want := range map[string]any{`"low"`: "low", `"max"`: "high", `"xhigh"`: "high", "": nil} {
+		config := ""
+		if effort != "" {
+			config = `,"output_config":{"effort":` + effort + `}`
+		}
+		req, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":999,"thinking":{"type":"adaptive"}` + config + `,` + turn + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := llmapi.EncodeChat(req, "gpt-5")
+		var b map[string]any
+		json.Unmarshal(out, &b)
+		if b["reasoning_effort"] != want {
+			t.Errorf("adaptive effort %s: reasoning_effort %v, want %v", effort, b["reasoning_effort"], want)
+		}
+	}
+	_, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":9,"thinking":{"type":"adaptive"},"output_config":{"effort":"ultra"},` + turn + `}`))
+	var ae *llmapi.APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, "output_config.effort") {
+		t.Errorf("an unknown effort: %v", err)
 	}
 }

@@ -52,7 +52,8 @@ func CheckAnthropicRequest(body []byte) error {
 		Temperature *float64 `json:"temperature"`
 		TopP        *float64 `json:"top_p"`
 		Thinking    *struct {
-			Budget int `json:"budget_tokens"`
+			Type   string `json:"type"`
+			Budget int    `json:"budget_tokens"`
 		} `json:"thinking"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
@@ -106,8 +107,12 @@ func CheckAnthropicRequest(body []byte) error {
 		return fmt.Errorf("max_tokens %d", r.MaxTokens)
 	case r.Temperature != nil && r.TopP != nil:
 		return fmt.Errorf("both temperature and top_p")
-	case r.Thinking != nil && (r.Thinking.Budget < 1024 || r.Thinking.Budget >= r.MaxTokens):
+	case r.Thinking != nil && r.Thinking.Type != "enabled" && r.Thinking.Type != "adaptive":
+		return fmt.Errorf("thinking of type %q", r.Thinking.Type)
+	case r.Thinking != nil && r.Thinking.Type == "enabled" && (r.Thinking.Budget < 1024 || r.Thinking.Budget >= r.MaxTokens):
 		return fmt.Errorf("thinking budget %d with max_tokens %d", r.Thinking.Budget, r.MaxTokens)
+	case r.Thinking != nil && r.Thinking.Type == "adaptive" && r.Thinking.Budget != 0:
+		return fmt.Errorf("adaptive thinking with a budget")
 	case r.Thinking != nil && (r.Temperature != nil || r.TopP != nil):
 		return fmt.Errorf("temperature or top_p beside thinking")
 	}
