@@ -92,7 +92,7 @@ func (b *blockSeq) delta(text, sig string) {
 			// Whitespace before the arguments' JSON means nothing, and
 			// arguments of whitespace alone, passed on, are no JSON to a
 			// client that parses them: it is not passed on.
-			if strings.TrimSpace(text) == "" {
+			if trimJSONSpace(text) == "" {
 				return
 			}
 			b.argsBegun = true
@@ -118,7 +118,7 @@ func (b *blockSeq) stop() {
 // as an object; arguments that are not one cannot be translated and end
 // the answer with an error instead of reaching the client half-valid.
 func toolArgsOK(s string) bool {
-	s = strings.TrimSpace(s)
+	s = trimJSONSpace(s)
 	return s == "" || (s[0] == '{' && json.Valid([]byte(s)))
 }
 

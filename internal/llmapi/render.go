@@ -112,7 +112,7 @@ func (s *state) toolCalls() int {
 // when there were none.
 func (s *state) toolArgs(i int) string {
 	raw := s.bufs[i].args.String()
-	if strings.TrimSpace(raw) == "" {
+	if trimJSONSpace(raw) == "" {
 		return "{}"
 	}
 	return raw
@@ -120,7 +120,7 @@ func (s *state) toolArgs(i int) string {
 
 // toolInput returns a tool call's complete arguments as a JSON object.
 func (s *state) toolInput(i int) json.RawMessage {
-	raw := strings.TrimSpace(s.bufs[i].args.String())
+	raw := trimJSONSpace(s.bufs[i].args.String())
 	if raw == "" {
 		return json.RawMessage("{}")
 	}
@@ -469,7 +469,7 @@ func (r *ChatRenderer) Event(e Event) []byte {
 		// says and as OpenAI streams a call of a tool without
 		// parameters: a client parses the fragments it joined, and ""
 		// is not JSON.
-		if strings.TrimSpace(r.st.bufs[e.Index].args.String()) == "" {
+		if trimJSONSpace(r.st.bufs[e.Index].args.String()) == "" {
 			return r.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": r.callIndex[e.Index], "function": map[string]any{"arguments": "{}"}}}}, nil)
 		}
 	case EvDelta:

@@ -3,6 +3,7 @@ package llmapi
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 )
 
 // ErrUnsupported is returned when a request uses a feature the target
@@ -17,3 +18,9 @@ func mustJSON(v any) []byte {
 	}
 	return b
 }
+
+// trimJSONSpace trims the whitespace JSON allows around a value (space,
+// tab, line feed, carriage return) and no other: strings.TrimSpace would
+// also trim a form feed or a no-break space, which leave arguments that
+// are no JSON to a client that parses them as sent.
+func trimJSONSpace(s string) string { return strings.Trim(s, " \t\n\r") }
