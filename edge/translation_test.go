@@ -626,11 +626,7 @@ func TestModelFieldsThroughTranslation(t *testing.T) {
 	models := []string{"up-model", "gpt-5-mini", "gpt-4o", "prod-reasoner", "prod-chat", "gpt-5-named-other"}
 	classes := map[string]string{"prod-reasoner": edge.ModelOpenAIReasoning, "prod-chat": edge.ModelOpenAIChat, "gpt-5-named-other": edge.ModelOther}
 	r := newRig(t, rigOpts{nodeModels: models, mutate: func(c *edge.Config) {
-		for j := range c.Nodes[0].Providers {
-			if p := &c.Nodes[0].Providers[j]; p.ID == "local" {
-				p.Models = models
-			}
-		}
+		allowModels(c, "local", models)
 		var targets []edge.Target
 		for _, m := range models {
 			targets = append(targets, edge.Target{ProviderID: "local", Model: m, Weight: 1, ModelClass: classes[m]})
@@ -638,21 +634,13 @@ func TestModelFieldsThroughTranslation(t *testing.T) {
 		c.Routes = append(c.Routes, edge.Route{Model: "mixed", Strategy: edge.Weighted, Targets: targets})
 	}})
 	ac := anthropic.NewClient(aoption.WithBaseURL(r.url), aoption.WithAPIKey(apiKey), aoption.WithMaxRetries(0))
-	seen := map[string]bool{}
-	for i := 0; i < 200 && len(seen) < len(models); i++ {
-		before := len(r.calls())
+	r.eachTargetServes(t, models, func() {
 		if _, err := ac.Messages.New(ctx(t), anthropic.MessageNewParams{Model: "mixed", MaxTokens: 9000,
 			Thinking: anthropic.ThinkingConfigParamOfEnabled(8000),
 			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("x"))}}); err != nil {
 			t.Fatal(err)
 		}
-		calls := r.calls()
-		if len(calls) != before+1 {
-			t.Fatalf("%d upstream calls", len(calls)-before)
-		}
-		q := calls[len(calls)-1]
-		var body map[string]any
-		json.Unmarshal(q.Body, &body)
+	}, func(q *upstreamtest.Request, body map[string]any) {
 		limit, other, effort := "max_tokens", "max_completion_tokens", any("medium")
 		switch q.Model {
 		case "gpt-5-mini", "prod-reasoner":
@@ -663,12 +651,44 @@ func TestModelFieldsThroughTranslation(t *testing.T) {
 		if q.API != "chat" || body[limit] != float64(9000) || body[other] != nil || body["reasoning_effort"] != effort {
 			t.Fatalf("%s got %s", q.Model, q.Body)
 		}
+	})
+	r.settled()
+}
+
+// eachTargetServes sends a request with ask until each of targets (the
+// upstream models of a weighted route's targets) has served one, at most
+// 200 times, and hands check each request the upstream was sent, with
+// its decoded body.
+func (r *rig) eachTargetServes(t *testing.T, targets []string, ask func(), check func(q *upstreamtest.Request, body map[string]any)) {
+	t.Helper()
+	seen := map[string]bool{}
+	for i := 0; i < 200 && len(seen) < len(targets); i++ {
+		before := len(r.calls())
+		ask()
+		calls := r.calls()
+		if len(calls) != before+1 {
+			t.Fatalf("%d upstream calls", len(calls)-before)
+		}
+		q := calls[before]
+		var body map[string]any
+		if err := json.Unmarshal(q.Body, &body); err != nil {
+			t.Fatalf("%s was sent %s: %v", q.Model, q.Body, err)
+		}
+		check(q, body)
 		seen[q.Model] = true
 	}
-	if len(seen) != len(models) {
-		t.Fatalf("served by %v; want every target", seen)
+	if len(seen) != len(targets) {
+		t.Fatalf("served by %v; want each of %q", seen, targets)
 	}
-	r.settled()
+}
+
+// allowModels gives provider id of c's Node the models.
+func allowModels(c *edge.Config, id string, models []string) {
+	for j := range c.Nodes[0].Providers {
+		if p := &c.Nodes[0].Providers[j]; p.ID == id {
+			p.Models = models
+		}
+	}
 }
 
 // TestDocumentThroughTranslation: a PDF an Anthropic client sends (Claude
@@ -1360,34 +1380,22 @@ func TestSealedThinkingThroughTheEdge(t *testing.T) {
 func TestSamplingByModelClassThroughResponses(t *testing.T) {
 	models := []string{"up-model", "gpt-5-mini"}
 	r := newRig(t, rigOpts{nodeModels: models, mutate: func(c *edge.Config) {
-		for j := range c.Nodes[0].Providers {
-			if p := &c.Nodes[0].Providers[j]; p.ID == "resp-only" {
-				p.Models = models
-			}
-		}
+		allowModels(c, "resp-only", models)
 		c.Routes = append(c.Routes, edge.Route{Model: "mixed-responses", Strategy: edge.Weighted, Targets: []edge.Target{
 			{ProviderID: "resp-only", Model: "up-model", Weight: 1}, {ProviderID: "resp-only", Model: "gpt-5-mini", Weight: 1},
 		}})
 	}})
 	oa := map[string]string{"Authorization": "Bearer " + apiKey}
-	seen := map[string]bool{}
-	for i := 0; i < 200 && len(seen) < len(models); i++ {
-		before := len(r.upstream.Requests())
+	r.eachTargetServes(t, models, func() {
 		resp, out := r.do(t, "POST", "/v1/chat/completions", `{"model":"mixed-responses","temperature":0.7,"messages":[{"role":"user","content":"x"}]}`, oa)
 		if resp.StatusCode != 200 {
 			t.Fatalf("%d %s", resp.StatusCode, out)
 		}
-		q := r.upstream.Requests()[before]
-		var body map[string]any
-		json.Unmarshal(q.Body, &body)
+	}, func(q *upstreamtest.Request, body map[string]any) {
 		if want := q.Model != "gpt-5-mini"; q.API != "responses" || (body["temperature"] != nil) != want {
 			t.Fatalf("%s was sent %s", q.Model, q.Body)
 		}
-		seen[q.Model] = true
-	}
-	if len(seen) != len(models) {
-		t.Fatalf("served by %v; want every target", seen)
-	}
+	})
 	r.settled()
 }
 
@@ -1403,11 +1411,7 @@ func TestReasoningGivenBackToDeepSeek(t *testing.T) {
 	r := newRig(t, rigOpts{nodeModels: models, reply: func(*upstreamtest.Request) upstreamtest.Script {
 		return upstreamtest.Script{Reasoning: []string{"Paris ", "first."}, ToolCalls: []upstreamtest.ToolCall{{ID: "call_1", Name: "weather", Arguments: `{"city":"Paris"}`}}}
 	}, mutate: func(c *edge.Config) {
-		for j := range c.Nodes[0].Providers {
-			if p := &c.Nodes[0].Providers[j]; p.ID == "chat-only" {
-				p.Models = models
-			}
-		}
+		allowModels(c, "chat-only", models)
 		c.Routes = append(c.Routes, edge.Route{Model: "via-deepseek", Targets: []edge.Target{{ProviderID: "chat-only", Model: "deepseek-reasoner"}}})
 	}})
 	oa := map[string]string{"Authorization": "Bearer " + apiKey}
@@ -1480,25 +1484,19 @@ func TestReasoningGivenBackToDeepSeek(t *testing.T) {
 func TestThinkingByClaudeGeneration(t *testing.T) {
 	models := []string{"up-model", "claude-opus-4-8", "claude-sonnet-4-5"}
 	r := newRig(t, rigOpts{nodeModels: models, mutate: func(c *edge.Config) {
-		for j := range c.Nodes[0].Providers {
-			if p := &c.Nodes[0].Providers[j]; p.ID == "claude" {
-				p.Models = models
-			}
-		}
+		allowModels(c, "claude", models)
 		c.Routes = append(c.Routes, edge.Route{Model: "claude-gens", Strategy: edge.Weighted, Targets: []edge.Target{
 			{ProviderID: "claude", Model: "claude-opus-4-8", Weight: 1}, {ProviderID: "claude", Model: "claude-sonnet-4-5", Weight: 1},
 		}})
 	}})
 	oa := map[string]string{"Authorization": "Bearer " + apiKey}
 	want := map[string]string{"claude-opus-4-8": "adaptive", "claude-sonnet-4-5": "enabled"}
-	seen := map[string]bool{}
-	for i := 0; i < 200 && len(seen) < len(want); i++ {
-		before := len(r.upstream.Requests())
+	r.eachTargetServes(t, models[1:], func() {
 		resp, out := r.do(t, "POST", "/v1/chat/completions", `{"model":"claude-gens","reasoning_effort":"medium","messages":[{"role":"user","content":"x"}]}`, oa)
 		if resp.StatusCode != 200 {
 			t.Fatalf("%d %s", resp.StatusCode, out)
 		}
-		q := r.upstream.Requests()[before]
+	}, func(q *upstreamtest.Request, _ map[string]any) {
 		var body struct {
 			MaxTokens int `json:"max_tokens"`
 			Thinking  struct {
@@ -1514,10 +1512,6 @@ func TestThinkingByClaudeGeneration(t *testing.T) {
 			(body.Thinking.Type == "adaptive") != (body.OutputConfig.Effort == "medium" && body.Thinking.Budget == 0) {
 			t.Fatalf("%s was sent %s", q.Model, q.Body)
 		}
-		seen[q.Model] = true
-	}
-	if len(seen) != len(want) {
-		t.Fatalf("served by %v; want every target", seen)
-	}
+	})
 	r.settled()
 }
