@@ -963,7 +963,7 @@ type modelPrepared struct {
 // whatever the target, where it sets one), and whether it thinks
 // adaptively.
 func messagesModel(r *llmapi.Request, t Target) llmapi.AnthropicModel {
-	am := llmapi.AnthropicModel{Adaptive: llmapi.AdaptiveThinkingModel(t.Model)}
+	am := llmapi.AnthropicModel{Adaptive: t.adaptive()}
 	if r.MaxTokens <= 0 {
 		am.MaxTokens = t.maxTokens()
 	}

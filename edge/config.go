@@ -302,6 +302,28 @@ type Target struct {
 	// clients send no limit) is not cut short. Give it for a model the
 	// name does not tell, or one that writes more.
 	MaxTokens int
+	// Thinking says how a Claude Model is asked to think when a request
+	// translated for it asks for reasoning: ThinkingAdaptive (thinking
+	// type adaptive with an effort, which Opus and Sonnet 4.6 and later
+	// take, and the newest of them alone) or ThinkingBudget (a thinking
+	// budget, which older models alone take). Empty reads it from the
+	// name; give it for a deployment named otherwise (a Bedrock
+	// application inference profile's ARN).
+	Thinking string
+}
+
+// Ways a Claude model is asked to think (Target.Thinking).
+const (
+	ThinkingAdaptive = "adaptive"
+	ThinkingBudget   = "budget"
+)
+
+// adaptive reports whether t's model is asked to think adaptively.
+func (t Target) adaptive() bool {
+	if t.Thinking != "" {
+		return t.Thinking == ThinkingAdaptive
+	}
+	return llmapi.AdaptiveThinkingModel(t.Model)
 }
 
 // maxTokens is the output limit t is sent where a request sets none.
@@ -445,6 +467,8 @@ func (c *Config) validate() error {
 				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: ModelClass %q is not %s, %s, %s or %s", i, r.Model, j, t.ModelClass, ModelOpenAIReasoning, ModelOpenAIChat, ModelReasoningContent, ModelOther)
 			case t.MaxTokens < 0:
 				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: MaxTokens %d is negative", i, r.Model, j, t.MaxTokens)
+			case t.Thinking != "" && t.Thinking != ThinkingAdaptive && t.Thinking != ThinkingBudget:
+				return fmt.Errorf("Routes[%d] (%s).Targets[%d]: Thinking %q is not %s or %s", i, r.Model, j, t.Thinking, ThinkingAdaptive, ThinkingBudget)
 			}
 			for _, n := range c.Nodes {
 				if n.ID != node {

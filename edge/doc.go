@@ -80,8 +80,9 @@
 // A reasoning effort asks a Claude model that thinks adaptively (Opus
 // and Sonnet 4.6 and later, the newest of which refuse a thinking budget)
 // for thinking {"type": "adaptive"} with output_config.effort, and an
-// older one for a budget; a route's Claude targets of both kinds are
-// each sent their own.
+// older one for a budget (Target.Thinking says which for a deployment
+// named otherwise); a route's Claude targets of both kinds are each sent
+// their own.
 // A model that must be given its reasoning back (DeepSeek's thinking
 // mode; ModelReasoningContent) gets each assistant message's thinking as
 // reasoning_content; no other model is sent the field, which some servers

@@ -1480,18 +1480,20 @@ func TestReasoningGivenBackToDeepSeek(t *testing.T) {
 // adaptively with an effort, and refuses a budget; Sonnet 4.5 takes only
 // a budget. Both behind one route, with the same output limit, each is
 // sent its own way of thinking (one shared encoding would give one of
-// them a request it refuses).
+// them a request it refuses). A deployment whose name does not tell (a
+// Bedrock inference profile) is asked as Target.Thinking says.
 func TestThinkingByClaudeGeneration(t *testing.T) {
 	models := []string{"up-model", "claude-opus-4-8", "claude-sonnet-4-5"}
 	r := newRig(t, rigOpts{nodeModels: models, mutate: func(c *edge.Config) {
 		allowModels(c, "claude", models)
 		c.Routes = append(c.Routes, edge.Route{Model: "claude-gens", Strategy: edge.Weighted, Targets: []edge.Target{
 			{ProviderID: "claude", Model: "claude-opus-4-8", Weight: 1}, {ProviderID: "claude", Model: "claude-sonnet-4-5", Weight: 1},
+			{ProviderID: "claude", Model: "up-model", Weight: 1, Thinking: edge.ThinkingAdaptive, MaxTokens: 64000},
 		}})
 	}})
 	oa := map[string]string{"Authorization": "Bearer " + apiKey}
-	want := map[string]string{"claude-opus-4-8": "adaptive", "claude-sonnet-4-5": "enabled"}
-	r.eachTargetServes(t, models[1:], func() {
+	want := map[string]string{"claude-opus-4-8": "adaptive", "claude-sonnet-4-5": "enabled", "up-model": "adaptive"}
+	r.eachTargetServes(t, models, func() {
 		resp, out := r.do(t, "POST", "/v1/chat/completions", `{"model":"claude-gens","reasoning_effort":"medium","messages":[{"role":"user","content":"x"}]}`, oa)
 		if resp.StatusCode != 200 {
 			t.Fatalf("%d %s", resp.StatusCode, out)

@@ -75,6 +75,7 @@ type EdgeFile struct {
 			Weight     int    `yaml:"weight"`
 			ModelClass string `yaml:"model_class"`
 			MaxTokens  int    `yaml:"max_tokens"`
+			Thinking   string `yaml:"thinking"`
 		} `yaml:"targets"`
 	} `yaml:"routes"`
 	// Credentials are hosted-API keys leased to Nodes one call at a time.
@@ -236,7 +237,7 @@ func (f *EdgeFile) build(epoch uint32, create bool) (edge.Config, error) {
 	for _, r := range f.Routes {
 		rt := edge.Route{Model: r.Model, Strategy: edge.Strategy(r.Strategy)}
 		for _, t := range r.Targets {
-			rt.Targets = append(rt.Targets, edge.Target{ProviderID: t.Provider, Model: t.Model, Weight: t.Weight, ModelClass: t.ModelClass, MaxTokens: t.MaxTokens})
+			rt.Targets = append(rt.Targets, edge.Target{ProviderID: t.Provider, Model: t.Model, Weight: t.Weight, ModelClass: t.ModelClass, MaxTokens: t.MaxTokens, Thinking: t.Thinking})
 		}
 		cfg.Routes = append(cfg.Routes, rt)
 	}
