@@ -314,8 +314,12 @@ type Target struct {
 
 // Ways a Claude model is asked to think (Target.Thinking).
 const (
+	// ThinkingAdaptive asks with thinking {"type": "adaptive"} and
+	// output_config.effort.
 	ThinkingAdaptive = "adaptive"
-	ThinkingBudget   = "budget"
+	// ThinkingBudget asks with thinking {"type": "enabled"} and a
+	// budget_tokens.
+	ThinkingBudget = "budget"
 )
 
 // adaptive reports whether t's model is asked to think adaptively.
