@@ -402,19 +402,12 @@ const DefaultAnthropicMaxTokens = 4096
 // ("anthropic.claude-...") and Vertex ("...@date") spell it, an alias or
 // a dated version.
 func AnthropicMaxTokens(model string) int {
-	m := strings.ToLower(model)
-	i := strings.Index(m, "claude-")
-	if i < 0 {
-		return DefaultAnthropicMaxTokens
-	}
-	m, _, _ = strings.Cut(m[i+len("claude-"):], "@") // Vertex's @date
-	switch {
+	m, _ := claudeName(model)
+	switch v, ok := claudeVersionOf(m); {
 	case strings.HasPrefix(m, "3-7-sonnet"):
 		return 64000
 	case strings.HasPrefix(m, "3-5-"):
 		return 8192
-	}
-	switch v, ok := claudeVersionOf(model); {
 	case !ok:
 		return DefaultAnthropicMaxTokens
 	case v.family == "opus" && v.major == 4 && v.minor <= 1:
@@ -449,7 +442,8 @@ func AnthropicModelOf(model string) AnthropicModel {
 // deprecates it; the older ones take nothing else. The name is read as
 // AnthropicMaxTokens reads it.
 func AdaptiveThinkingModel(model string) bool {
-	v, ok := claudeVersionOf(model)
+	name, _ := claudeName(model)
+	v, ok := claudeVersionOf(name)
 	return ok && (v.major >= 5 || v.major == 4 && v.minor >= 6)
 }
 
@@ -459,19 +453,27 @@ type claudeVersion struct {
 	major, minor int
 }
 
-// claudeVersionOf reads a Claude 4 or later model's version from its
-// name ("claude-opus-4-8", "anthropic.claude-sonnet-4-6-v1:0",
-// "claude-sonnet-5@20260901"): its minor version is 0 where the name
-// gives none, or gives a date in its place ("claude-opus-4-20250514").
-// ok is false for any other name.
-func claudeVersionOf(model string) (v claudeVersion, ok bool) {
+// claudeName is what follows "claude-" in a Claude model's name, in lower
+// case and without Vertex's "@date" ("opus-4-8" of "claude-opus-4-8",
+// "anthropic.claude-opus-4-8-v1:0" and "claude-opus-4-8@20261001"); ok
+// is false for a name without "claude-".
+func claudeName(model string) (name string, ok bool) {
 	m := strings.ToLower(model)
 	i := strings.Index(m, "claude-")
 	if i < 0 {
-		return v, false
+		return "", false
 	}
-	m, _, _ = strings.Cut(m[i+len("claude-"):], "@") // Vertex's @date
-	family, rest, _ := strings.Cut(m, "-")
+	m, _, _ = strings.Cut(m[i+len("claude-"):], "@")
+	return m, true
+}
+
+// claudeVersionOf reads a Claude 4 or later model's version from its
+// name as claudeName gives it ("opus-4-8", "sonnet-4-6-v1:0",
+// "sonnet-5"): its minor version is 0 where the name gives none, or gives
+// a date in its place ("opus-4-20250514"). ok is false for any other
+// name.
+func claudeVersionOf(name string) (v claudeVersion, ok bool) {
+	family, rest, _ := strings.Cut(name, "-")
 	if family != "opus" && family != "sonnet" && family != "haiku" {
 		return v, false
 	}
@@ -515,7 +517,6 @@ func EncodeAnthropic(r *Request, model string) ([]byte, error) {
 // model, of which am says what its name may not. Consecutive turns of
 // one role are merged, as the API requires.
 func EncodeAnthropicWith(r *Request, model string, am AnthropicModel) ([]byte, error) {
-	maxTokens := am.MaxTokens
 	if r.Output != nil && r.Output.Schema == nil {
 		return nil, fmt.Errorf("%w: JSON mode without a schema (Anthropic's output_config.format takes a json_schema)", ErrUnsupported)
 	}
@@ -586,9 +587,7 @@ func EncodeAnthropicWith(r *Request, model string, am AnthropicModel) ([]byte, e
 		return nil, errNoConversation("messages: Anthropic needs a message with content, and every message is empty")
 	}
 	trimPrefill(msgs[len(msgs)-1])
-	if r.MaxTokens > 0 || maxTokens <= 0 {
-		maxTokens = cmp.Or(r.MaxTokens, DefaultAnthropicMaxTokens)
-	}
+	maxTokens := cmp.Or(r.MaxTokens, am.MaxTokens, DefaultAnthropicMaxTokens)
 	out := map[string]any{"model": model, "messages": msgs, "stream": r.Stream}
 	if len(r.System) > 0 {
 		out["system"] = strings.Join(r.System, "\n\n")

@@ -194,12 +194,8 @@ func CheckChatRequest(body []byte) error {
 	switch {
 	case len(r.Messages) == 0:
 		return fmt.Errorf("no messages")
-	case len(r.Tools) == 0 && (r.ToolChoice != nil || r.ParallelToolCalls != nil):
-		return fmt.Errorf("tool_choice or parallel_tool_calls without tools")
 	case r.MaxTokens != nil && r.MaxCompletionTokens != nil:
 		return fmt.Errorf("both max_tokens and max_completion_tokens")
-	case len(r.User) > 64:
-		return fmt.Errorf("a user of %d bytes", len(r.User))
 	}
 	for i, m := range r.Messages {
 		for j, c := range m.ToolCalls {
@@ -214,18 +210,40 @@ func CheckChatRequest(body []byte) error {
 			return fmt.Errorf("messages[%d]: a tool message without a tool_call_id OpenAI takes", i)
 		}
 	}
-	for i, t := range r.Tools {
-		if err := checkToolName(fmt.Sprintf("tools[%d]", i), t.Function.Name); err != nil {
-			return err
-		}
+	var tools []string
+	for _, t := range r.Tools {
+		tools = append(tools, t.Function.Name)
 	}
 	var choice struct {
 		Function *struct {
 			Name string `json:"name"`
 		} `json:"function"`
 	}
+	var choiceName *string
 	if json.Unmarshal(r.ToolChoice, &choice) == nil && choice.Function != nil {
-		return checkToolName("tool_choice", choice.Function.Name)
+		choiceName = &choice.Function.Name
+	}
+	return checkOpenAITools(tools, choiceName, r.ToolChoice, r.ParallelToolCalls, r.User)
+}
+
+// checkOpenAITools holds what both of OpenAI's APIs refuse of a request's
+// tools and end user: a tool_choice or parallel_tool_calls without tools,
+// a tool name (of a tool, or the tool choice's, when it names one) outside
+// the pattern, a user over 64 bytes.
+func checkOpenAITools(tools []string, choiceName *string, choice, parallel json.RawMessage, user string) error {
+	switch {
+	case len(tools) == 0 && (choice != nil || parallel != nil):
+		return fmt.Errorf("tool_choice or parallel_tool_calls without tools")
+	case len(user) > 64:
+		return fmt.Errorf("a user of %d bytes", len(user))
+	}
+	for i, name := range tools {
+		if err := checkToolName(fmt.Sprintf("tools[%d]", i), name); err != nil {
+			return err
+		}
+	}
+	if choiceName != nil {
+		return checkToolName("tool_choice", *choiceName)
 	}
 	return nil
 }
@@ -256,13 +274,8 @@ func CheckResponsesRequest(body []byte) error {
 	if err := json.Unmarshal(body, &r); err != nil {
 		return fmt.Errorf("not a Responses request: %v", err)
 	}
-	switch {
-	case len(r.Tools) == 0 && (r.ToolChoice != nil || r.ParallelToolCalls != nil):
-		return fmt.Errorf("tool_choice or parallel_tool_calls without tools")
-	case r.Stop != nil:
+	if r.Stop != nil {
 		return fmt.Errorf("a stop field")
-	case len(r.User) > 64:
-		return fmt.Errorf("a user of %d bytes", len(r.User))
 	}
 	for i, it := range r.Input {
 		if len(it.CallID) > 64 {
@@ -289,16 +302,13 @@ func CheckResponsesRequest(body []byte) error {
 			}
 		}
 	}
-	for i, t := range r.Tools {
-		if err := checkToolName(fmt.Sprintf("tools[%d]", i), t.Name); err != nil {
-			return err
-		}
+	var tools []string
+	for _, t := range r.Tools {
+		tools = append(tools, t.Name)
 	}
 	var choice struct {
 		Name *string `json:"name"`
 	}
-	if json.Unmarshal(r.ToolChoice, &choice) == nil && choice.Name != nil {
-		return checkToolName("tool_choice", *choice.Name)
-	}
-	return nil
+	json.Unmarshal(r.ToolChoice, &choice)
+	return checkOpenAITools(tools, choice.Name, r.ToolChoice, r.ParallelToolCalls, r.User)
 }
