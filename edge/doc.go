@@ -89,7 +89,8 @@
 // refuse. A Responses client that includes reasoning.encrypted_content
 // (Codex, which keeps no state at the provider) is given the model's
 // thinking, with an Anthropic model's signature, sealed in the reasoning
-// item's encrypted_content; sent back, it reaches Anthropic as the
+// item's encrypted_content (a block Anthropic redacted, as its opaque
+// data, shown to no client); sent back, it reaches Anthropic as the
 // thinking block it was, which Anthropic needs to go on thinking in a
 // tool loop, and DeepSeek as its reasoning_content. Another provider's
 // reasoning state is not portable and is left out of a translation, and

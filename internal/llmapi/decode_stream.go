@@ -606,7 +606,12 @@ func DecodeAnthropicStream(r io.Reader) Decoder {
 					seq.delta(cb.Thinking, "")
 				}
 			case "redacted_thinking":
+				// Its data, whole in the start, is the block's signature
+				// (redactedPrefix), as a request's redacted block is.
 				seq.start(BlockThinking, "", "")
+				if cb.Data != "" {
+					seq.delta("", redactedPrefix+cb.Data)
+				}
 			case "tool_use", "server_tool_use":
 				seq.start(BlockToolUse, cb.ID, cb.Name)
 				if in := strings.TrimSpace(string(cb.Input)); in != "" && in != "{}" {
@@ -683,6 +688,7 @@ type anthropicEvent struct {
 		Thinking  string          `json:"thinking"`
 		Input     json.RawMessage `json:"input"`
 		Signature string          `json:"signature"`
+		Data      string          `json:"data"` // redacted_thinking
 	} `json:"content_block"`
 	Delta struct {
 		Type        string `json:"type"`
@@ -1175,6 +1181,7 @@ func DecodeAnthropic(body []byte) Decoder {
 			Text      string          `json:"text"`
 			Thinking  string          `json:"thinking"`
 			Signature string          `json:"signature"`
+			Data      string          `json:"data"` // redacted_thinking
 			ID        string          `json:"id"`
 			Name      string          `json:"name"`
 			Input     json.RawMessage `json:"input"`
@@ -1200,6 +1207,8 @@ func DecodeAnthropic(body []byte) Decoder {
 			a.blocks = append(a.blocks, Part{Kind: PartText, Text: b.Text})
 		case "thinking":
 			a.blocks = append(a.blocks, Part{Kind: PartThinking, Text: b.Thinking, Signature: b.Signature})
+		case "redacted_thinking":
+			a.blocks = append(a.blocks, Part{Kind: PartThinking, Signature: redactedPrefix + b.Data})
 		case "tool_use":
 			a.blocks = append(a.blocks, Part{Kind: PartToolUse, ID: b.ID, Name: b.Name, Input: b.Input})
 		}

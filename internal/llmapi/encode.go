@@ -563,8 +563,8 @@ func EncodeAnthropicWith(r *Request, model string, am AnthropicModel) ([]byte, e
 				blocks = append(blocks, b)
 			case PartThinking:
 				switch {
-				case strings.HasPrefix(p.Signature, "redacted:"):
-					blocks = append(blocks, map[string]any{"type": "redacted_thinking", "data": strings.TrimPrefix(p.Signature, "redacted:")})
+				case strings.HasPrefix(p.Signature, redactedPrefix):
+					blocks = append(blocks, map[string]any{"type": "redacted_thinking", "data": strings.TrimPrefix(p.Signature, redactedPrefix)})
 				case p.Signature != "":
 					blocks = append(blocks, map[string]any{"type": "thinking", "thinking": p.Text, "signature": p.Signature})
 				}

@@ -167,7 +167,8 @@ var madeID = regexp.MustCompile(`call_[A-Z2-7]{26}`)
 
 func FuzzDecodeStream(f *testing.F) {
 	seedFiles(f, "chat_stream_parallel_tools.sse", "anthropic_stream_thinking_tools.sse",
-		"anthropic_stream_bad_indices.sse", "responses_stream_args_in_done.sse", "anthropic_stream_apply_patch.sse")
+		"anthropic_stream_bad_indices.sse", "responses_stream_args_in_done.sse", "anthropic_stream_apply_patch.sse",
+		"anthropic_stream_redacted.sse")
 	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":7}]}}]}\n\n"))
 	// A call of a tool without parameters, its arguments never sent: the
 	// stream gives it {} as the whole answer does.
@@ -187,6 +188,7 @@ func FuzzDecodeStream(f *testing.F) {
 func FuzzDecodeBuffered(f *testing.F) {
 	seedFiles(f, "chat_buffered_tool.json", "anthropic_buffered.json")
 	f.Add([]byte(`{"output":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}]}`))
+	f.Add([]byte(`{"content":[{"type":"redacted_thinking","data":"EmwK"},{"type":"tool_use","id":"t","name":"f","input":{}}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		drain(t, func() llmapi.Decoder { return llmapi.DecodeChat(body) })
 		drain(t, func() llmapi.Decoder { return llmapi.DecodeAnthropic(body) })

@@ -55,7 +55,9 @@ type Part struct {
 	ToolUseID string
 	Content   []Part
 	IsError   bool
-	// Signature is a thinking block's provider signature.
+	// Signature is a thinking block's provider signature; a redacted
+	// thinking block (Anthropic's redacted_thinking, opaque) has no text
+	// and its data after redactedPrefix.
 	Signature string
 }
 
@@ -83,6 +85,10 @@ type Tool struct {
 // FreeformParam is the one parameter of the function a freeform tool is
 // carried as; its value is the tool's input.
 const FreeformParam = "input"
+
+// redactedPrefix opens the Signature of a redacted thinking block: its
+// data follows. Anthropic's signatures are base64, which holds no colon.
+const redactedPrefix = "redacted:"
 
 // ToolChoice says whether and which tool the model must call.
 type ToolChoice struct {

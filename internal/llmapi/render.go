@@ -250,8 +250,8 @@ func (r *AnthropicRenderer) Event(e Event) []byte {
 			if e.Text != "" {
 				out = r.delta(out, e.Index, "thinking_delta", "thinking", e.Text)
 			}
-			if e.Signature != "" {
-				out = r.delta(out, e.Index, "signature_delta", "signature", e.Signature)
+			if sig := anthropicSignature(e.Signature); sig != "" {
+				out = r.delta(out, e.Index, "signature_delta", "signature", sig)
 			}
 		case BlockToolUse:
 			out = r.delta(out, e.Index, "input_json_delta", "partial_json", e.Text)
@@ -270,6 +270,18 @@ func (r *AnthropicRenderer) Event(e Event) []byte {
 	return out
 }
 
+// anthropicSignature is the signature an Anthropic client is given for a
+// thinking block: none for a redacted one. Only an Anthropic provider
+// redacts, and its answers reach Anthropic clients untranslated, so such
+// a block is not rendered as the redacted_thinking it was; the stream,
+// whose block began before its data came, could not.
+func anthropicSignature(sig string) string {
+	if strings.HasPrefix(sig, redactedPrefix) {
+		return ""
+	}
+	return sig
+}
+
 // Body implements Renderer. It panics when r is Streamed: such a
 // renderer kept no text to render.
 func (r *AnthropicRenderer) Body() (int, []byte) {
@@ -286,7 +298,7 @@ func (r *AnthropicRenderer) Body() (int, []byte) {
 		case PartText:
 			content = append(content, map[string]any{"type": "text", "text": b.Text})
 		case PartThinking:
-			content = append(content, map[string]any{"type": "thinking", "thinking": b.Text, "signature": b.Signature})
+			content = append(content, map[string]any{"type": "thinking", "thinking": b.Text, "signature": anthropicSignature(b.Signature)})
 		case PartToolUse:
 			if !toolArgsOK(r.st.bufs[i].args.String()) { // decoders refuse these; never panic on one
 				return r.errorBody(errToolArgs(b.Name).Err)

@@ -246,7 +246,7 @@ func anthropicParts(raw json.RawMessage, where string) ([]Part, error) {
 		case "redacted_thinking":
 			// Opaque; only Anthropic can read it back. Kept as a thinking part
 			// with its data as the signature, dropped for other providers.
-			out = append(out, Part{Kind: PartThinking, Signature: "redacted:" + b.Data})
+			out = append(out, Part{Kind: PartThinking, Signature: redactedPrefix + b.Data})
 		default:
 			return nil, badRequest("%s[%d]: content block %q not supported", where, i, b.Type)
 		}

@@ -131,3 +131,92 @@ func TestDropSealedReasoning(t *testing.T) {
 		}
 	}
 }
+
+// TestRedactedThinkingRoundTrip: Anthropic's safety systems may give a
+// tool-calling turn's thinking as a redacted_thinking block, opaque data
+// Anthropic needs back, in order and unchanged beside the turn's other
+// thinking, to go on with the loop. A Responses client keeping its own
+// reasoning state is given it sealed, streamed and whole, as signed
+// thinking is; sent back, it reaches Anthropic as the redacted_thinking
+// block it was, after the thinking block before it. No client is shown
+// its data.
+func TestRedactedThinkingRoundTrip(t *testing.T) {
+	upstream, err := os.ReadFile("testdata/anthropic_stream_redacted.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const data = "EmwKAhgBEgy3va3pzix/LafPsn4a"
+	buffered := `{"id":"msg_02","type":"message","role":"assistant","model":"claude-x","content":[` +
+		`{"type":"thinking","thinking":"The user wants the weather.","signature":"EqQBCgIYAhIM"},` +
+		`{"type":"redacted_thinking","data":"` + data + `"},` +
+		`{"type":"tool_use","id":"toolu_01A","name":"get_weather","input":{"city":"SF"}}],` +
+		`"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":25,"output_tokens":89}}`
+	decoders := map[string]func() llmapi.Decoder{
+		"stream":   func() llmapi.Decoder { return llmapi.DecodeAnthropicStream(strings.NewReader(string(upstream))) },
+		"buffered": func() llmapi.Decoder { return llmapi.DecodeAnthropic([]byte(buffered)) },
+	}
+	for name, dec := range decoders {
+		t.Run(name, func(t *testing.T) {
+			stream, _, body := llmapitest.Render(t, dec(), &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Seal: true})
+			var streamed []json.RawMessage
+			for _, ev := range llmapitest.Events(t, stream) {
+				if ev.Type == "response.output_item.done" {
+					var o struct{ Item json.RawMessage }
+					json.Unmarshal(ev.Data, &o)
+					streamed = append(streamed, o.Item)
+				}
+			}
+			var o struct{ Output []json.RawMessage }
+			if err := json.Unmarshal(body, &o); err != nil {
+				t.Fatal(err)
+			}
+			if len(o.Output) != 3 || len(streamed) != 3 || string(streamed[1]) != string(o.Output[1]) {
+				t.Fatalf("streamed items %s\nwhole %s", streamed, o.Output)
+			}
+			if strings.Contains(string(body), data) || strings.Contains(string(stream), data) {
+				t.Errorf("the redacted data reached the client unsealed:\n%s", body)
+			}
+
+			input := `[{"role":"user","content":"weather in SF?"},` + string(o.Output[0]) + `,` + string(o.Output[1]) + `,` + string(o.Output[2]) + `,` +
+				`{"type":"function_call_output","call_id":"toolu_01A","output":"18C"}]`
+			req, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","store":false,"include":["reasoning.encrypted_content"],` +
+				`"reasoning":{"effort":"medium"},"input":` + input + `,"tools":[{"type":"function","name":"get_weather"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := llmapi.EncodeAnthropic(req, "claude-sonnet-4-5")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := llmapitest.CheckAnthropicRequest(out); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			var b struct {
+				Thinking json.RawMessage
+				Messages []struct {
+					Content []struct {
+						Type, Thinking, Signature, Data string
+					}
+				}
+			}
+			if err := json.Unmarshal(out, &b); err != nil {
+				t.Fatal(err)
+			}
+			turn := b.Messages[1].Content
+			if len(turn) != 3 || turn[0].Type != "thinking" || turn[0].Signature != "EqQBCgIYAhIM" ||
+				turn[1].Type != "redacted_thinking" || turn[1].Data != data || turn[2].Type != "tool_use" || b.Thinking == nil {
+				t.Fatalf("sent back, the turn reached Anthropic as\n%s", out)
+			}
+		})
+	}
+
+	// Clients of the other formats are given none of it, streamed or
+	// whole (only an Anthropic provider redacts, so an Anthropic client
+	// meets its answers untranslated).
+	for _, r := range []llmapi.Renderer{&llmapi.AnthropicRenderer{ID: "msg_1", Model: "m"}, &llmapi.ChatRenderer{ID: "c_1", Model: "m"}} {
+		stream, _, body := llmapitest.Render(t, decoders["stream"](), r)
+		if strings.Contains(string(stream)+string(body), data) || strings.Contains(string(stream)+string(body), "redacted") {
+			t.Errorf("%T gave the client the redacted block:\n%s\n%s", r, stream, body)
+		}
+	}
+}
