@@ -53,7 +53,11 @@
 // temperature or top_p for one of OpenAI's reasoning models (which refuse
 // them), and one of the two for Anthropic when both are given (its newer
 // models refuse both; top_p goes unless the temperature is the default):
-// the answer keeps its shape. Tool call ids Anthropic's pattern refuses,
+// the answer keeps its shape. OpenAI's hosted web search, which Codex
+// offers in every request, is left out too (and an earlier turn's
+// web_search_call item): the model works without searching, which asks
+// for no access the client did not grant; a tool choice that forces the
+// search, or any other hosted tool, is refused. Tool call ids Anthropic's pattern refuses,
 // or longer than OpenAI takes (40 bytes in Chat Completions, 64 in
 // Responses), are rewritten for it, alike in a call and its result; an
 // end-user id longer than OpenAI's 64 bytes goes to it as its SHA-256.

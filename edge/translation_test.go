@@ -1517,3 +1517,34 @@ func TestThinkingByClaudeGeneration(t *testing.T) {
 	})
 	r.settled()
 }
+
+// TestCodexWebSearchThroughTheEdge: Codex offers OpenAI's hosted web
+// search in every request (cached search by default). Served by a
+// provider of another format, the request goes without it and is
+// answered; served by a Responses provider, untranslated, it carries the
+// tool as the client sent it. A request that forces the search is
+// refused where it cannot run.
+func TestCodexWebSearchThroughTheEdge(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	body := func(model, extra string) string {
+		return `{"model":"` + model + `","stream":true,"store":false,"input":[{"role":"user","content":"look it up"}],` +
+			`"tools":[{"type":"function","name":"shell","parameters":{"type":"object"}},{"type":"web_search","external_web_access":false}]` + extra + `}`
+	}
+	for _, model := range []string{"via-anthropic", "via-chat", "via-responses"} {
+		before := len(r.upstream.Requests())
+		resp, out := r.do(t, "POST", "/v1/responses", body(model, ""), oa)
+		if resp.StatusCode != 200 || !strings.Contains(out, "response.completed") {
+			t.Fatalf("%s: %d %s", model, resp.StatusCode, out)
+		}
+		q := r.upstream.Requests()[before]
+		if sent := strings.Contains(string(q.Body), `"type":"web_search"`); sent != (model == "via-responses") || !strings.Contains(string(q.Body), "shell") {
+			t.Errorf("%s: the provider was sent %s", model, q.Body)
+		}
+	}
+	resp, out := r.do(t, "POST", "/v1/responses", body("via-anthropic", `,"tool_choice":{"type":"web_search"}`), oa)
+	if resp.StatusCode != 400 || !strings.Contains(out, "web_search") {
+		t.Fatalf("a forced search: %d %s", resp.StatusCode, out)
+	}
+	r.settled()
+}

@@ -837,6 +837,19 @@ func chatToolChoice(raw json.RawMessage) (*ToolChoice, error) {
 // reaches the provider untranslated.
 var ErrStateful = errors.New("llmapi: previous_response_id needs a provider that speaks Responses")
 
+// hostedWebSearch are the Responses tool types of OpenAI's own web
+// search, which it runs itself. Codex offers one in every request unless
+// told not to ({"type": "web_search", "external_web_access": false}, its
+// cached search). A request translated for another provider goes
+// without it: that provider's model works without searching, which needs
+// no access the client did not grant. A request that forces the search
+// (tool_choice) is refused, as a request whose whole point it is; so is
+// any other hosted tool (image generation, file search, ...).
+var hostedWebSearch = map[string]bool{
+	"web_search": true, "web_search_2025_08_26": true,
+	"web_search_preview": true, "web_search_preview_2025_03_11": true,
+}
+
 // DecodeResponsesRequest decodes a Responses request.
 func DecodeResponsesRequest(body []byte) (*Request, error) {
 	var q struct {
@@ -984,6 +997,10 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 					return nil, badRequest("%s: output must be a string or a list of parts", where)
 				}
 				add(RoleUser, Part{Kind: PartToolResult, ToolUseID: it.CallID, Content: content})
+			case "web_search_call":
+				// A search OpenAI ran in an earlier turn: its findings are
+				// in the answer's text that follows; the call itself is
+				// OpenAI's own, as its tool is (hostedWebSearch).
 			case "reasoning":
 				// A thinking block this gateway sealed for the client
 				// (SealedPrefix) goes back to Anthropic as it was
@@ -1012,8 +1029,17 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 			}
 			r.Tools = append(r.Tools, Tool{Name: t.Name, Description: t.Description, Schema: schema, Freeform: true})
 		default:
-			return nil, badRequest("tool type %q cannot be translated", t.Type)
+			if !hostedWebSearch[t.Type] {
+				return nil, badRequest("tool type %q cannot be translated", t.Type)
+			}
+			// Left out: see hostedWebSearch.
 		}
+	}
+	var forced struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(q.ToolChoice, &forced) == nil && hostedWebSearch[forced.Type] {
+		return nil, untranslatable("tool_choice "+forced.Type, "only OpenAI runs its web search")
 	}
 	if err := r.setToolChoice(q.ToolChoice); err != nil {
 		return nil, err

@@ -509,6 +509,10 @@ func TestUntranslatableRefused(t *testing.T) {
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","conversation":"conv_1"}`, "conversation"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","prompt":{"id":"pmpt_1"}}`, "prompt"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","top_logprobs":2}`, "logprobs"},
+		// OpenAI's hosted tools: web search is left out (TestHostedWebSearchLeftOut) unless forced.
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","tools":[{"type":"image_generation"}]}`, `tool type "image_generation" cannot be translated`},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","tools":[{"type":"web_search_preview"}],"tool_choice":{"type":"web_search_preview"}}`, "tool_choice web_search_preview cannot be translated"},
+		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","tools":[{"type":"web_search"}],"tool_choice":"required"}`, "tool_choice requires a tool call, and the request has no tools"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","include":["reasoning.encrypted_content","message.output_text.logprobs"]}`, "logprobs"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"n"}}}`, "json_schema without a schema"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":[{"role":"user","content":[{"type":"input_image","file_id":"file_1"}]}]}`, "input[0][0]: an input_image without image_url"},
@@ -2136,5 +2140,51 @@ func TestAdaptiveThinking(t *testing.T) {
 	var ae *llmapi.APIError
 	if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, "output_config.effort") {
 		t.Errorf("an unknown effort: %v", err)
+	}
+}
+
+// TestHostedWebSearchLeftOut: Codex offers OpenAI's hosted web search in
+// every request unless told not to. Translated for a provider that does
+// not run it, the request goes without the tool (and without an earlier
+// turn's search call, whose findings are in the text after it), so the
+// model works without searching; before, every such request was refused.
+func TestHostedWebSearchLeftOut(t *testing.T) {
+	for _, search := range []string{`{"type":"web_search","external_web_access":false}`, `{"type":"web_search_preview","search_context_size":"low"}`} {
+		body := `{"model":"m","store":false,"stream":true,"instructions":"be brief","input":[` +
+			`{"role":"user","content":[{"type":"input_text","text":"what changed in go 1.26?"}]},` +
+			`{"type":"web_search_call","id":"ws_1","status":"completed","action":{"type":"search","query":"go 1.26 release notes"}},` +
+			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Go 1.26 adds new(expr)."}]},` +
+			`{"role":"user","content":[{"type":"input_text","text":"try it"}]}],` +
+			`"tools":[{"type":"function","name":"shell","parameters":{"type":"object","properties":{"command":{"type":"array","items":{"type":"string"}}}}},` +
+			search + `,{"type":"custom","name":"apply_patch","format":{"type":"text"}}],"tool_choice":"auto","parallel_tool_calls":false}`
+		req, err := llmapi.DecodeResponsesRequest([]byte(body))
+		if err != nil {
+			t.Fatalf("%s: %v", search, err)
+		}
+		if len(req.Tools) != 2 || req.Tools[0].Name != "shell" || req.Tools[1].Name != "apply_patch" {
+			t.Fatalf("%s: tools %+v", search, req.Tools)
+		}
+		if len(req.Messages) != 3 || req.Messages[1].Parts[0].Text != "Go 1.26 adds new(expr)." {
+			t.Fatalf("%s: messages %+v", search, req.Messages)
+		}
+		for name, enc := range map[string]func() ([]byte, error){
+			"anthropic": func() ([]byte, error) { return llmapi.EncodeAnthropic(req, "claude-sonnet-4-5") },
+			"chat":      func() ([]byte, error) { return llmapi.EncodeChat(req, "qwen3") },
+		} {
+			out, err := enc()
+			if err != nil {
+				t.Fatalf("%s to %s: %v", search, name, err)
+			}
+			check := llmapitest.CheckAnthropicRequest
+			if name == "chat" {
+				check = llmapitest.CheckChatRequest
+			}
+			if err := check(out); err != nil {
+				t.Fatalf("%s to %s: %v\n%s", search, name, err, out)
+			}
+			if strings.Contains(string(out), "web_search") || strings.Count(string(out), `"name":"shell"`) != 1 {
+				t.Errorf("%s to %s: %s", search, name, out)
+			}
+		}
 	}
 }
