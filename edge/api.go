@@ -34,6 +34,12 @@ const (
 	apiResponses
 	apiEmbeddings
 	apiMessages
+	// apiCompact is Responses' compaction (POST /v1/responses/compact):
+	// the provider shortens a conversation into items that carry it on,
+	// one of them its own encrypted compaction. It is part of the
+	// Responses API, so only a provider whose upstream speaks Responses
+	// serves it, untranslated, and never streamed.
+	apiCompact
 )
 
 func (a api) path() string {
@@ -44,6 +50,8 @@ func (a api) path() string {
 		return "/v1/responses"
 	case apiMessages:
 		return "/v1/messages"
+	case apiCompact:
+		return "/v1/responses/compact"
 	}
 	return "/v1/embeddings"
 }
@@ -131,10 +139,15 @@ func providerAPIs(adapter string, names []string) apiSet {
 func capability(pi providerInfo, a api) (dispatchPath, wireFormat) {
 	switch {
 	case pi.adapter == "cli":
-		if a == apiEmbeddings {
+		if a == apiEmbeddings || a == apiCompact {
 			return pathNone, 0
 		}
 		return pathRun, 0
+	case a == apiCompact:
+		if pi.apis.has(apiResponses) {
+			return pathTunnel, 0
+		}
+		return pathNone, 0
 	case pi.apis.has(a):
 		return pathTunnel, 0
 	case a == apiEmbeddings:
@@ -160,6 +173,7 @@ func (s *Server) routes() http.Handler {
 	}
 	handle("POST /v1/chat/completions", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiChat) }))
 	handle("POST /v1/responses", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiResponses) }))
+	handle("POST /v1/responses/compact", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiCompact) }))
 	handle("POST /v1/embeddings", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiEmbeddings) }))
 	handle("POST /v1/messages", s.wrap(func(w http.ResponseWriter, r *http.Request, rid string) { s.generate(w, r, rid, apiMessages) }))
 	handle("POST /v1/messages/count_tokens", s.wrap(s.countTokens))
@@ -528,8 +542,15 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 	}
 	routeLabel = rt.Model
 	stream, ok := f.Bool("stream")
-	if !ok || (stream && a == apiEmbeddings) {
-		fail(w, a, http.StatusBadRequest, "invalid_request", "stream must be a boolean (and false for embeddings).", nil)
+	if !ok || (stream && (a == apiEmbeddings || a == apiCompact)) {
+		fail(w, a, http.StatusBadRequest, "invalid_request", "stream must be a boolean (and false for embeddings and compaction).", nil)
+		return
+	}
+	if a == apiCompact && !snap.servesNatively(rt, apiResponses) {
+		// Compaction is the provider's own (its result carries the
+		// provider's encrypted state): no translation can make it.
+		fail(w, a, http.StatusBadRequest, "invalid_request", fmt.Sprintf("The model %q cannot compact a conversation: none of its providers speaks the Responses API, whose part compaction is. "+
+			"A client that compacts by itself needs none (Codex does, with a model provider of its own in its config rather than the built-in OpenAI one).", rt.Model), "unsupported")
 		return
 	}
 	streamed = stream
@@ -915,6 +936,17 @@ func (s *Server) open(ctx context.Context, req *request, lease *pool.Lease) (*ex
 
 // needsIR reports whether a target of rt serves a through translation or a
 // normalized run (so the request must be decoded).
+// servesNatively reports whether a provider of rt's targets has an
+// upstream that speaks a.
+func (snap *snapshot) servesNatively(rt *Route, a api) bool {
+	for _, t := range rt.Targets {
+		if pi, ok := snap.providers[t.ProviderID]; ok && pi.adapter != "cli" && pi.apis.has(a) {
+			return true
+		}
+	}
+	return false
+}
+
 func (snap *snapshot) needsIR(rt *Route, a api) bool {
 	for _, t := range rt.Targets {
 		if pi, ok := snap.providers[t.ProviderID]; ok {
@@ -1148,7 +1180,7 @@ func (s *Server) chargeEstimate(req *request) {
 // (llmapi.DropSealedReasoning; a body that holds none is not re-encoded).
 func tunnelBody(req *request, upstreamModel string) ([]byte, error) {
 	body := req.fields.Splice("model", llmapi.Quote(upstreamModel))
-	if req.api == apiResponses {
+	if req.api == apiResponses || req.api == apiCompact {
 		// Thinking the Edge sealed for the client when an Anthropic
 		// provider answered it is for Anthropic only.
 		return llmapi.DropSealedReasoning(body)

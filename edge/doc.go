@@ -1,6 +1,6 @@
 // Package edge holds edge.Server, the gateway and composition root of an
-// Edge: the client HTTP APIs (OpenAI Chat Completions, Responses,
-// Embeddings and Models; Anthropic Messages, count_tokens and Models, the
+// Edge: the client HTTP APIs (OpenAI Chat Completions, Responses with its
+// compaction, Embeddings and Models; Anthropic Messages, count_tokens and Models, the
 // last in Anthropic's shape for a request that names an
 // anthropic-version; CORS for the browser origins Config.CORSOrigins
 // lists; also mountable as an http.Handler in your own server), API keys
@@ -133,6 +133,15 @@
 // disconnects cancels the upstream call; a silent stream gets a
 // keep-alive comment every 15 s; silence is never a terminal.
 //
+// Responses' compaction (POST /v1/responses/compact, which Codex calls
+// when its built-in OpenAI provider is pointed at the Edge and a
+// conversation fills its context) is the provider's own: its answer
+// carries the provider's encrypted compaction. It is relayed untranslated
+// to a provider whose upstream speaks Responses, never streamed; a route
+// with none refuses it with 400 (Codex given a model provider of its own
+// compacts by itself, through the route's models). Reasoning the Edge
+// sealed for Anthropic is left out of it, as of a Responses request.
+//
 // A Node that shuts down gracefully (node.Runtime.Shutdown; the node
 // daemon on SIGTERM) sends GOAWAY: from then on nothing new is admitted to
 // it (it reports draining, as an operator's drain does) and queued
@@ -203,7 +212,8 @@
 // (or were refused before one was found).
 //
 //   - iop_edge_requests_total{route, api, outcome}: requests by their end.
-//     api is chat, responses, embeddings or messages. outcome is ok;
+//     api is chat, responses, responses_compact, embeddings or messages.
+//     outcome is ok;
 //     canceled (the client left before an answer began); unauthenticated;
 //     key_limited (the key's own limits, 429); rate_limited (a provider's
 //     relayed 429); overloaded (no provider available, or the queue

@@ -294,6 +294,8 @@ func (a api) String() string {
 		return "embeddings"
 	case apiMessages:
 		return "messages"
+	case apiCompact:
+		return "responses_compact"
 	}
 	return strconv.Itoa(int(a))
 }

@@ -1548,3 +1548,65 @@ func TestCodexWebSearchThroughTheEdge(t *testing.T) {
 	}
 	r.settled()
 }
+
+// TestResponsesCompact: Codex, given the built-in OpenAI provider with
+// the Edge as its base URL, compacts a long conversation through POST
+// /v1/responses/compact. A route whose provider speaks Responses relays
+// it (the model named, the reasoning the Edge sealed for Anthropic left
+// out), and its usage is booked; a route with none refuses it with 400
+// saying why, since compaction is the provider's own state; it is never
+// streamed. Before, the path was unknown (404) and Codex's session could
+// not go on once its context was full.
+func TestResponsesCompact(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	sealed := `{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"` + llmapi.SealedPrefix + `eyJ0ZXh0IjoieCJ9"}`
+	body := func(model, extra string) string {
+		return `{"model":"` + model + `","instructions":"You are Codex.","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"fix it"}]},` +
+			sealed + `,{"type":"function_call","call_id":"c1","name":"shell","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"ok"},` +
+			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Fixed."}]}],"tools":[{"type":"function","name":"shell","parameters":{"type":"object"}}]` + extra + `}`
+	}
+	before := len(r.upstream.Requests())
+	resp, out := r.do(t, "POST", "/v1/responses/compact", body("via-responses", `,"parallel_tool_calls":false,"reasoning":{"effort":"medium"}`), oa)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	var got struct {
+		Object string `json:"object"`
+		Output []struct {
+			Type             string `json:"type"`
+			Role             string `json:"role"`
+			EncryptedContent string `json:"encrypted_content"`
+		} `json:"output"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Object != "response.compaction" || len(got.Output) != 2 ||
+		got.Output[0].Role != "user" || got.Output[1].Type != "compaction" || got.Output[1].EncryptedContent == "" {
+		t.Fatalf("compacted: %v %s", err, out)
+	}
+	q := r.upstream.Requests()[before]
+	if q.API != "responses_compact" || q.Model != "up-model" || strings.Contains(string(q.Body), llmapi.SealedPrefix) || !strings.Contains(string(q.Body), `"call_id":"c1"`) {
+		t.Fatalf("the provider was sent %s %s", q.API, q.Body)
+	}
+	var booked bool
+	for _, u := range r.srv.Usage() {
+		booked = booked || u.Key == "alice" && u.OutputTokens >= 32
+	}
+	if !booked {
+		t.Errorf("the compaction's usage was not booked: %+v", r.srv.Usage())
+	}
+
+	for _, c := range []struct {
+		name, body, want string
+	}{
+		{"streamed", body("via-responses", `,"stream":true`), "false for embeddings and compaction"},
+		{"to Anthropic", body("via-anthropic", ""), `via-anthropic\" cannot compact a conversation`},
+		{"to Chat Completions", body("via-chat", ""), `via-chat\" cannot compact a conversation`},
+	} {
+		n := len(r.upstream.Requests())
+		resp, out := r.do(t, "POST", "/v1/responses/compact", c.body, oa)
+		if resp.StatusCode != 400 || !strings.Contains(out, c.want) || len(r.upstream.Requests()) != n {
+			t.Errorf("%s: %d %s", c.name, resp.StatusCode, out)
+		}
+	}
+	r.settled()
+}

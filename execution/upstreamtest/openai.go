@@ -1,6 +1,7 @@
 package upstreamtest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -330,6 +331,50 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	req.finished.Store(true)
 	writeJSON(w, map[string]any{"object": "list", "data": data, "model": req.Model, "usage": map[string]any{"prompt_tokens": tokens, "total_tokens": tokens}})
+}
+
+// compact answers Responses' compaction as OpenAI does: the input's user
+// messages, kept, and one compaction item whose encrypted content carries
+// the rest (here the number of items it replaced, opaque to the client).
+func (s *Server) compact(w http.ResponseWriter, r *http.Request) {
+	req, ok := s.record(w, r, "responses_compact")
+	if !ok {
+		return
+	}
+	defer s.watch(r, req)()
+	sc := s.cfg.Reply(req)
+	if !prelude(w, r, "responses", &sc) || !firstChunk(r.Context(), &sc) {
+		return
+	}
+	var body struct {
+		Input []json.RawMessage `json:"input"`
+	}
+	if json.Unmarshal(req.Body, &body) != nil {
+		writeErr(w, "responses", http.StatusBadRequest, "invalid_request_error", "input must be a list of items")
+		return
+	}
+	output := []any{}
+	replaced := 0
+	for _, it := range body.Input {
+		var m struct {
+			Type    string          `json:"type"`
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		}
+		json.Unmarshal(it, &m)
+		if (m.Type == "" || m.Type == "message") && m.Role == "user" {
+			output = append(output, map[string]any{"type": "message", "role": "user", "content": m.Content})
+			continue
+		}
+		replaced++
+	}
+	id := s.nextID()
+	output = append(output, map[string]any{"type": "compaction", "id": fmt.Sprintf("cmp_%d", id),
+		"encrypted_content": base64.StdEncoding.EncodeToString(fmt.Appendf(nil, "upstreamtest compaction of %d items", replaced))})
+	req.finished.Store(true)
+	in := max(1, len(req.Body)/4)
+	writeJSON(w, map[string]any{"id": fmt.Sprintf("resp_%d", id), "object": "response.compaction", "created_at": 1700000000,
+		"output": output, "usage": map[string]any{"input_tokens": in, "output_tokens": 32, "total_tokens": in + 32}})
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {

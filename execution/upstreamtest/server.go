@@ -114,7 +114,7 @@ type Usage struct {
 
 // Request is a request the server received.
 type Request struct {
-	// API is "chat", "responses", "get_response", "embeddings", "models", "messages",
+	// API is "chat", "responses", "responses_compact", "get_response", "embeddings", "models", "messages",
 	// "count_tokens", "ollama_chat", "ollama_tags", "ollama_ps",
 	// "ollama_show", "ollama_version".
 	API    string
@@ -182,6 +182,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, mux: http.NewServeMux()}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	s.mux.HandleFunc("POST /v1/responses", s.responses)
+	s.mux.HandleFunc("POST /v1/responses/compact", s.compact)
 	s.mux.HandleFunc("GET /v1/responses/{id}", s.getResponse)
 	s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
 	s.mux.HandleFunc("GET /v1/models", s.models)

@@ -51,6 +51,7 @@ type Config struct {
 var Routes = []upstream.Route{
 	{Method: http.MethodPost, Path: "/v1/chat/completions"},
 	{Method: http.MethodPost, Path: "/v1/responses"},
+	{Method: http.MethodPost, Path: "/v1/responses/compact"},
 	{Method: http.MethodGet, Path: "/v1/responses/{id}"},
 	{Method: http.MethodPost, Path: "/v1/embeddings"},
 	{Method: http.MethodGet, Path: "/v1/models"},
