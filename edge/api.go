@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -188,15 +189,47 @@ func (s *Server) routes() http.Handler {
 	if s.reg2 != nil {
 		handle("GET /metrics", s.metricsAuth(promhttp.HandlerFor(s.reg2, promhttp.HandlerOpts{})))
 	}
-	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request, _ string) {
-		if allow := httpmux.Allowed(served, r); allow != "" {
-			w.Header().Set("Allow", allow)
-			fail(w, clientAPI(r), http.StatusMethodNotAllowed, "method_not_allowed", "Method "+r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+allow, "method_not_allowed")
+	mux.Handle("GET /v1/responses", s.wrap(func(w http.ResponseWriter, r *http.Request, _ string) {
+		if !websocketUpgrade(r) {
+			unrouted(w, r, served)
 			return
 		}
-		fail(w, clientAPI(r), http.StatusNotFound, "not_found", "Unknown path "+r.Method+" "+r.URL.Path, "not_found")
+		// Codex tries Responses over a WebSocket first when its built-in
+		// OpenAI provider is pointed here; 426 is the answer it reads as
+		// "use HTTP" and falls back on at once (any other, it retries).
+		fail(w, apiResponses, http.StatusUpgradeRequired, "invalid_request", "This gateway serves Responses over HTTP only: POST /v1/responses.", "websocket_unsupported")
 	}))
+	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request, _ string) { unrouted(w, r, served) }))
 	return s.cors(mux, served)
+}
+
+// websocketUpgrade reports whether r asks to become a WebSocket.
+func websocketUpgrade(r *http.Request) bool {
+	return headerHasToken(r.Header, "Connection", "upgrade") && headerHasToken(r.Header, "Upgrade", "websocket")
+}
+
+// headerHasToken reports whether a comma-separated list in h's values
+// of name holds token, compared without case.
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// unrouted answers a request no route serves: 405 naming the methods its
+// path is served with, or 404.
+func unrouted(w http.ResponseWriter, r *http.Request, served *http.ServeMux) {
+	if allow := httpmux.Allowed(served, r); allow != "" {
+		w.Header().Set("Allow", allow)
+		fail(w, clientAPI(r), http.StatusMethodNotAllowed, "method_not_allowed", "Method "+r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+allow, "method_not_allowed")
+		return
+	}
+	fail(w, clientAPI(r), http.StatusNotFound, "not_found", "Unknown path "+r.Method+" "+r.URL.Path, "not_found")
 }
 
 // metricsAuth requires Config.MetricsTokenHash's bearer token, when one

@@ -141,6 +141,9 @@
 // with none refuses it with 400 (Codex given a model provider of its own
 // compacts by itself, through the route's models). Reasoning the Edge
 // sealed for Anthropic is left out of it, as of a Responses request.
+// Codex so configured also asks for Responses over a WebSocket first: the
+// Edge serves Responses over HTTP only and answers the upgrade 426, the
+// status Codex falls back to HTTP on at once.
 //
 // A Node that shuts down gracefully (node.Runtime.Shutdown; the node
 // daemon on SIGTERM) sends GOAWAY: from then on nothing new is admitted to

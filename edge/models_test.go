@@ -132,6 +132,9 @@ func TestWrongMethod(t *testing.T) {
 			"type":  "error",
 			"error": map[string]any{"type": "invalid_request_error", "message": "Method PUT is not allowed on /v1/messages; allowed: POST"},
 		}},
+		{"GET", "/v1/responses", map[string]string{"Authorization": "Bearer " + apiKey}, "POST", map[string]any{
+			"error": map[string]any{"type": "invalid_request_error", "code": "method_not_allowed", "param": nil, "message": "Method GET is not allowed on /v1/responses; allowed: POST"},
+		}},
 		{"POST", "/healthz", nil, "GET, HEAD", map[string]any{
 			"error": map[string]any{"type": "invalid_request_error", "code": "method_not_allowed", "param": nil, "message": "Method POST is not allowed on /healthz; allowed: GET, HEAD"},
 		}},
@@ -153,5 +156,24 @@ func TestWrongMethod(t *testing.T) {
 		if req.API != "models" { // the Node's discovery and health checks
 			t.Errorf("upstream saw %s %s", req.Method, req.Path)
 		}
+	}
+}
+
+// TestResponsesWebSocketRefused: Codex, its built-in OpenAI provider
+// pointed at the Edge, asks for Responses over a WebSocket first. It is
+// answered 426, which Codex reads as "use HTTP" and falls back on at once
+// (to another status it retries first); the Edge serves Responses over
+// HTTP only.
+func TestResponsesWebSocketRefused(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	resp, b := r.do(t, "GET", "/v1/responses", "", map[string]string{"Authorization": "Bearer " + apiKey,
+		"Connection": "keep-alive, Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+		"OpenAI-Beta": "responses_websockets=2026-02-06"})
+	var got struct {
+		Error struct{ Code, Message string }
+	}
+	if err := json.Unmarshal([]byte(b), &got); err != nil || resp.StatusCode != http.StatusUpgradeRequired || got.Error.Code != "websocket_unsupported" ||
+		!strings.Contains(got.Error.Message, "POST /v1/responses") {
+		t.Fatalf("%d %s (%v)", resp.StatusCode, b, err)
 	}
 }
