@@ -1025,10 +1025,10 @@ type modelPrepared struct {
 
 // messagesModel is what the Anthropic Messages encoder is told of target
 // t for r: its output limit where r sets none (0, the client's own
-// whatever the target, where it sets one), and whether it thinks
-// adaptively.
+// whatever the target, where it sets one), whether it thinks adaptively,
+// and whether the request marks its prefix for the prompt cache.
 func messagesModel(r *llmapi.Request, t Target) llmapi.AnthropicModel {
-	am := llmapi.AnthropicModel{Adaptive: t.adaptive()}
+	am := llmapi.AnthropicModel{Adaptive: t.adaptive(), PromptCache: !t.NoPromptCache}
 	if r.MaxTokens <= 0 {
 		am.MaxTokens = t.maxTokens()
 	}

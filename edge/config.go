@@ -310,6 +310,17 @@ type Target struct {
 	// name; give it for a deployment named otherwise (a Bedrock
 	// application inference profile's ARN).
 	Thinking string
+	// NoPromptCache sends a request translated for Model in Anthropic
+	// Messages without prompt-cache marks. By default such a request
+	// marks its prefix (the last tool, the system prompt, the last
+	// message and the user message before it) so that Anthropic caches
+	// it, as OpenAI caches a repeated prefix unasked: an OpenAI client's
+	// next turn (Codex's, in a tool loop) then reads most of its input
+	// from the cache, at a tenth of the input price, where a prefix
+	// written costs a quarter more once. Set it for an Anthropic-
+	// compatible server that refuses cache_control, or where requests
+	// are seldom repeated within the cache's five minutes.
+	NoPromptCache bool
 }
 
 // Ways a Claude model is asked to think (Target.Thinking).

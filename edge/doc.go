@@ -53,7 +53,9 @@
 // temperature or top_p for one of OpenAI's reasoning models (which refuse
 // them), and one of the two for Anthropic when both are given (its newer
 // models refuse both; top_p goes unless the temperature is the default):
-// the answer keeps its shape. OpenAI's hosted web search, which Codex
+// the answer keeps its shape. A request translated for Anthropic marks
+// its prefix for Anthropic's prompt cache (Target.NoPromptCache), which
+// OpenAI's clients do not know to ask for. OpenAI's hosted web search, which Codex
 // offers in every request, is left out too (and an earlier turn's
 // web_search_call item): the model works without searching, which asks
 // for no access the client did not grant; a tool choice that forces the

@@ -1610,3 +1610,33 @@ func TestResponsesCompact(t *testing.T) {
 	}
 	r.settled()
 }
+
+// TestPromptCacheThroughTheEdge: a request translated for Anthropic marks
+// its prefix for Anthropic's prompt cache, as OpenAI's clients expect of
+// a repeated prefix; a target with NoPromptCache sends it unmarked. A
+// weighted route over both keeps one encoding for each.
+func TestPromptCacheThroughTheEdge(t *testing.T) {
+	r := newRig(t, rigOpts{mutate: func(c *edge.Config) {
+		allowModels(c, "claude", []string{"up-model", "cached", "uncached"})
+		c.Routes = append(c.Routes, edge.Route{Model: "claude-both", Strategy: edge.Weighted, Targets: []edge.Target{
+			{ProviderID: "claude", Model: "cached", Weight: 1}, {ProviderID: "claude", Model: "uncached", Weight: 1, NoPromptCache: true},
+		}})
+	}, nodeModels: []string{"up-model", "cached", "uncached"}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	const body = `{"model":"claude-both","messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`
+	r.eachTargetServes(t, []string{"cached", "uncached"}, func() {
+		resp, out := r.do(t, "POST", "/v1/chat/completions", body, oa)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+	}, func(q *upstreamtest.Request, _ map[string]any) {
+		want := 0
+		if q.Model == "cached" {
+			want = 3 // the tool, the system prompt, the one message
+		}
+		if n := strings.Count(string(q.Body), `"cache_control"`); n != want || llmapitest.CheckAnthropicRequest(q.Body) != nil {
+			t.Fatalf("%s was sent %d marks: %s", q.Model, n, q.Body)
+		}
+	})
+	r.settled()
+}

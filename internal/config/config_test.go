@@ -126,6 +126,7 @@ func TestEdgeStrictness(t *testing.T) {
 		{"aging too slow for the request timeout", `models: ["*"]`, "set AgingStep to at most 999ms"},
 		{"a negative output limit", "provider: p1, model: m}", "Routes[0] (pub).Targets[0]: MaxTokens -1 is negative"},
 		{"an unknown way of thinking", "provider: p1, model: m}", `Routes[0] (pub).Targets[0]: Thinking "enabled" is not adaptive or budget`},
+		{"a prompt cache neither on nor off", "provider: p1, model: m}", "line 16: cannot unmarshal !!str `sometimes` into bool"},
 	}
 	replacements := []string{
 		"state_dir: state\nstatedir: oops",
@@ -149,6 +150,7 @@ func TestEdgeStrictness(t *testing.T) {
 		"models: [\"*\"]\n  - name: b\n    key: {sha256: 0000000000000000000000000000000000000000000000000000000000000003}\n    models: [pub]\n    priority: 10\nlimits: {aging_step: 2s, request_timeout: 10s}",
 		"provider: p1, model: m, max_tokens: -1}",
 		"provider: p1, model: m, thinking: enabled}",
+		"provider: p1, model: m, prompt_cache: sometimes}",
 	}
 	t.Setenv("IOP_TEST_SHORT_KEY", "short")
 	for i, tc := range cases {
@@ -207,15 +209,24 @@ func TestEdgeStrictness(t *testing.T) {
 	if _, err := ParseEdge([]byte(short), t.TempDir()); err == nil || !strings.Contains(err.Error(), "api.metrics_token") {
 		t.Fatalf("a short metrics_token: %v", err)
 	}
-	ok = strings.Replace(minimalEdge, "provider: p1, model: m}", "provider: p1, model: m, model_class: openai-reasoning, max_tokens: 64000, thinking: adaptive}", 1)
+	ok = strings.Replace(minimalEdge, "provider: p1, model: m}", "provider: p1, model: m, model_class: openai-reasoning, max_tokens: 64000, thinking: adaptive, prompt_cache: false}", 1)
 	if ef, err = ParseEdge([]byte(ok), t.TempDir()); err != nil {
 		t.Fatalf("model_class refused: %v", err)
 	}
 	if cfg, err = ef.Config(1); err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.Routes[0].Targets[0]; got.ModelClass != "openai-reasoning" || got.MaxTokens != 64000 || got.Thinking != "adaptive" {
-		t.Fatalf("model_class, max_tokens or thinking not carried: %+v", got)
+	if got := cfg.Routes[0].Targets[0]; got.ModelClass != "openai-reasoning" || got.MaxTokens != 64000 || got.Thinking != "adaptive" || !got.NoPromptCache {
+		t.Fatalf("model_class, max_tokens, thinking or prompt_cache not carried: %+v", got)
+	}
+	for _, on := range []string{"provider: p1, model: m}", "provider: p1, model: m, prompt_cache: true}"} {
+		ef, err := ParseEdge([]byte(strings.Replace(minimalEdge, "provider: p1, model: m}", on, 1)), t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg, err := ef.Config(1); err != nil || cfg.Routes[0].Targets[0].NoPromptCache {
+			t.Fatalf("%s: %v %+v", on, err, cfg)
+		}
 	}
 	// Two classes ten apart climbed in 29.99 s of a 30 s queue timeout.
 	ok = strings.Replace(minimalEdge, `models: ["*"]`, "models: [\"*\"]\n  - name: b\n    key: {sha256: 0000000000000000000000000000000000000000000000000000000000000003}\n    models: [pub]\n    priority: 10\nlimits: {aging_step: 2999ms}", 1)

@@ -76,6 +76,9 @@ type EdgeFile struct {
 			ModelClass string `yaml:"model_class"`
 			MaxTokens  int    `yaml:"max_tokens"`
 			Thinking   string `yaml:"thinking"`
+			// PromptCache false sends no prompt-cache marks
+			// (edge.Target.NoPromptCache); unset or true marks.
+			PromptCache *bool `yaml:"prompt_cache"`
 		} `yaml:"targets"`
 	} `yaml:"routes"`
 	// Credentials are hosted-API keys leased to Nodes one call at a time.
@@ -237,7 +240,8 @@ func (f *EdgeFile) build(epoch uint32, create bool) (edge.Config, error) {
 	for _, r := range f.Routes {
 		rt := edge.Route{Model: r.Model, Strategy: edge.Strategy(r.Strategy)}
 		for _, t := range r.Targets {
-			rt.Targets = append(rt.Targets, edge.Target{ProviderID: t.Provider, Model: t.Model, Weight: t.Weight, ModelClass: t.ModelClass, MaxTokens: t.MaxTokens, Thinking: t.Thinking})
+			rt.Targets = append(rt.Targets, edge.Target{ProviderID: t.Provider, Model: t.Model, Weight: t.Weight, ModelClass: t.ModelClass, MaxTokens: t.MaxTokens, Thinking: t.Thinking,
+				NoPromptCache: t.PromptCache != nil && !*t.PromptCache})
 		}
 		cfg.Routes = append(cfg.Routes, rt)
 	}

@@ -427,6 +427,9 @@ type AnthropicModel struct {
 	// with thinking {"type": "adaptive"} and output_config.effort, and
 	// refuses (the newest ones) or deprecates a thinking budget.
 	Adaptive bool
+	// PromptCache marks the request's prefix for Anthropic's prompt cache
+	// (markPromptCache).
+	PromptCache bool
 }
 
 // AnthropicModelOf reads what its name tells of model: AnthropicMaxTokens
@@ -679,7 +682,61 @@ func EncodeAnthropicWith(r *Request, model string, am AnthropicModel) ([]byte, e
 		}
 		out["tool_choice"] = c
 	}
+	if am.PromptCache {
+		markPromptCache(out, msgs)
+	}
 	return json.Marshal(out)
+}
+
+// cacheControl marks a block as the end of a prefix for Anthropic's
+// prompt cache (5 minutes, refreshed by every read).
+var cacheControl = struct {
+	Type string `json:"type"`
+}{"ephemeral"}
+
+// markPromptCache sets Anthropic's prompt-cache breakpoints on a request
+// translated for it (out, whose conversation is msgs). OpenAI caches a
+// repeated prefix by itself, so its clients (Codex among them) send no
+// marks and expect a long conversation's next turn to read most of its
+// input from the cache; Anthropic caches only up to a block marked
+// cache_control, at a tenth of the input price for a read and a quarter
+// more for a write. So the prefix is marked where it stays put and where
+// it grows, four marks, Anthropic's most: the last tool (tools come
+// first), the system prompt, and the conversation's last message and the
+// user message before it, whose mark is where the previous turn's request
+// ended, so that it is read even when more blocks came after it than
+// Anthropic looks back over (20). A prefix shorter than the model's least
+// (1,024 to 4,096 tokens) is not cached, and costs nothing more.
+func markPromptCache(out map[string]any, msgs []map[string]any) {
+	if tools, _ := out["tools"].([]any); len(tools) > 0 {
+		tools[len(tools)-1].(map[string]any)["cache_control"] = cacheControl
+	}
+	if sys, ok := out["system"].(string); ok && strings.TrimSpace(sys) != "" { // a blank block is refused
+		out["system"] = []any{map[string]any{"type": "text", "text": sys, "cache_control": cacheControl}}
+	}
+	marked := 0
+	for i := len(msgs) - 1; i >= 0 && marked < 2; i-- {
+		if marked == 1 && msgs[i]["role"] != string(RoleUser) {
+			continue
+		}
+		if markLastBlock(msgs[i]) {
+			marked++
+		}
+	}
+}
+
+// markLastBlock marks msg's last block that may carry cache_control (a
+// thinking block may not); it reports whether it found one.
+func markLastBlock(msg map[string]any) bool {
+	blocks, _ := msg["content"].([]any)
+	for i := len(blocks) - 1; i >= 0; i-- {
+		b := blocks[i].(map[string]any)
+		if t := b["type"]; t != "thinking" && t != "redacted_thinking" {
+			b["cache_control"] = cacheControl
+			return true
+		}
+	}
+	return false
 }
 
 // EncodeResponses renders r as a Responses request for model, of the

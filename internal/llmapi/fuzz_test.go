@@ -240,6 +240,9 @@ func FuzzDecodeRequest(f *testing.F) {
 				check func([]byte) error
 			}{
 				{"Anthropic", llmapi.EncodeAnthropic, llmapitest.CheckAnthropicRequest},
+				{"Anthropic with its prompt cache", func(r *llmapi.Request, m string) ([]byte, error) {
+					return llmapi.EncodeAnthropicWith(r, m, llmapi.AnthropicModel{PromptCache: true})
+				}, llmapitest.CheckAnthropicRequest},
 				{"Chat Completions", llmapi.EncodeChat, llmapitest.CheckChatRequest},
 				{"Responses", llmapi.EncodeResponses, llmapitest.CheckResponsesRequest},
 			} {

@@ -2188,3 +2188,109 @@ func TestHostedWebSearchLeftOut(t *testing.T) {
 		}
 	}
 }
+
+// TestPromptCacheMarks: a request translated for Anthropic with its
+// prompt cache (AnthropicModel.PromptCache) marks the last tool, the
+// system prompt, the last message and the user message before it, the
+// last block of each that may carry a mark (not a thinking block): four
+// marks, Anthropic's most, and what Anthropic takes. Without, none.
+func TestPromptCacheMarks(t *testing.T) {
+	body := `{"model":"m","instructions":"You are Codex.","input":[` +
+		`{"role":"user","content":[{"type":"input_text","text":"fix it"},{"type":"input_text","text":"<env/>"}]},` +
+		`{"type":"reasoning","id":"rs","summary":[],"encrypted_content":"` + sealedFor(t, "Look.", "sig1") + `"},` +
+		`{"type":"function_call","call_id":"c1","name":"shell","arguments":"{}"},` +
+		`{"type":"function_call_output","call_id":"c1","output":"a.go"},` +
+		`{"type":"reasoning","id":"rs2","summary":[],"encrypted_content":"` + sealedFor(t, "Now patch.", "sig2") + `"},` +
+		`{"type":"function_call","call_id":"c2","name":"shell","arguments":"{\"cmd\":\"cat a.go\"}"},` +
+		`{"type":"function_call","call_id":"c3","name":"shell","arguments":"{\"cmd\":\"ls\"}"},` +
+		`{"type":"function_call_output","call_id":"c2","output":"package a"},{"type":"function_call_output","call_id":"c3","output":"a.go"}],` +
+		`"tools":[{"type":"function","name":"shell","parameters":{"type":"object"}},{"type":"function","name":"plan","parameters":{"type":"object"}}],"reasoning":{"effort":"low"}}`
+	req, err := llmapi.DecodeResponsesRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := llmapi.EncodeAnthropicWith(req, "claude-sonnet-4-5", llmapi.AnthropicModel{PromptCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := llmapitest.CheckAnthropicRequest(out); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	type block struct {
+		Type         string
+		Text         string
+		ToolUseID    string                 `json:"tool_use_id"`
+		CacheControl *struct{ Type string } `json:"cache_control"`
+	}
+	var got struct {
+		System []block
+		Tools  []struct {
+			Name         string
+			CacheControl *struct{ Type string } `json:"cache_control"`
+		}
+		Messages []struct {
+			Role    string
+			Content []block
+		}
+		Thinking any
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	var marks []string
+	for _, tl := range got.Tools {
+		if tl.CacheControl != nil {
+			marks = append(marks, "tool "+tl.Name)
+		}
+	}
+	for _, b := range got.System {
+		if b.CacheControl != nil {
+			marks = append(marks, "system "+b.Text)
+		}
+	}
+	for i, m := range got.Messages {
+		for _, b := range m.Content {
+			if b.CacheControl != nil {
+				marks = append(marks, fmt.Sprintf("messages[%d] %s %s%s", i, b.Type, b.Text, b.ToolUseID))
+			}
+		}
+	}
+	want := []string{"tool plan", "system You are Codex.", "messages[2] tool_result c1", "messages[4] tool_result c3"}
+	if d := cmp.Diff(want, marks); d != "" || got.Thinking == nil {
+		t.Fatalf("marks (-want +got):\n%s\n%s", d, out)
+	}
+
+	// A conversation of one message, no tools, a blank system: one mark.
+	req, err = llmapi.DecodeChatRequest([]byte(`{"model":"m","messages":[{"role":"system","content":" "},{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = llmapi.EncodeAnthropicWith(req, "claude", llmapi.AnthropicModel{PromptCache: true})
+	if err != nil || strings.Count(string(out), "cache_control") != 1 || llmapitest.CheckAnthropicRequest(out) != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	if out, _ := llmapi.EncodeAnthropic(req, "claude"); strings.Contains(string(out), "cache_control") {
+		t.Fatalf("marked without the prompt cache: %s", out)
+	}
+}
+
+// sealedFor is the encrypted_content the gateway gives a Responses
+// client for a thinking block of text and signature.
+func sealedFor(t *testing.T, text, signature string) string {
+	t.Helper()
+	stream := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",\"usage\":{}}}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"" + text + "\"}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"" + signature + "\"}}\n\n" +
+		"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	_, _, body := llmapitest.Render(t, llmapi.DecodeAnthropicStream(strings.NewReader(stream)), &llmapi.ResponsesRenderer{ID: "r", Model: "m", Seal: true})
+	var o struct {
+		Output []struct {
+			EncryptedContent string `json:"encrypted_content"`
+		}
+	}
+	if err := json.Unmarshal(body, &o); err != nil || len(o.Output) != 1 || o.Output[0].EncryptedContent == "" {
+		t.Fatalf("sealing: %v %s", err, body)
+	}
+	return o.Output[0].EncryptedContent
+}

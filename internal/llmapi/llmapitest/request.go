@@ -62,6 +62,9 @@ func CheckAnthropicRequest(body []byte) error {
 	if len(r.Messages) == 0 {
 		return fmt.Errorf("no messages")
 	}
+	if err := checkCacheMarks(body); err != nil {
+		return err
+	}
 	for i, m := range r.Messages {
 		if m.Role != "user" && m.Role != "assistant" {
 			return fmt.Errorf("messages[%d]: role %q", i, m.Role)
@@ -115,6 +118,80 @@ func CheckAnthropicRequest(body []byte) error {
 		return fmt.Errorf("adaptive thinking with a budget")
 	case r.Thinking != nil && (r.Temperature != nil || r.TopP != nil):
 		return fmt.Errorf("temperature or top_p beside thinking")
+	}
+	return nil
+}
+
+// checkCacheMarks holds an Anthropic request's prompt-cache breakpoints
+// to the API's rules: at most four blocks (tools, system and message
+// blocks) carry cache_control, each of type ephemeral, none of them a
+// thinking block or a blank text block; a system given as blocks holds
+// text blocks with text.
+func checkCacheMarks(body []byte) error {
+	type marked struct {
+		Type         string `json:"type"`
+		Text         string `json:"text"`
+		CacheControl *struct {
+			Type string `json:"type"`
+		} `json:"cache_control"`
+	}
+	var r struct {
+		System   json.RawMessage `json:"system"`
+		Tools    []marked        `json:"tools"`
+		Messages []struct {
+			Content []marked `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return fmt.Errorf("not an Anthropic request: %v", err)
+	}
+	var system []marked
+	if len(r.System) > 0 && r.System[0] == '[' {
+		if err := json.Unmarshal(r.System, &system); err != nil {
+			return fmt.Errorf("system: %v", err)
+		}
+		for i, b := range system {
+			if b.Type != "text" || strings.TrimSpace(b.Text) == "" {
+				return fmt.Errorf("system[%d]: a %q block with text %q", i, b.Type, b.Text)
+			}
+		}
+	}
+	marks := 0
+	check := func(where string, b marked) error {
+		if b.CacheControl == nil {
+			return nil
+		}
+		marks++
+		switch {
+		case b.CacheControl.Type != "ephemeral":
+			return fmt.Errorf("%s: cache_control of type %q", where, b.CacheControl.Type)
+		case b.Type == "thinking" || b.Type == "redacted_thinking":
+			return fmt.Errorf("%s: cache_control on a %s block", where, b.Type)
+		case b.Type == "text" && strings.TrimSpace(b.Text) == "":
+			return fmt.Errorf("%s: cache_control on a blank text block", where)
+		}
+		return nil
+	}
+	for i, t := range r.Tools {
+		t.Type = "tool"
+		if err := check(fmt.Sprintf("tools[%d]", i), t); err != nil {
+			return err
+		}
+	}
+	for i, b := range system {
+		if err := check(fmt.Sprintf("system[%d]", i), b); err != nil {
+			return err
+		}
+	}
+	for i, m := range r.Messages {
+		for j, b := range m.Content {
+			if err := check(fmt.Sprintf("messages[%d].content[%d]", i, j), b); err != nil {
+				return err
+			}
+		}
+	}
+	if marks > 4 {
+		return fmt.Errorf("%d blocks with cache_control (Anthropic takes 4)", marks)
 	}
 	return nil
 }
