@@ -63,6 +63,13 @@
 // or longer than OpenAI takes (40 bytes in Chat Completions, 64 in
 // Responses), are rewritten for it, alike in a call and its result; an
 // end-user id longer than OpenAI's 64 bytes goes to it as its SHA-256.
+// What a Chat Completions provider gives a tool call to be sent back with
+// it (Gemini 3's thought signature, in extra_content, without which it
+// refuses the next turn of a tool loop) reaches a client of another
+// format in the call's id, the one place every client sends back, and
+// goes back to such a provider in the call's extra_content (to any model
+// but OpenAI's own, which refuse the field); Gemini's parallel calls,
+// sent without an index, are told apart by their ids.
 // A tool name OpenAI and Anthropic refuse (longer than 64 bytes, or with
 // a byte other than a letter, digit, _ or -) is renamed in a translation,
 // alike in the tools, the tool choice and the history's calls, and the

@@ -237,6 +237,9 @@ func DecodeChatStream(r io.Reader) Decoder {
 	var usage *Usage
 	toolIdx := map[int]bool{}
 	var callIndex = -1
+	callID := ""                 // the open call's id, as the provider gave it
+	callIDs := map[string]bool{} // the ids of the calls begun
+	calls := 0
 	d := &queue{rd: rd}
 	d.step = func() error {
 		ev, err := rd.Next()
@@ -245,7 +248,7 @@ func DecodeChatStream(r io.Reader) Decoder {
 			if usage != nil {
 				seq.out = append(seq.out, Event{Kind: EvUsage, Usage: *usage})
 			}
-			stop := chatStop(finish, len(toolIdx))
+			stop := chatStop(finish, calls)
 			if refused && stop != StopToolUse {
 				stop = StopRefusal
 			}
@@ -301,13 +304,28 @@ func DecodeChatStream(r io.Reader) Decoder {
 				if tc.Index < 0 || tc.Index > 1024 {
 					return errUpstream("tool call index out of range")
 				}
-				if tc.Index != callIndex || !seq.open || seq.kind != BlockToolUse {
-					if toolIdx[tc.Index] {
+				// A fragment with an id the open call does not have
+				// begins a call: Gemini sends each call whole, without
+				// an index, so parallel calls all come as index 0.
+				newID := tc.ID != "" && tc.ID != callID
+				if tc.Index != callIndex || !seq.open || seq.kind != BlockToolUse || newID {
+					if toolIdx[tc.Index] && !newID || newID && callIDs[tc.ID] {
 						return errUpstream("tool call %d resumed after another block", tc.Index)
 					}
+					if calls == maxChatCalls {
+						return errUpstream("more than %d tool calls", maxChatCalls)
+					}
+					calls++
 					toolIdx[tc.Index] = true
-					callIndex = tc.Index
-					seq.start(BlockToolUse, tc.ID, tc.Function.Name)
+					callIndex, callID = tc.Index, tc.ID
+					if tc.ID != "" {
+						callIDs[tc.ID] = true
+					}
+					id := tc.ID
+					if len(tc.ExtraContent) > 0 {
+						id = withCallSignature(toolCallID(id), tc.ExtraContent)
+					}
+					seq.start(BlockToolUse, id, tc.Function.Name)
 				}
 				if tc.Function.Arguments != "" {
 					seq.delta(tc.Function.Arguments, "")
@@ -326,6 +344,10 @@ func DecodeChatStream(r io.Reader) Decoder {
 	}
 	return d
 }
+
+// maxChatCalls bounds the tool calls of one Chat Completions answer, as
+// its indices (0 to 1024) bound them for a provider that numbers them.
+const maxChatCalls = 1025
 
 // chatChunk is a Chat Completions stream chunk, as the decoder reads it.
 type chatChunk struct {
@@ -371,6 +393,9 @@ type chatChoice struct {
 			Index    int          `json:"index"`
 			ID       string       `json:"id"`
 			Function chatFunction `json:"function"`
+			// ExtraContent is Gemini's: the call's thought signature,
+			// to be sent back with it (withCallSignature).
+			ExtraContent json.RawMessage `json:"extra_content"`
 		} `json:"tool_calls"`
 	} `json:"delta"`
 	FinishReason *string `json:"finish_reason"`
@@ -1123,8 +1148,9 @@ func DecodeChat(body []byte) Decoder {
 				Reasoning        *string `json:"reasoning"`
 				Refusal          *string `json:"refusal"`
 				ToolCalls        []struct {
-					ID       string       `json:"id"`
-					Function chatFunction `json:"function"`
+					ID           string          `json:"id"`
+					Function     chatFunction    `json:"function"`
+					ExtraContent json.RawMessage `json:"extra_content"` // see withCallSignature
 				} `json:"tool_calls"`
 			} `json:"message"`
 			FinishReason string `json:"finish_reason"`
@@ -1163,7 +1189,11 @@ func DecodeChat(body []byte) Decoder {
 		}
 	}
 	for _, tc := range ch.Message.ToolCalls {
-		a.blocks = append(a.blocks, Part{Kind: PartToolUse, ID: tc.ID, Name: tc.Function.Name, Input: json.RawMessage(tc.Function.Arguments)})
+		id := tc.ID
+		if len(tc.ExtraContent) > 0 {
+			id = withCallSignature(toolCallID(id), tc.ExtraContent)
+		}
+		a.blocks = append(a.blocks, Part{Kind: PartToolUse, ID: id, Name: tc.Function.Name, Input: json.RawMessage(tc.Function.Arguments)})
 	}
 	if c.Usage != nil {
 		a.usage = c.Usage.canonical()

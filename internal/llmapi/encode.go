@@ -261,7 +261,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 					if p.IsError && !strings.HasPrefix(text, "Error") {
 						text = "Error: " + text
 					}
-					msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": openAICallID(p.ToolUseID, maxChatCallID), "content": text})
+					msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": openAICallID(providerCallID(p.ToolUseID), maxChatCallID), "content": text})
 					// A tool message holds text only: a result's images and
 					// documents (a screenshot, a PDF read) follow in the
 					// user message that comes after the turn's tool
@@ -274,7 +274,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 						if err != nil {
 							return nil, err
 						}
-						content = append(content, map[string]any{"type": "text", "text": fmt.Sprintf("%s from the result of tool call %s:", map[PartKind]string{PartImage: "Image", PartDocument: "Document"}[c.Kind], openAICallID(p.ToolUseID, maxChatCallID))}, part)
+						content = append(content, map[string]any{"type": "text", "text": fmt.Sprintf("%s from the result of tool call %s:", map[PartKind]string{PartImage: "Image", PartDocument: "Document"}[c.Kind], openAICallID(providerCallID(p.ToolUseID), maxChatCallID))}, part)
 					}
 				case PartText, PartImage, PartDocument:
 					part, err := chatPart(p, i)
@@ -305,7 +305,15 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 					if strings.TrimSpace(args) == "" {
 						args = "{}"
 					}
-					calls = append(calls, map[string]any{"id": openAICallID(p.ID, maxChatCallID), "type": "function", "function": map[string]any{"name": ProviderToolName(p.Name), "arguments": args}})
+					id, extra := callSignature(p.ID)
+					call := map[string]any{"id": openAICallID(id, maxChatCallID), "type": "function", "function": map[string]any{"name": ProviderToolName(p.Name), "arguments": args}}
+					if extra != nil && c != ClassOpenAIReasoning && c != ClassOpenAIChat {
+						// What the provider gave the call (Gemini's thought
+						// signature) goes back with it; OpenAI's own
+						// models refuse a field they do not know.
+						call["extra_content"] = extra
+					}
+					calls = append(calls, call)
 				case PartThinking:
 					// Dropped (see the mapping above), but for a model
 					// that must be given it back.
@@ -541,7 +549,7 @@ func EncodeAnthropicWith(r *Request, model string, am AnthropicModel) ([]byte, e
 				if err != nil {
 					return nil, badRequest("messages[%d]: %v", i, err)
 				}
-				blocks = append(blocks, map[string]any{"type": "tool_use", "id": anthropicToolID(p.ID), "name": ProviderToolName(p.Name), "input": input})
+				blocks = append(blocks, map[string]any{"type": "tool_use", "id": anthropicToolID(providerCallID(p.ID)), "name": ProviderToolName(p.Name), "input": input})
 			case PartToolResult:
 				var content []any
 				for _, c := range p.Content {
@@ -556,7 +564,7 @@ func EncodeAnthropicWith(r *Request, model string, am AnthropicModel) ([]byte, e
 						content = append(content, anthropicDocumentBlock(c))
 					}
 				}
-				b := map[string]any{"type": "tool_result", "tool_use_id": anthropicToolID(p.ToolUseID)}
+				b := map[string]any{"type": "tool_result", "tool_use_id": anthropicToolID(providerCallID(p.ToolUseID))}
 				if content != nil {
 					b["content"] = content
 				}
@@ -784,10 +792,10 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 				if strings.TrimSpace(args) == "" {
 					args = "{}"
 				}
-				input = append(input, map[string]any{"type": "function_call", "call_id": openAICallID(p.ID, maxResponsesCallID), "name": ProviderToolName(p.Name), "arguments": args})
+				input = append(input, map[string]any{"type": "function_call", "call_id": openAICallID(providerCallID(p.ID), maxResponsesCallID), "name": ProviderToolName(p.Name), "arguments": args})
 			case p.Kind == PartToolResult && m.Role == RoleUser:
 				flush()
-				input = append(input, map[string]any{"type": "function_call_output", "call_id": openAICallID(p.ToolUseID, maxResponsesCallID), "output": responsesToolOutput(p)})
+				input = append(input, map[string]any{"type": "function_call_output", "call_id": openAICallID(providerCallID(p.ToolUseID), maxResponsesCallID), "output": responsesToolOutput(p)})
 			case p.Kind == PartThinking:
 				// dropped: see the mapping above
 			default:

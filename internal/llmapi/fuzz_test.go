@@ -170,6 +170,9 @@ func FuzzDecodeStream(f *testing.F) {
 		"anthropic_stream_bad_indices.sse", "responses_stream_args_in_done.sse", "anthropic_stream_apply_patch.sse",
 		"anthropic_stream_redacted.sse")
 	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":7}]}}]}\n\n"))
+	// Gemini: parallel calls without an index, a thought signature on one.
+	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"id\":\"a\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"},\"extra_content\":{\"google\":{\"thought_signature\":\"s\"}}},{\"id\":\"b\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}}]}\n\n" +
+		"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n"))
 	// A call of a tool without parameters, its arguments never sent: the
 	// stream gives it {} as the whole answer does.
 	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\",\"function\":{\"name\":\"now\"}}]}}]}\n\n" +
@@ -210,6 +213,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","input":[{"type":"custom_tool_call","call_id":"c","name":"p","input":"*** Begin Patch"},{"type":"custom_tool_call_output","call_id":"c","output":"ok"}],"tools":[{"type":"custom","name":"p","format":{"type":"grammar","syntax":"lark","definition":"start: x"}},{"type":"custom","name":"q","format":{"type":"text"}}],"tool_choice":{"type":"custom","name":"p"}}`))
 	f.Add([]byte(`{"model":"m","input":"x","tools":[{"type":"function","name":"a"},{"type":"custom","name":"b"}],"tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"custom","name":"b"}]},"allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"a"}}]}}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"p","input":"*** Begin Patch"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}],"tools":[{"type":"custom","custom":{"name":"p","format":{"type":"grammar","grammar":{"syntax":"lark","definition":"start: x"}}}},{"type":"custom","custom":{"name":"q","format":{"type":"text"}}}],"tool_choice":{"type":"custom","custom":{"name":"p"}}}`))
+	// A call whose id carries a provider's signature (withCallSignature).
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"a_iopsig_eyJnb29nbGUiOnsidGhvdWdodF9zaWduYXR1cmUiOiJzIn19","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"a_iopsig_eyJnb29nbGUiOnsidGhvdWdodF9zaWduYXR1cmUiOiJzIn19","content":"r"}]}`))
 	// Codex's hosted web search, left out in translation, and a search
 	// call of an earlier turn.
 	f.Add([]byte(`{"model":"m","input":[{"role":"user","content":"x"},{"type":"web_search_call","id":"ws","status":"completed","action":{"type":"search","query":"q"}}],"tools":[{"type":"function","name":"f"},{"type":"web_search","external_web_access":false}],"tool_choice":"auto"}`))

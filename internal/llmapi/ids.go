@@ -2,7 +2,9 @@ package llmapi
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -155,4 +157,53 @@ func idSafe(s string, keep int) string {
 // notIDRune reports whether r is outside Anthropic's tool id alphabet.
 func notIDRune(r rune) bool {
 	return r != '_' && r != '-' && (r < '0' || r > '9') && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z')
+}
+
+// callSigMark separates, in a tool call's id as a client is given it,
+// the provider's id from what the provider gave the call to be sent back
+// with it (callSignature).
+const callSigMark = "_iopsig_"
+
+// maxCallSignature bounds the extra content a call's id carries; beyond,
+// it is not carried (Gemini's thought signatures run to a few KiB).
+const maxCallSignature = 64 << 10
+
+// withCallSignature is the id a client is given for a tool call whose
+// provider gave it extra content to be sent back with it: Gemini 3, over
+// Chat Completions, signs its thinking into each call's
+// extra_content.google.thought_signature (extra_content.vertex on
+// Vertex), and refuses a history whose calls come back without it
+// ("Function call is missing a thought_signature"). No client format has
+// a place for it but the call's id, which every client sends back with
+// the call and its result: the provider's id, callSigMark and the extra
+// content in base64url, in the alphabet Anthropic's ids take. The id of a
+// call with none, or with more than maxCallSignature, is the provider's.
+func withCallSignature(id string, extra []byte) string {
+	if len(extra) == 0 || len(extra) > maxCallSignature || extra[0] != '{' || !json.Valid(extra) {
+		return id
+	}
+	return id + callSigMark + base64.RawURLEncoding.EncodeToString(extra)
+}
+
+// callSignature splits an id withCallSignature made into the provider's
+// id and the extra content (a JSON object); an id without any is
+// returned whole, with none. A client that writes such an id itself
+// sends its own conversation's content: only a JSON object is taken.
+func callSignature(id string) (string, json.RawMessage) {
+	i := strings.LastIndex(id, callSigMark)
+	if i < 0 {
+		return id, nil
+	}
+	extra, err := base64.RawURLEncoding.DecodeString(id[i+len(callSigMark):])
+	if err != nil || len(extra) == 0 || extra[0] != '{' || !json.Valid(extra) {
+		return id, nil
+	}
+	return id[:i], extra
+}
+
+// providerCallID is a tool call's id without what withCallSignature
+// added: the provider's own.
+func providerCallID(id string) string {
+	id, _ = callSignature(id)
+	return id
 }

@@ -256,3 +256,84 @@ func TestOpenAICallIDsAndUser(t *testing.T) {
 		t.Errorf("Anthropic was not sent the user id as it came: %v %s", err, out)
 	}
 }
+
+// TestGeminiThoughtSignature: Gemini 3 over Chat Completions signs each
+// tool call (extra_content.google.thought_signature) and refuses a
+// history whose calls come back without it. A client of another format
+// is given the signature in the call's id, the one place every client
+// sends back; a translation for Chat Completions sends it back in the
+// call's extra_content, under the provider's id, to any model but
+// OpenAI's own (which refuse the field); other formats get the
+// provider's id alone. Gemini sends parallel calls whole and without an
+// index: each is its own call.
+func TestGeminiThoughtSignature(t *testing.T) {
+	const sig = `{"google":{"thought_signature":"EjQKMgEMOdbHJChLX75QUCJjyYlm+/=="}}`
+	stream := "data: {\"id\":\"g1\",\"model\":\"gemini-3-pro-preview\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[" +
+		"{\"id\":\"fc_a\",\"type\":\"function\",\"function\":{\"name\":\"read\",\"arguments\":\"{\\\"path\\\":\\\"a.go\\\"}\"},\"extra_content\":" + sig + "}," +
+		"{\"id\":\"fc_b\",\"type\":\"function\",\"function\":{\"name\":\"read\",\"arguments\":\"{\\\"path\\\":\\\"b.go\\\"}\"}}]}}]}\n\n" +
+		"data: {\"id\":\"g1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n"
+	buffered := `{"id":"g1","model":"gemini-3-pro-preview","choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","tool_calls":[` +
+		`{"id":"fc_a","type":"function","function":{"name":"read","arguments":"{\"path\":\"a.go\"}"},"extra_content":` + sig + `},` +
+		`{"id":"fc_b","type":"function","function":{"name":"read","arguments":"{\"path\":\"b.go\"}"}}]}}]}`
+	for name, dec := range map[string]func() llmapi.Decoder{
+		"stream":   func() llmapi.Decoder { return llmapi.DecodeChatStream(strings.NewReader(stream)) },
+		"buffered": func() llmapi.Decoder { return llmapi.DecodeChat([]byte(buffered)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, body := llmapitest.Render(t, dec(), &llmapi.ResponsesRenderer{ID: "r", Model: "m"})
+			var o struct {
+				Output []struct {
+					CallID    string `json:"call_id"`
+					Arguments string
+				}
+			}
+			if err := json.Unmarshal(body, &o); err != nil || len(o.Output) != 2 || o.Output[1].CallID != "fc_b" ||
+				!strings.HasPrefix(o.Output[0].CallID, "fc_a") || o.Output[0].Arguments != `{"path":"a.go"}` || o.Output[1].Arguments != `{"path":"b.go"}` {
+				t.Fatalf("%v %s", err, body)
+			}
+			// Codex's next turn: the calls as it was given them, and their outputs.
+			next := `{"model":"m","input":[{"role":"user","content":"read them"},` +
+				`{"type":"function_call","call_id":"` + o.Output[0].CallID + `","name":"read","arguments":"{}"},` +
+				`{"type":"function_call","call_id":"fc_b","name":"read","arguments":"{}"},` +
+				`{"type":"function_call_output","call_id":"` + o.Output[0].CallID + `","output":"package a"},` +
+				`{"type":"function_call_output","call_id":"fc_b","output":"package b"}],"tools":[{"type":"function","name":"read"}]}`
+			req, err := llmapi.DecodeResponsesRequest([]byte(next))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := llmapi.EncodeChat(req, "gemini-3-pro-preview")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var chat struct {
+				Messages []struct {
+					ToolCallID string `json:"tool_call_id"`
+					ToolCalls  []struct {
+						ID           string
+						ExtraContent json.RawMessage `json:"extra_content"`
+					} `json:"tool_calls"`
+				}
+			}
+			json.Unmarshal(out, &chat)
+			if len(chat.Messages) != 4 || len(chat.Messages[1].ToolCalls) != 2 {
+				t.Fatalf("sent %s", out)
+			}
+			calls := chat.Messages[1].ToolCalls
+			if calls[0].ID != "fc_a" || string(calls[0].ExtraContent) != sig || calls[1].ID != "fc_b" || calls[1].ExtraContent != nil ||
+				chat.Messages[2].ToolCallID != "fc_a" || chat.Messages[3].ToolCallID != "fc_b" {
+				t.Fatalf("the signature did not go back with its call: %s", out)
+			}
+			// OpenAI's own models, and the other formats, get the ids alone.
+			for _, enc := range []func() ([]byte, error){
+				func() ([]byte, error) { return llmapi.EncodeChat(req, "gpt-5") },
+				func() ([]byte, error) { return llmapi.EncodeAnthropic(req, "claude") },
+				func() ([]byte, error) { return llmapi.EncodeResponses(req, "gpt-5") },
+			} {
+				out, err := enc()
+				if err != nil || strings.Contains(string(out), "thought_signature") || strings.Contains(string(out), "_iopsig_") || !strings.Contains(string(out), `"fc_a"`) {
+					t.Fatalf("%v %s", err, out)
+				}
+			}
+		})
+	}
+}
