@@ -967,8 +967,6 @@ func (s *Server) open(ctx context.Context, req *request, lease *pool.Lease) (*ex
 	return x, 0, nil
 }
 
-// needsIR reports whether a target of rt serves a through translation or a
-// normalized run (so the request must be decoded).
 // servesNatively reports whether a provider of rt's targets has an
 // upstream that speaks a.
 func (snap *snapshot) servesNatively(rt *Route, a api) bool {
@@ -980,6 +978,8 @@ func (snap *snapshot) servesNatively(rt *Route, a api) bool {
 	return false
 }
 
+// needsIR reports whether a target of rt serves a through translation or a
+// normalized run (so the request must be decoded).
 func (snap *snapshot) needsIR(rt *Route, a api) bool {
 	for _, t := range rt.Targets {
 		if pi, ok := snap.providers[t.ProviderID]; ok {
