@@ -196,7 +196,7 @@ func (s *Server) routes() http.Handler {
 		}
 		// Codex tries Responses over a WebSocket first when its built-in
 		// OpenAI provider is pointed here; 426 is the answer it reads as
-		// "use HTTP" and falls back on at once (any other, it retries).
+		// "use HTTP", and falls back on at once.
 		fail(w, apiResponses, http.StatusUpgradeRequired, "invalid_request", "This gateway serves Responses over HTTP only: POST /v1/responses.", "websocket_unsupported")
 	}))
 	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request, _ string) { unrouted(w, r, served) }))

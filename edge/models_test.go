@@ -161,9 +161,8 @@ func TestWrongMethod(t *testing.T) {
 
 // TestResponsesWebSocketRefused: Codex, its built-in OpenAI provider
 // pointed at the Edge, asks for Responses over a WebSocket first. It is
-// answered 426, which Codex reads as "use HTTP" and falls back on at once
-// (to another status it retries first); the Edge serves Responses over
-// HTTP only.
+// answered 426, which Codex reads as "use HTTP" and falls back on at
+// once; the Edge serves Responses over HTTP only.
 func TestResponsesWebSocketRefused(t *testing.T) {
 	r := newRig(t, rigOpts{})
 	resp, b := r.do(t, "GET", "/v1/responses", "", map[string]string{"Authorization": "Bearer " + apiKey,
