@@ -132,12 +132,14 @@ func providerAPIs(adapter string, names []string) apiSet {
 	return s
 }
 
-// capability says how a provider serves a client API: relayed as is when
-// its upstream speaks the API, translated into a format it does speak
-// (Anthropic Messages, else Chat Completions, else Responses), a
-// normalized run for a cli provider, or not at all (embeddings are never
+// capability says how a provider serves a client API for target t: relayed
+// as is when its upstream speaks the API, translated into a format it does
+// speak (Anthropic Messages, else Chat Completions, else Responses; but
+// Responses before Chat Completions for one of OpenAI's reasoning models,
+// whose reasoning only Responses carries from turn to turn), a normalized
+// run for a cli provider, or not at all (embeddings are never
 // translated).
-func capability(pi providerInfo, a api) (dispatchPath, wireFormat) {
+func capability(pi providerInfo, a api, t Target) (dispatchPath, wireFormat) {
 	switch {
 	case pi.adapter == "cli":
 		if a == apiEmbeddings || a == apiCompact {
@@ -155,6 +157,8 @@ func capability(pi providerInfo, a api) (dispatchPath, wireFormat) {
 		return pathNone, 0
 	case pi.apis.has(apiMessages):
 		return pathTranslate, formatMessages
+	case pi.apis.has(apiResponses) && t.class() == llmapi.ClassOpenAIReasoning:
+		return pathTranslate, formatResponses
 	case pi.apis.has(apiChat):
 		return pathTranslate, formatChat
 	case pi.apis.has(apiResponses):
@@ -813,7 +817,7 @@ func (s *Server) candidates(req *request) []pool.Candidate {
 			// request is refused at once.
 			continue
 		}
-		if p, f := capability(pi, req.api); p == pathNone || req.unfit(p, f, t) != nil {
+		if p, f := capability(pi, req.api, t); p == pathNone || req.unfit(p, f, t) != nil {
 			continue
 		}
 		gen, applied, ok := s.reg.Admission(pi.nodeID, t.ProviderID, t.Model)
@@ -880,7 +884,7 @@ func (s *Server) open(ctx context.Context, req *request, lease *pool.Lease) (*ex
 	pi := req.snap.providers[t.ProviderID]
 	x := &exchange{lease: lease, target: t}
 	deadline, _ := ctx.Deadline()
-	path, format := capability(pi, req.api)
+	path, format := capability(pi, req.api, t)
 	switch path {
 	case pathTunnel, pathTranslate:
 		var body []byte
@@ -983,7 +987,7 @@ func (snap *snapshot) servesNatively(rt *Route, a api) bool {
 func (snap *snapshot) needsIR(rt *Route, a api) bool {
 	for _, t := range rt.Targets {
 		if pi, ok := snap.providers[t.ProviderID]; ok {
-			if p, _ := capability(pi, a); p == pathTranslate || p == pathRun {
+			if p, _ := capability(pi, a, t); p == pathTranslate || p == pathRun {
 				return true
 			}
 		}
@@ -1098,7 +1102,7 @@ func (req *request) prepare() {
 		if !ok {
 			continue
 		}
-		switch p, f := capability(pi, req.api); {
+		switch p, f := capability(pi, req.api, t); {
 		case p == pathTranslate:
 			e := pr.find(req.ir, f, t)
 			if e == nil {
@@ -1158,7 +1162,7 @@ func (req *request) unservable() error {
 		if !ok {
 			continue
 		}
-		p, f := capability(pi, req.api)
+		p, f := capability(pi, req.api, t)
 		if p == pathNone {
 			continue
 		}

@@ -25,8 +25,10 @@
 //     "model" is rewritten, by a byte splice;
 //   - a translated tunnel, when it speaks another format: the request is
 //     translated into the provider's format (Anthropic Messages, else
-//     Chat Completions, else Responses) and the answer, streamed or not,
-//     back into the client's;
+//     Chat Completions, else Responses; Responses first for one of
+//     OpenAI's reasoning models, Target.ModelClass, since only Responses
+//     carries their reasoning from turn to turn) and the answer, streamed
+//     or not, back into the client's;
 //   - a normalized run (cli providers), rendered in the client's format.
 //
 // A translated or rendered answer is held whole while it is rendered
@@ -105,10 +107,14 @@
 // item's encrypted_content (a block Anthropic redacted, as its opaque
 // data, shown to no client); sent back, it reaches Anthropic as the
 // thinking block it was, which Anthropic needs to go on thinking in a
-// tool loop, and DeepSeek as its reasoning_content. Another provider's
-// reasoning state is not portable and is left out of a translation, and
-// a request relayed untranslated to a Responses provider goes without
-// the sealed items.
+// tool loop, and DeepSeek as its reasoning_content. An OpenAI reasoning
+// model, spoken to in Responses, is asked for its reasoning's state
+// (include reasoning.encrypted_content), which a client of another format
+// is given as its thinking block's signature: Claude Code, sending the
+// block back in a tool loop, gives the model its reasoning item back.
+// Another provider's reasoning state is not portable and is left out of
+// a translation, and a request relayed untranslated to a Responses
+// provider goes without the sealed items.
 // A Responses custom tool, whose input is free text (Codex's apply_patch),
 // is carried as a function with one string parameter, a grammar it names
 // in that parameter's description, and its calls come back to the client

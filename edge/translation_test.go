@@ -615,10 +615,11 @@ func TestJSONOutputThroughTranslation(t *testing.T) {
 
 // TestModelFieldsThroughTranslation: an Anthropic client's max_tokens
 // (the Messages API requires one) and thinking budget (Claude Code with
-// extended thinking) reach each model of one route behind a Chat
-// Completions provider in the fields that model takes: an OpenAI
-// reasoning model gets max_completion_tokens, which it requires, the
-// others max_tokens; GPT-4o gets no reasoning_effort, which it refuses,
+// extended thinking) reach each model of one route behind a provider of
+// Chat Completions and Responses in the fields that model takes: an
+// OpenAI reasoning model is spoken to in Responses (max_output_tokens,
+// and its reasoning's state asked for), the others in Chat Completions
+// with max_tokens; GPT-4o gets no reasoning_effort, which it refuses,
 // the others get one. Each class of target has its own encoding. A
 // target whose name does not tell (an Azure deployment) is given its
 // class (Target.ModelClass), which also overrides a name that does.
@@ -641,11 +642,18 @@ func TestModelFieldsThroughTranslation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}, func(q *upstreamtest.Request, body map[string]any) {
+		if q.Model == "gpt-5-mini" || q.Model == "prod-reasoner" {
+			// OpenAI's reasoning models are spoken to in Responses, which
+			// carries their reasoning from turn to turn.
+			reasoning, _ := body["reasoning"].(map[string]any)
+			if q.API != "responses" || body["max_output_tokens"] != float64(9000) || reasoning["effort"] != "medium" ||
+				fmt.Sprint(body["include"]) != "[reasoning.encrypted_content]" {
+				t.Fatalf("%s got %s %s", q.Model, q.API, q.Body)
+			}
+			return
+		}
 		limit, other, effort := "max_tokens", "max_completion_tokens", any("medium")
-		switch q.Model {
-		case "gpt-5-mini", "prod-reasoner":
-			limit, other = other, limit
-		case "gpt-4o", "prod-chat":
+		if q.Model == "gpt-4o" || q.Model == "prod-chat" {
 			effort = nil
 		}
 		if q.API != "chat" || body[limit] != float64(9000) || body[other] != nil || body["reasoning_effort"] != effort {
@@ -1638,5 +1646,56 @@ func TestPromptCacheThroughTheEdge(t *testing.T) {
 			t.Fatalf("%s was sent %d marks: %s", q.Model, n, q.Body)
 		}
 	})
+	r.settled()
+}
+
+// TestOpenAIReasoningThroughTheEdge: Claude Code on one of OpenAI's
+// reasoning models, behind a provider of both OpenAI formats, is spoken
+// to in Responses and given the model's reasoning state as its thinking
+// block's signature, streamed and whole; its next turn in the tool loop
+// sends the block back, and the model gets its reasoning item back
+// before its call.
+func TestOpenAIReasoningThroughTheEdge(t *testing.T) {
+	r := newRig(t, rigOpts{nodeModels: []string{"up-model", "gpt-5-mini"}, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{Reasoning: []string{"Read ", "it."}, ToolCalls: []upstreamtest.ToolCall{{ID: "call_1", Name: "Read", Arguments: `{"p":"a"}`}}}
+	}, mutate: func(c *edge.Config) {
+		allowModels(c, "local", []string{"up-model", "gpt-5-mini"})
+		c.Routes = append(c.Routes, edge.Route{Model: "reasoner", Targets: []edge.Target{{ProviderID: "local", Model: "gpt-5-mini"}}})
+	}})
+	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
+	const tools = `"tools":[{"name":"Read","input_schema":{"type":"object"}}]`
+	resp, out := r.do(t, "POST", "/v1/messages", `{"model":"reasoner","max_tokens":4000,"stream":true,"thinking":{"type":"enabled","budget_tokens":2000},"messages":[{"role":"user","content":"read a"}],`+tools+`}`, an)
+	if resp.StatusCode != 200 || !strings.Contains(out, `"signature":"openai-reasoning:`) {
+		t.Fatalf("streamed: %d %s", resp.StatusCode, out)
+	}
+	resp, out = r.do(t, "POST", "/v1/messages", `{"model":"reasoner","max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":2000},"messages":[{"role":"user","content":"read a"}],`+tools+`}`, an)
+	var msg struct{ Content []json.RawMessage }
+	if err := json.Unmarshal([]byte(out), &msg); resp.StatusCode != 200 || err != nil || len(msg.Content) != 2 {
+		t.Fatalf("whole: %d %s", resp.StatusCode, out)
+	}
+	var thinking struct{ Signature string }
+	json.Unmarshal(msg.Content[0], &thinking)
+	enc, ok := strings.CutPrefix(thinking.Signature, "openai-reasoning:")
+	if !ok || enc == "" {
+		t.Fatalf("thinking block %s", msg.Content[0])
+	}
+	before := len(r.upstream.Requests())
+	next := `{"model":"reasoner","max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":2000},"messages":[{"role":"user","content":"read a"},` +
+		`{"role":"assistant","content":[` + string(msg.Content[0]) + `,` + string(msg.Content[1]) + `]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"package a"}]}],` + tools + `}`
+	if resp, out := r.do(t, "POST", "/v1/messages", next, an); resp.StatusCode != 200 {
+		t.Fatalf("next turn: %d %s", resp.StatusCode, out)
+	}
+	q := r.upstream.Requests()[before]
+	var body struct {
+		Input []struct {
+			Type             string
+			EncryptedContent string `json:"encrypted_content"`
+		}
+	}
+	json.Unmarshal(q.Body, &body)
+	if q.API != "responses" || len(body.Input) != 4 || body.Input[1].Type != "reasoning" || body.Input[1].EncryptedContent != enc || body.Input[2].Type != "function_call" {
+		t.Fatalf("the model was sent %s %s", q.API, q.Body)
+	}
 	r.settled()
 }

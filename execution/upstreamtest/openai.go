@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -148,8 +149,9 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.watch(r, req)()
 	var state struct {
-		Store    *bool  `json:"store"`
-		Previous string `json:"previous_response_id"`
+		Store    *bool    `json:"store"`
+		Previous string   `json:"previous_response_id"`
+		Include  []string `json:"include"`
 	}
 	json.Unmarshal(req.Body, &state)
 	if state.Previous != "" && s.storedResponse(state.Previous) == nil {
@@ -176,7 +178,13 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	var output []any
 	if len(sc.Reasoning) > 0 {
-		output = append(output, map[string]any{"type": "reasoning", "id": fmt.Sprintf("rs_%d", n), "summary": []any{map[string]any{"type": "summary_text", "text": strings.Join(sc.Reasoning, "")}}})
+		item := map[string]any{"type": "reasoning", "id": fmt.Sprintf("rs_%d", n), "summary": []any{map[string]any{"type": "summary_text", "text": strings.Join(sc.Reasoning, "")}}}
+		if slices.Contains(state.Include, "reasoning.encrypted_content") {
+			// The reasoning's state, opaque to the client, as OpenAI
+			// gives it to one that keeps none at the provider.
+			item["encrypted_content"] = base64.StdEncoding.EncodeToString(fmt.Appendf(nil, "upstreamtest reasoning %d", n))
+		}
+		output = append(output, item)
 	}
 	msgID := fmt.Sprintf("msg_%d", n)
 	text := strings.Join(sc.Text, "")

@@ -937,6 +937,9 @@ func DecodeResponsesStream(r io.Reader) Decoder {
 					seq.delta(m.Item.Arguments, "")
 					got[m.Item.ID] = true
 				}
+				if m.Item.Type == "reasoning" && m.Item.EncryptedContent != "" && seq.open && seq.kind == BlockThinking {
+					seq.delta("", reasoningSignature(m.Item.EncryptedContent))
+				}
 				if m.Item.Type == "message" && !got[m.Item.ID] && seq.open {
 					// The text came only in the finished item.
 					for _, c := range m.Item.Content {
@@ -986,6 +989,9 @@ type responsesItem struct {
 	CallID    string `json:"call_id"`
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
+	// EncryptedContent is a reasoning item's state, when the request
+	// included it (reasoningSignature).
+	EncryptedContent string `json:"encrypted_content"`
 	// Content is a message's output_text and refusal parts, or a
 	// reasoning item's reasoning_text parts.
 	Content []struct {
@@ -1030,6 +1036,12 @@ func responsesErrorType(code json.RawMessage) string {
 		return "invalid_request"
 	}
 	return "api_error"
+}
+
+// reasoningSignature is the Signature of a thinking block that was a
+// Responses reasoning item whose state is encrypted (openAIReasoningPrefix).
+func reasoningSignature(encrypted string) string {
+	return openAIReasoningPrefix + encrypted
 }
 
 // incompleteStop is why a Responses answer is incomplete, canonically: a
@@ -1299,7 +1311,11 @@ func DecodeResponses(body []byte) Decoder {
 					b.WriteString(c.Text)
 				}
 			}
-			a.blocks = append(a.blocks, Part{Kind: PartThinking, Text: b.String()})
+			p := Part{Kind: PartThinking, Text: b.String()}
+			if it.EncryptedContent != "" {
+				p.Signature = reasoningSignature(it.EncryptedContent)
+			}
+			a.blocks = append(a.blocks, p)
 		case "function_call":
 			a.blocks = append(a.blocks, Part{Kind: PartToolUse, ID: it.CallID, Name: it.Name, Input: json.RawMessage(it.Arguments)})
 			a.stop = StopToolUse

@@ -38,7 +38,12 @@ import (
 //     same thresholds as for Chat Completions) with summary "auto", so
 //     the reasoning comes back as text; thinking blocks in the history are
 //     dropped, because a Responses reasoning item needs the provider's own
-//     item id or encrypted content;
+//     item id or encrypted content, but for one an OpenAI reasoning model
+//     gave: its reasoning item's encrypted content, asked for (include)
+//     and kept as the block's signature (openAIReasoningPrefix), goes
+//     back to such a model as that item, so that a client of another
+//     format (Claude Code on GPT-5) keeps the model thinking through a
+//     tool loop; Anthropic, which cannot read it, gets no such block;
 //   - to Chat Completions and Responses, no effort goes to a model that
 //     takes none (ClassOpenAIChat: GPT-4o, GPT-4.1 and older, known by
 //     name or given), which refuses the request with one; the answer
@@ -576,6 +581,8 @@ func EncodeAnthropicWith(r *Request, model string, am AnthropicModel) ([]byte, e
 				switch {
 				case strings.HasPrefix(p.Signature, redactedPrefix):
 					blocks = append(blocks, map[string]any{"type": "redacted_thinking", "data": strings.TrimPrefix(p.Signature, redactedPrefix)})
+				case strings.HasPrefix(p.Signature, openAIReasoningPrefix):
+					// OpenAI's reasoning state: only OpenAI reads it.
 				case p.Signature != "":
 					blocks = append(blocks, map[string]any{"type": "thinking", "thinking": p.Text, "signature": p.Signature})
 				}
@@ -796,6 +803,16 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 			case p.Kind == PartToolResult && m.Role == RoleUser:
 				flush()
 				input = append(input, map[string]any{"type": "function_call_output", "call_id": openAICallID(providerCallID(p.ToolUseID), maxResponsesCallID), "output": responsesToolOutput(p)})
+			case p.Kind == PartThinking && m.Role == RoleAssistant && c == ClassOpenAIReasoning && strings.HasPrefix(p.Signature, openAIReasoningPrefix):
+				// An OpenAI reasoning model's own state goes back to it
+				// (no id: at store false the item is its content), so it
+				// goes on thinking through a tool loop.
+				flush()
+				summary := []any{}
+				if p.Text != "" {
+					summary = append(summary, map[string]any{"type": "summary_text", "text": p.Text})
+				}
+				input = append(input, map[string]any{"type": "reasoning", "summary": summary, "encrypted_content": strings.TrimPrefix(p.Signature, openAIReasoningPrefix)})
 			case p.Kind == PartThinking:
 				// dropped: see the mapping above
 			default:
@@ -829,6 +846,11 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 	}
 	if effort := effortOf(r, c); effort != "" {
 		out["reasoning"] = map[string]any{"effort": effort, "summary": "auto"}
+	}
+	if c == ClassOpenAIReasoning {
+		// The reasoning's state, encrypted, for the client to send back
+		// (as a thinking block's signature; openAIReasoningPrefix).
+		out["include"] = []string{"reasoning.encrypted_content"}
 	}
 	if len(r.Tools) > 0 {
 		var tools []any

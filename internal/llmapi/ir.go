@@ -57,7 +57,8 @@ type Part struct {
 	IsError   bool
 	// Signature is a thinking block's provider signature; a redacted
 	// thinking block (Anthropic's redacted_thinking, opaque) has no text
-	// and its data after redactedPrefix.
+	// and its data after redactedPrefix; an OpenAI reasoning item's state
+	// follows openAIReasoningPrefix.
 	Signature string
 }
 
@@ -89,6 +90,12 @@ const FreeformParam = "input"
 // redactedPrefix opens the Signature of a redacted thinking block: its
 // data follows. Anthropic's signatures are base64, which holds no colon.
 const redactedPrefix = "redacted:"
+
+// openAIReasoningPrefix opens the Signature of a thinking block that was
+// an OpenAI Responses reasoning item: its encrypted_content follows, the
+// model's reasoning state, which only OpenAI reads (sent back, it keeps
+// a reasoning model's thinking through a tool loop at store false).
+const openAIReasoningPrefix = "openai-reasoning:"
 
 // ToolChoice says whether and which tool the model must call.
 type ToolChoice struct {

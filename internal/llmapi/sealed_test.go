@@ -220,3 +220,79 @@ func TestRedactedThinkingRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAIReasoningRoundTrip: an OpenAI reasoning model answering
+// through Responses is asked for its reasoning's state (include
+// reasoning.encrypted_content), which a client of another format is
+// given as its thinking block's signature, streamed and whole; Claude
+// Code sends the block back in its tool loop, and it reaches the model
+// as the reasoning item it was, before the call, so the model goes on
+// thinking. Anthropic, and models that are not OpenAI's, get none of it.
+func TestOpenAIReasoningRoundTrip(t *testing.T) {
+	const enc = "gAAAAABo-encrypted-state=="
+	stream := "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"model\":\"gpt-5\",\"status\":\"in_progress\"}}\n\n" +
+		"event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"type\":\"reasoning\",\"id\":\"rs_1\",\"summary\":[]}}\n\n" +
+		"event: response.reasoning_summary_text.delta\ndata: {\"type\":\"response.reasoning_summary_text.delta\",\"item_id\":\"rs_1\",\"delta\":\"**Reading the file**\"}\n\n" +
+		"event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"output_index\":0,\"item\":{\"type\":\"reasoning\",\"id\":\"rs_1\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"**Reading the file**\"}],\"encrypted_content\":\"" + enc + "\"}}\n\n" +
+		"event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"output_index\":1,\"item\":{\"type\":\"function_call\",\"id\":\"fc_1\",\"call_id\":\"call_1\",\"name\":\"Read\",\"arguments\":\"\"}}\n\n" +
+		"event: response.function_call_arguments.delta\ndata: {\"type\":\"response.function_call_arguments.delta\",\"item_id\":\"fc_1\",\"delta\":\"{\\\"file_path\\\":\\\"a.go\\\"}\"}\n\n" +
+		"event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"output_index\":1,\"item\":{\"type\":\"function_call\",\"id\":\"fc_1\",\"call_id\":\"call_1\",\"name\":\"Read\",\"arguments\":\"{\\\"file_path\\\":\\\"a.go\\\"}\"}}\n\n" +
+		"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"model\":\"gpt-5\",\"status\":\"completed\",\"usage\":{\"input_tokens\":10,\"output_tokens\":5}}}\n\n"
+	whole := `{"id":"resp_1","model":"gpt-5","status":"completed","output":[` +
+		`{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"**Reading the file**"}],"encrypted_content":"` + enc + `"},` +
+		`{"type":"function_call","id":"fc_1","call_id":"call_1","name":"Read","arguments":"{\"file_path\":\"a.go\"}"}],"usage":{"input_tokens":10,"output_tokens":5}}`
+	for name, dec := range map[string]func() llmapi.Decoder{
+		"stream":   func() llmapi.Decoder { return llmapi.DecodeResponsesStream(strings.NewReader(stream)) },
+		"buffered": func() llmapi.Decoder { return llmapi.DecodeResponses([]byte(whole)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, body := llmapitest.Render(t, dec(), &llmapi.AnthropicRenderer{ID: "msg_1", Model: "m"})
+			var msg struct {
+				Content []json.RawMessage
+			}
+			if err := json.Unmarshal(body, &msg); err != nil || len(msg.Content) != 2 || !strings.Contains(string(msg.Content[0]), `"signature":"openai-reasoning:`+enc+`"`) {
+				t.Fatalf("%v %s", err, body)
+			}
+			// Claude Code's next turn: the block, the call, its result.
+			next := `{"model":"m","max_tokens":32000,"thinking":{"type":"enabled","budget_tokens":4000},"messages":[{"role":"user","content":"read a.go"},` +
+				`{"role":"assistant","content":[` + string(msg.Content[0]) + `,` + string(msg.Content[1]) + `]},` +
+				`{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"package a"}]}],` +
+				`"tools":[{"name":"Read","input_schema":{"type":"object"}}]}`
+			req, err := llmapi.DecodeAnthropicRequest([]byte(next))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := llmapi.EncodeResponses(req, "gpt-5")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := llmapitest.CheckResponsesRequest(out); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			var got struct {
+				Include []string
+				Input   []struct {
+					Type             string
+					EncryptedContent string `json:"encrypted_content"`
+					Summary          []struct{ Text string }
+				}
+			}
+			json.Unmarshal(out, &got)
+			if len(got.Input) != 4 || got.Input[1].Type != "reasoning" || got.Input[1].EncryptedContent != enc ||
+				len(got.Input[1].Summary) != 1 || got.Input[1].Summary[0].Text != "**Reading the file**" || got.Input[2].Type != "function_call" ||
+				len(got.Include) != 1 || got.Include[0] != "reasoning.encrypted_content" {
+				t.Fatalf("sent %s", out)
+			}
+			for model, enc := range map[string]func() ([]byte, error){
+				"claude": func() ([]byte, error) { return llmapi.EncodeAnthropic(req, "claude-sonnet-4-5") },
+				"qwen":   func() ([]byte, error) { return llmapi.EncodeResponses(req, "qwen3") },
+				"chat":   func() ([]byte, error) { return llmapi.EncodeChat(req, "gpt-5") },
+			} {
+				out, err := enc()
+				if err != nil || strings.Contains(string(out), "encrypted") || strings.Contains(string(out), "openai-reasoning") {
+					t.Fatalf("%s: %v %s", model, err, out)
+				}
+			}
+		})
+	}
+}

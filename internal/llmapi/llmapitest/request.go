@@ -335,10 +335,12 @@ func checkOpenAITools(tools []string, choiceName *string, choice, parallel json.
 func CheckResponsesRequest(body []byte) error {
 	var r struct {
 		Input []struct {
-			Type      string `json:"type"`
-			CallID    string `json:"call_id"`
-			Name      string `json:"name"`
-			Arguments any    `json:"arguments"`
+			Type             string `json:"type"`
+			CallID           string `json:"call_id"`
+			Name             string `json:"name"`
+			Arguments        any    `json:"arguments"`
+			Summary          any    `json:"summary"`
+			EncryptedContent any    `json:"encrypted_content"`
 		} `json:"input"`
 		Tools []struct {
 			Name string `json:"name"`
@@ -376,6 +378,13 @@ func CheckResponsesRequest(body []byte) error {
 		case "function_call_output", "custom_tool_call_output":
 			if it.CallID == "" {
 				return fmt.Errorf("input[%d]: an output that names no call", i)
+			}
+		case "reasoning":
+			// A reasoning item sent back: its summary (a list) and the
+			// state it carries; without, it is an item id at store false.
+			_, list := it.Summary.([]any)
+			if enc, ok := it.EncryptedContent.(string); !list || !ok || enc == "" {
+				return fmt.Errorf("input[%d]: a reasoning item with summary %v, encrypted_content %v", i, it.Summary, it.EncryptedContent)
 			}
 		}
 	}
