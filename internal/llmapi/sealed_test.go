@@ -3,6 +3,7 @@ package llmapi_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -25,20 +26,7 @@ func TestSealedThinkingRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	items := func(seal bool) (streamed, whole []json.RawMessage) {
-		stream, _, body := llmapitest.Render(t, llmapi.DecodeAnthropicStream(strings.NewReader(string(upstream))),
-			&llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Seal: seal})
-		for _, ev := range llmapitest.Events(t, stream) {
-			if ev.Type == "response.output_item.done" {
-				var o struct{ Item json.RawMessage }
-				json.Unmarshal(ev.Data, &o)
-				streamed = append(streamed, o.Item)
-			}
-		}
-		var o struct{ Output []json.RawMessage }
-		if err := json.Unmarshal(body, &o); err != nil {
-			t.Fatal(err)
-		}
-		return streamed, o.Output
+		return responsesItems(t, llmapi.DecodeAnthropicStream(strings.NewReader(string(upstream))), seal)
 	}
 	streamed, whole := items(true)
 	if len(streamed) != 3 || len(whole) != 3 || string(streamed[0]) != string(whole[0]) {
@@ -58,20 +46,10 @@ func TestSealedThinkingRoundTrip(t *testing.T) {
 		t.Helper()
 		input := `[{"role":"user","content":"weather in SF?"},` + reasoningItem + string(whole[1]) + `,` + string(whole[2]) + `,` +
 			`{"type":"function_call_output","call_id":"toolu_01A","output":"18C"}]`
-		req, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","store":false,"include":["reasoning.encrypted_content"],` +
-			`"reasoning":{"effort":"medium"},"input":` + input + `,"tools":[{"type":"function","name":"get_weather"}]}`))
-		if err != nil {
-			t.Fatal(err)
-		}
+		req, out := translated(t, llmapi.DecodeResponsesRequest, `{"model":"m","store":false,"include":["reasoning.encrypted_content"],`+
+			`"reasoning":{"effort":"medium"},"input":`+input+`,"tools":[{"type":"function","name":"get_weather"}]}`, toAnthropic)
 		if !req.SealReasoning {
 			t.Error("the include was not read")
-		}
-		out, err := llmapi.EncodeAnthropic(req, "claude-sonnet-4-5")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := llmapitest.CheckAnthropicRequest(out); err != nil {
-			t.Fatalf("%v\n%s", err, out)
 		}
 		var b map[string]any
 		json.Unmarshal(out, &b)
@@ -97,6 +75,54 @@ func TestSealedThinkingRoundTrip(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Message, "input[1].encrypted_content") {
 		t.Fatalf("a broken sealed item: %v", err)
 	}
+}
+
+// responsesItems renders dec's answer for a Responses client, sealing its
+// thinking when seal is set, and returns the output items the stream
+// finished (response.output_item.done) and the whole answer's.
+func responsesItems(t *testing.T, dec llmapi.Decoder, seal bool) (streamed, whole []json.RawMessage) {
+	t.Helper()
+	stream, _, body := llmapitest.Render(t, dec, &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Seal: seal})
+	for _, ev := range llmapitest.Events(t, stream) {
+		if ev.Type == "response.output_item.done" {
+			var o struct{ Item json.RawMessage }
+			json.Unmarshal(ev.Data, &o)
+			streamed = append(streamed, o.Item)
+		}
+	}
+	var o struct{ Output []json.RawMessage }
+	if err := json.Unmarshal(body, &o); err != nil {
+		t.Fatal(err)
+	}
+	return streamed, o.Output
+}
+
+// target is a provider format a test translates to: its encoder, for a
+// model, and what that API takes.
+type target struct {
+	encode func(*llmapi.Request) ([]byte, error)
+	check  func([]byte) error
+}
+
+// toAnthropic translates for a Claude model that thinks with a budget.
+var toAnthropic = target{func(r *llmapi.Request) ([]byte, error) { return llmapi.EncodeAnthropic(r, "claude-sonnet-4-5") }, llmapitest.CheckAnthropicRequest}
+
+// translated decodes a client's body and encodes it for to, failing the
+// test unless both succeed and the provider would take the result.
+func translated(t *testing.T, decode func([]byte) (*llmapi.Request, error), body string, to target) (*llmapi.Request, []byte) {
+	t.Helper()
+	req, err := decode([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := to.encode(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := to.check(out); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return req, out
 }
 
 func mustMarshal(t *testing.T, v any) string {
@@ -157,40 +183,18 @@ func TestRedactedThinkingRoundTrip(t *testing.T) {
 	}
 	for name, dec := range decoders {
 		t.Run(name, func(t *testing.T) {
-			stream, _, body := llmapitest.Render(t, dec(), &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Seal: true})
-			var streamed []json.RawMessage
-			for _, ev := range llmapitest.Events(t, stream) {
-				if ev.Type == "response.output_item.done" {
-					var o struct{ Item json.RawMessage }
-					json.Unmarshal(ev.Data, &o)
-					streamed = append(streamed, o.Item)
-				}
+			streamed, whole := responsesItems(t, dec(), true)
+			if len(whole) != 3 || len(streamed) != 3 || string(streamed[1]) != string(whole[1]) {
+				t.Fatalf("streamed items %s\nwhole %s", streamed, whole)
 			}
-			var o struct{ Output []json.RawMessage }
-			if err := json.Unmarshal(body, &o); err != nil {
-				t.Fatal(err)
-			}
-			if len(o.Output) != 3 || len(streamed) != 3 || string(streamed[1]) != string(o.Output[1]) {
-				t.Fatalf("streamed items %s\nwhole %s", streamed, o.Output)
-			}
-			if strings.Contains(string(body), data) || strings.Contains(string(stream), data) {
-				t.Errorf("the redacted data reached the client unsealed:\n%s", body)
+			if all := fmt.Sprintf("%s %s", streamed, whole); strings.Contains(all, data) {
+				t.Errorf("the redacted data reached the client unsealed:\n%s", all)
 			}
 
-			input := `[{"role":"user","content":"weather in SF?"},` + string(o.Output[0]) + `,` + string(o.Output[1]) + `,` + string(o.Output[2]) + `,` +
+			input := `[{"role":"user","content":"weather in SF?"},` + string(whole[0]) + `,` + string(whole[1]) + `,` + string(whole[2]) + `,` +
 				`{"type":"function_call_output","call_id":"toolu_01A","output":"18C"}]`
-			req, err := llmapi.DecodeResponsesRequest([]byte(`{"model":"m","store":false,"include":["reasoning.encrypted_content"],` +
-				`"reasoning":{"effort":"medium"},"input":` + input + `,"tools":[{"type":"function","name":"get_weather"}]}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := llmapi.EncodeAnthropic(req, "claude-sonnet-4-5")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := llmapitest.CheckAnthropicRequest(out); err != nil {
-				t.Fatalf("%v\n%s", err, out)
-			}
+			_, out := translated(t, llmapi.DecodeResponsesRequest, `{"model":"m","store":false,"include":["reasoning.encrypted_content"],`+
+				`"reasoning":{"effort":"medium"},"input":`+input+`,"tools":[{"type":"function","name":"get_weather"}]}`, toAnthropic)
 			var b struct {
 				Thinking json.RawMessage
 				Messages []struct {
@@ -258,17 +262,9 @@ func TestOpenAIReasoningRoundTrip(t *testing.T) {
 				`{"role":"assistant","content":[` + string(msg.Content[0]) + `,` + string(msg.Content[1]) + `]},` +
 				`{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"package a"}]}],` +
 				`"tools":[{"name":"Read","input_schema":{"type":"object"}}]}`
-			req, err := llmapi.DecodeAnthropicRequest([]byte(next))
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := llmapi.EncodeResponses(req, "gpt-5")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := llmapitest.CheckResponsesRequest(out); err != nil {
-				t.Fatalf("%v\n%s", err, out)
-			}
+			req, out := translated(t, llmapi.DecodeAnthropicRequest, next, target{func(r *llmapi.Request) ([]byte, error) {
+				return llmapi.EncodeResponses(r, "gpt-5")
+			}, llmapitest.CheckResponsesRequest})
 			var got struct {
 				Include []string
 				Input   []struct {
