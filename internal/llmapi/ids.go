@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"unicode/utf8"
 )
 
 // maxToolName is the longest tool name OpenAI's and Anthropic's APIs
@@ -179,7 +180,7 @@ const maxCallSignature = 64 << 10
 // content in base64url, in the alphabet Anthropic's ids take. The id of a
 // call with none, or with more than maxCallSignature, is the provider's.
 func withCallSignature(id string, extra []byte) string {
-	if len(extra) == 0 || len(extra) > maxCallSignature || extra[0] != '{' || !json.Valid(extra) {
+	if id == "" || len(extra) > maxCallSignature || !jsonObject(extra) {
 		return id
 	}
 	return id + callSigMark + base64.RawURLEncoding.EncodeToString(extra)
@@ -188,17 +189,23 @@ func withCallSignature(id string, extra []byte) string {
 // callSignature splits an id withCallSignature made into the provider's
 // id and the extra content (a JSON object); an id without any is
 // returned whole, with none. A client that writes such an id itself
-// sends its own conversation's content: only a JSON object is taken.
+// sends its own conversation's content: only a JSON object in UTF-8
+// after a provider id that is not empty is taken.
 func callSignature(id string) (string, json.RawMessage) {
 	i := strings.LastIndex(id, callSigMark)
-	if i < 0 {
+	if i <= 0 {
 		return id, nil
 	}
 	extra, err := base64.RawURLEncoding.DecodeString(id[i+len(callSigMark):])
-	if err != nil || len(extra) == 0 || extra[0] != '{' || !json.Valid(extra) {
+	if err != nil || !jsonObject(extra) {
 		return id, nil
 	}
 	return id[:i], extra
+}
+
+// jsonObject reports whether b is a JSON object in UTF-8.
+func jsonObject(b []byte) bool {
+	return len(b) > 0 && b[0] == '{' && utf8.Valid(b) && json.Valid(b)
 }
 
 // providerCallID is a tool call's id without what withCallSignature
