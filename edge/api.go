@@ -96,14 +96,27 @@ func clientFormat(a api) (wireFormat, bool) {
 	return 0, false
 }
 
-// adapterAPIs are, per adapter, the APIs its upstream can serve natively
-// (its tunnel allows them) and, in order, the default when a provider
-// names none. A cli provider serves normalized runs only.
+// adapterAPIs are, per adapter, the APIs its upstream serves natively by
+// default (its tunnel allows them), for a provider that names none. A cli
+// provider serves normalized runs only.
 var adapterAPIs = map[string][]api{
 	"openai":    {apiChat, apiResponses, apiEmbeddings},
 	"ollama":    {apiChat, apiEmbeddings},
 	"anthropic": {apiMessages},
 	"cli":       nil,
+}
+
+// adapterOptionalAPIs are, per adapter, the APIs its tunnel also allows,
+// served only by a provider that names them: Ollama serves Responses
+// since 0.13.3 (its compaction since ollama/ollama PR #18224), which
+// earlier versions do not.
+var adapterOptionalAPIs = map[string][]api{
+	"ollama": {apiResponses},
+}
+
+// adapterAllows is the set of APIs a provider of adapter may name.
+func adapterAllows(adapter string) apiSet {
+	return setOf(append(slices.Clone(adapterAPIs[adapter]), adapterOptionalAPIs[adapter]...)...)
 }
 
 // apiSet is a set of APIs a provider's upstream serves natively.

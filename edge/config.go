@@ -410,7 +410,7 @@ func (c *Config) validate() error {
 				return fmt.Errorf("Nodes: provider id %q is on both %q and %q; provider ids are unique per Edge", p.ID, other, n.ID)
 			}
 			providers[p.ID] = n.ID
-			allowed := setOf(adapterAPIs[p.Adapter]...)
+			allowed := adapterAllows(p.Adapter)
 			seen := map[string]bool{}
 			for _, name := range p.APIs {
 				a, ok := apiNames[name]

@@ -49,7 +49,9 @@ type ProviderSpec struct {
 	// APIs names the client APIs the provider's upstream serves natively
 	// ("chat", "responses", "messages", "embeddings"); the Edge relays
 	// those as they are and translates the others. Empty means the
-	// adapter's default (edge.Config.Validate checks the names).
+	// adapter's default (edge.Config.Validate checks the names; an
+	// ollama provider may name responses, which Ollama serves since 0.13.3,
+	// besides its default chat and embeddings).
 	APIs []string
 	// Credential, when set, is the id of the credential this provider's
 	// upstream calls use, delivered only as a credential lease with each

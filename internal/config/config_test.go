@@ -127,6 +127,7 @@ func TestEdgeStrictness(t *testing.T) {
 		{"a negative output limit", "provider: p1, model: m}", "Routes[0] (pub).Targets[0]: MaxTokens -1 is negative"},
 		{"an unknown way of thinking", "provider: p1, model: m}", `Routes[0] (pub).Targets[0]: Thinking "enabled" is not adaptive or budget`},
 		{"a prompt cache neither on nor off", "provider: p1, model: m}", "line 16: cannot unmarshal !!str `sometimes` into bool"},
+		{"api an ollama provider cannot serve", "adapter: openai, category: local, models: [m], capacity: 1}", `the ollama adapter cannot serve "messages"`},
 	}
 	replacements := []string{
 		"state_dir: state\nstatedir: oops",
@@ -151,6 +152,7 @@ func TestEdgeStrictness(t *testing.T) {
 		"provider: p1, model: m, max_tokens: -1}",
 		"provider: p1, model: m, thinking: enabled}",
 		"provider: p1, model: m, prompt_cache: sometimes}",
+		"adapter: ollama, category: local, models: [m], capacity: 1, apis: [chat, messages]}",
 	}
 	t.Setenv("IOP_TEST_SHORT_KEY", "short")
 	for i, tc := range cases {
@@ -227,6 +229,14 @@ func TestEdgeStrictness(t *testing.T) {
 		if cfg, err := ef.Config(1); err != nil || cfg.Routes[0].Targets[0].NoPromptCache {
 			t.Fatalf("%s: %v %+v", on, err, cfg)
 		}
+	}
+	// Ollama serves Responses when its provider names it (0.13.3 and later).
+	ok = strings.Replace(minimalEdge, "adapter: openai, category: local, models: [m], capacity: 1}", "adapter: ollama, category: local, models: [m], capacity: 1, apis: [chat, responses, embeddings]}", 1)
+	if ef, err = ParseEdge([]byte(ok), t.TempDir()); err != nil {
+		t.Fatalf("an ollama provider with responses: %v", err)
+	}
+	if cfg, err = ef.Config(1); err != nil || !slices.Equal(cfg.Nodes[0].Providers[0].APIs, []string{"chat", "responses", "embeddings"}) {
+		t.Fatalf("an ollama provider with responses: %v %+v", err, cfg.Nodes)
 	}
 	// Two classes ten apart climbed in 29.99 s of a 30 s queue timeout.
 	ok = strings.Replace(minimalEdge, `models: ["*"]`, "models: [\"*\"]\n  - name: b\n    key: {sha256: 0000000000000000000000000000000000000000000000000000000000000003}\n    models: [pub]\n    priority: 10\nlimits: {aging_step: 2999ms}", 1)

@@ -54,6 +54,8 @@ var Routes = []upstream.Route{
 	{Method: http.MethodPost, Path: "/api/show"},
 	{Method: http.MethodGet, Path: "/api/version"},
 	{Method: http.MethodPost, Path: "/v1/chat/completions"},
+	{Method: http.MethodPost, Path: "/v1/responses"},
+	{Method: http.MethodPost, Path: "/v1/responses/compact"},
 	{Method: http.MethodPost, Path: "/v1/completions"},
 	{Method: http.MethodPost, Path: "/v1/embeddings"},
 	{Method: http.MethodGet, Path: "/v1/models"},

@@ -135,6 +135,8 @@ func TestTunnel(t *testing.T) {
 		{"POST", "/v1/chat/completions", `{"model":"llama3:latest","messages":[{"role":"user","content":"x"}]}`, "chat", `"content":"hi"`},
 		{"GET", "/api/tags", "", "ollama_tags", `"qwen2:7b"`},
 		{"GET", "/v1/models", "", "models", `"llama3:latest"`},
+		// Ollama 0.13.3 and later serve Responses (ProviderSpec.APIs names it).
+		{"POST", "/v1/responses", `{"model":"llama3:latest","input":"x"}`, "responses", `"text":"hi"`},
 	} {
 		var rec tunnelRec
 		err := a.Tunnel(context.Background(), &execution.TunnelRequest{ProviderID: "ollama", Method: c.method, Path: c.path,
@@ -151,7 +153,7 @@ func TestTunnel(t *testing.T) {
 	before := len(srv.Requests())
 	for _, c := range []struct{ method, path string }{
 		{"POST", "/api/pull"}, {"DELETE", "/api/delete"}, {"POST", "/api/copy"}, {"POST", "/api/push"},
-		{"POST", "/api/create"}, {"GET", "/api/chat"}, {"POST", "/api/chat/../pull"}, {"POST", "/v1/responses"},
+		{"POST", "/api/create"}, {"GET", "/api/chat"}, {"POST", "/api/chat/../pull"}, {"GET", "/v1/responses/resp_1"},
 	} {
 		var rec tunnelRec
 		err := a.Tunnel(context.Background(), &execution.TunnelRequest{ProviderID: "ollama", Method: c.method, Path: c.path, Body: strings.NewReader(`{"model":"x"}`)}, &rec)
