@@ -57,12 +57,12 @@
 // models refuse both; top_p goes unless the temperature is the default):
 // the answer keeps its shape. A request translated for Anthropic marks
 // its prefix for Anthropic's prompt cache (Target.NoPromptCache), which
-// OpenAI's clients do not know to ask for. OpenAI's hosted web search, which Codex
-// offers in every request, is left out too (and an earlier turn's
-// web_search_call item): the model works without searching, which asks
-// for no access the client did not grant; a tool choice that forces the
-// search, or any other hosted tool, is refused. Tool call ids Anthropic's pattern refuses,
-// or longer than OpenAI takes (40 bytes in Chat Completions, 64 in
+// OpenAI's clients do not know to ask for. OpenAI's hosted web search,
+// which Codex offers in every request by default, is left out too (and
+// an earlier turn's web_search_call item): the model works without
+// searching, which asks for no access the client did not grant; a tool
+// choice that forces the search, or any other hosted tool, is refused.
+// Tool call ids Anthropic's pattern refuses, or longer than OpenAI takes (40 bytes in Chat Completions, 64 in
 // Responses), are rewritten for it, alike in a call and its result; an
 // end-user id longer than OpenAI's 64 bytes goes to it as its SHA-256.
 // What a Chat Completions provider gives a tool call to be sent back with

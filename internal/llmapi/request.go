@@ -838,8 +838,8 @@ func chatToolChoice(raw json.RawMessage) (*ToolChoice, error) {
 var ErrStateful = errors.New("llmapi: previous_response_id needs a provider that speaks Responses")
 
 // hostedWebSearch are the Responses tool types of OpenAI's own web
-// search, which it runs itself. Codex offers one in every request unless
-// told not to ({"type": "web_search", "external_web_access": false}, its
+// search, which it runs itself. Codex offers one in every request by
+// default ({"type": "web_search", "external_web_access": false}, its
 // cached search). A request translated for another provider goes
 // without it: that provider's model works without searching, which needs
 // no access the client did not grant. A request that forces the search
