@@ -62,9 +62,10 @@
 // an earlier turn's web_search_call item): the model works without
 // searching, which asks for no access the client did not grant; a tool
 // choice that forces the search, or any other hosted tool, is refused.
-// Tool call ids Anthropic's pattern refuses, or longer than OpenAI takes (40 bytes in Chat Completions, 64 in
-// Responses), are rewritten for it, alike in a call and its result; an
-// end-user id longer than OpenAI's 64 bytes goes to it as its SHA-256.
+// Tool call ids Anthropic's pattern refuses, or longer than OpenAI takes
+// (40 bytes in Chat Completions, 64 in Responses), are rewritten for it,
+// alike in a call and its result; an end-user id longer than OpenAI's 64
+// bytes goes to it as its SHA-256.
 // What a Chat Completions provider gives a tool call to be sent back with
 // it (Gemini 3's thought signature, in extra_content, without which it
 // refuses the next turn of a tool loop) reaches a client of another
