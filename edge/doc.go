@@ -1,7 +1,7 @@
 // Package edge holds edge.Server, the gateway and composition root of an
 // Edge: the client HTTP APIs (OpenAI Chat Completions, Responses with its
-// compaction, Embeddings and Models; Anthropic Messages, count_tokens and Models, the
-// last in Anthropic's shape for a request that names an
+// compaction, Embeddings and Models; Anthropic Messages, count_tokens and
+// Models, the last in Anthropic's shape for a request that names an
 // anthropic-version; CORS for the browser origins Config.CORSOrigins
 // lists; also mountable as an http.Handler in your own server), API keys
 // and principals, model routes, admission and leases, the listener for
