@@ -1227,13 +1227,20 @@ func (s *Server) chargeEstimate(req *request) {
 // tunnelBody rewrites only the model (a byte splice, no re-encode), for a
 // streamed chat asks the upstream for usage, and leaves out of a
 // Responses request the reasoning items the Edge sealed for Anthropic
-// (llmapi.DropSealedReasoning; a body that holds none is not re-encoded).
+// (llmapi.DropSealedReasoning), out of an Anthropic one the thinking that
+// holds an OpenAI model's state (llmapi.DropForeignThinking); a body that
+// holds none is not re-encoded.
 func tunnelBody(req *request, upstreamModel string) ([]byte, error) {
 	body := req.fields.Splice("model", llmapi.Quote(upstreamModel))
-	if req.api == apiResponses || req.api == apiCompact {
+	switch req.api {
+	case apiResponses, apiCompact:
 		// Thinking the Edge sealed for the client when an Anthropic
 		// provider answered it is for Anthropic only.
 		return llmapi.DropSealedReasoning(body)
+	case apiMessages:
+		// And an OpenAI reasoning model's state, given to the client as
+		// a thinking block's signature, is for OpenAI only.
+		return llmapi.DropForeignThinking(body)
 	}
 	if req.api != apiChat || !req.stream || req.includeUsage {
 		return body, nil

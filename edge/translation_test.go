@@ -1665,7 +1665,7 @@ func TestOpenAIReasoningThroughTheEdge(t *testing.T) {
 	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
 	const tools = `"tools":[{"name":"Read","input_schema":{"type":"object"}}]`
 	resp, out := r.do(t, "POST", "/v1/messages", `{"model":"reasoner","max_tokens":4000,"stream":true,"thinking":{"type":"enabled","budget_tokens":2000},"messages":[{"role":"user","content":"read a"}],`+tools+`}`, an)
-	if resp.StatusCode != 200 || !strings.Contains(out, `"signature":"openai-reasoning:`) {
+	if resp.StatusCode != 200 || !strings.Contains(out, `"signature":"~openai-reasoning:`) {
 		t.Fatalf("streamed: %d %s", resp.StatusCode, out)
 	}
 	resp, out = r.do(t, "POST", "/v1/messages", `{"model":"reasoner","max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":2000},"messages":[{"role":"user","content":"read a"}],`+tools+`}`, an)
@@ -1675,7 +1675,7 @@ func TestOpenAIReasoningThroughTheEdge(t *testing.T) {
 	}
 	var thinking struct{ Signature string }
 	json.Unmarshal(msg.Content[0], &thinking)
-	enc, ok := strings.CutPrefix(thinking.Signature, "openai-reasoning:")
+	enc, ok := strings.CutPrefix(thinking.Signature, "~openai-reasoning:")
 	if !ok || enc == "" {
 		t.Fatalf("thinking block %s", msg.Content[0])
 	}
@@ -1696,6 +1696,29 @@ func TestOpenAIReasoningThroughTheEdge(t *testing.T) {
 	json.Unmarshal(q.Body, &body)
 	if q.API != "responses" || len(body.Input) != 4 || body.Input[1].Type != "reasoning" || body.Input[1].EncryptedContent != enc || body.Input[2].Type != "function_call" {
 		t.Fatalf("the model was sent %s %s", q.API, q.Body)
+	}
+	r.settled()
+}
+
+// TestForeignThinkingToAnthropic: Claude Code's conversation answered by
+// an OpenAI reasoning model, then served by Anthropic untranslated (a
+// route's next provider), reaches Anthropic without the thinking blocks
+// that hold OpenAI's state, which Anthropic would refuse, and with
+// thinking off where that leaves a tool loop without its thinking.
+func TestForeignThinkingToAnthropic(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
+	body := `{"model":"via-anthropic","max_tokens":4000,"thinking":{"type":"enabled","budget_tokens":2000},"messages":[{"role":"user","content":"read a"},` +
+		`{"role":"assistant","content":[{"type":"thinking","thinking":"Reading.","signature":"~openai-reasoning:gAAAAB"},{"type":"tool_use","id":"call_1","name":"Read","input":{}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"package a"}]}],"tools":[{"name":"Read","input_schema":{"type":"object"}}]}`
+	before := len(r.upstream.Requests())
+	if resp, out := r.do(t, "POST", "/v1/messages", body, an); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	q := r.upstream.Requests()[before]
+	if q.API != "messages" || strings.Contains(string(q.Body), "openai-reasoning") || !strings.Contains(string(q.Body), `"thinking":{"type":"disabled"}`) ||
+		!strings.Contains(string(q.Body), `"tool_use_id":"call_1"`) {
+		t.Fatalf("Anthropic was sent %s", q.Body)
 	}
 	r.settled()
 }

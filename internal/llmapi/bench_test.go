@@ -128,3 +128,39 @@ func BenchmarkStreamTranslateAnthropicToChat(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*streamChunks), "ns/chunk")
 }
+
+// relayedText is 200 KB of what a coding agent's conversation holds:
+// prose, paths, code and escaped quotes.
+var relayedText = strings.Repeat(`The quick brown fox, in /usr/local/bin, said \"hi\" to func main() { fmt.Println(x) } -- done. `, 2200)
+
+// BenchmarkDropSealedReasoning: what a Responses request relayed
+// untranslated pays to be checked for reasoning the gateway sealed (most
+// hold none: a search of the body for SealedPrefix).
+func BenchmarkDropSealedReasoning(b *testing.B) {
+	body := []byte(`{"model":"m","input":[{"role":"user","content":"` + relayedText + `"}]}`)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		llmapi.DropSealedReasoning(body)
+	}
+}
+
+// BenchmarkDropForeignThinking: what an Anthropic request relayed
+// untranslated pays to be checked for thinking another provider signed
+// (most hold none: a search of the body).
+func BenchmarkDropForeignThinking(b *testing.B) {
+	text := relayedText
+	for _, c := range []struct{ name, body string }{
+		{"none_200KB", `{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"` + text + `"}]}`},
+		{"one_200KB", `{"model":"m","max_tokens":9,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"` + text + `"},` +
+			`{"role":"assistant","content":[{"type":"thinking","thinking":"r","signature":"~openai-reasoning:gAAA"},{"type":"tool_use","id":"c","name":"f","input":{}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"c","content":"r"}]}]}`},
+	} {
+		body := []byte(c.body)
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				llmapi.DropForeignThinking(body)
+			}
+		})
+	}
+}

@@ -213,6 +213,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","input":[{"type":"custom_tool_call","call_id":"c","name":"p","input":"*** Begin Patch"},{"type":"custom_tool_call_output","call_id":"c","output":"ok"}],"tools":[{"type":"custom","name":"p","format":{"type":"grammar","syntax":"lark","definition":"start: x"}},{"type":"custom","name":"q","format":{"type":"text"}}],"tool_choice":{"type":"custom","name":"p"}}`))
 	f.Add([]byte(`{"model":"m","input":"x","tools":[{"type":"function","name":"a"},{"type":"custom","name":"b"}],"tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"custom","name":"b"}]},"allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"a"}}]}}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"p","input":"*** Begin Patch"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}],"tools":[{"type":"custom","custom":{"name":"p","format":{"type":"grammar","grammar":{"syntax":"lark","definition":"start: x"}}}},{"type":"custom","custom":{"name":"q","format":{"type":"text"}}}],"tool_choice":{"type":"custom","custom":{"name":"p"}}}`))
+	// Claude Code's tool loop after an OpenAI reasoning model answered it.
+	f.Add([]byte(`{"model":"m","max_tokens":9,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"thinking","thinking":"r","signature":"~openai-reasoning:gAAA"},{"type":"tool_use","id":"c","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"c","content":"r"}]}]}`))
 	// A call whose id carries a provider's signature (withCallSignature).
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"a_iopsig_eyJnb29nbGUiOnsidGhvdWdodF9zaWduYXR1cmUiOiJzIn19","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"a_iopsig_eyJnb29nbGUiOnsidGhvdWdodF9zaWduYXR1cmUiOiJzIn19","content":"r"}]}`))
 	// Codex's hosted web search, left out in translation, and a search
@@ -272,6 +274,15 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 			if again, _ := llmapi.DropSealedReasoning(out); !bytes.Equal(again, out) {
 				t.Fatalf("a sealed reasoning item is left in %q", out)
+			}
+		}
+		// So does an Anthropic body without another provider's thinking.
+		if out, err := llmapi.DropForeignThinking(body); err == nil && json.Valid(body) {
+			if !json.Valid(out) {
+				t.Fatalf("dropping foreign thinking made %q of %q", out, body)
+			}
+			if again, _ := llmapi.DropForeignThinking(out); !bytes.Equal(again, out) {
+				t.Fatalf("foreign thinking is left in %q", out)
 			}
 		}
 	})

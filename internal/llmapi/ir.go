@@ -94,8 +94,9 @@ const redactedPrefix = "redacted:"
 // openAIReasoningPrefix opens the Signature of a thinking block that was
 // an OpenAI Responses reasoning item: its encrypted_content follows, the
 // model's reasoning state, which only OpenAI reads (sent back, it keeps
-// a reasoning model's thinking through a tool loop at store false).
-const openAIReasoningPrefix = "openai-reasoning:"
+// a reasoning model's thinking through a tool loop at store false). Its
+// first byte is one JSON bodies seldom hold (see SealedPrefix).
+const openAIReasoningPrefix = "~openai-reasoning:"
 
 // ToolChoice says whether and which tool the model must call.
 type ToolChoice struct {

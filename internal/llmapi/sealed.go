@@ -15,8 +15,13 @@ import (
 // client was shown the text, and the signature is Anthropic's own proof
 // that the text is what its model wrote (a forged one is refused there,
 // as it would be sent through the Messages API). Only this gateway reads
-// it.
-const SealedPrefix = "iop.thinking.v1:"
+// it. It begins with a byte JSON bodies seldom hold, since every
+// Responses body relayed untranslated is searched for it
+// (DropSealedReasoning): bytes.Index goes at the speed of a byte search
+// for a pattern whose first byte is rare, and falls back to a scan many
+// times slower for one whose first byte is frequent, as a quote or a
+// letter is (BenchmarkDropSealedReasoning).
+const SealedPrefix = "~iop.thinking.v1:"
 
 var sealedPrefix = []byte(SealedPrefix)
 
@@ -63,10 +68,7 @@ func DropSealedReasoning(body []byte) ([]byte, error) {
 	if len(raw) == 0 || raw[0] != '[' {
 		return body, nil
 	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, err
-	}
+	items := arrayElems(raw)
 	kept := items[:0]
 	for _, it := range items {
 		if bytes.Contains(it, sealedPrefix) {
@@ -83,9 +85,160 @@ func DropSealedReasoning(body []byte) ([]byte, error) {
 	if len(kept) == len(items) {
 		return body, nil
 	}
-	out, err := json.Marshal(kept)
+	return f.Splice("input", joinArray(kept)), nil
+}
+
+// foreignThinkingMark opens the signature of a thinking block that holds
+// an OpenAI reasoning item's state (openAIReasoningPrefix); searched for
+// in every Anthropic body relayed untranslated, it begins with a rare
+// byte, as SealedPrefix does.
+var foreignThinkingMark = []byte(openAIReasoningPrefix)
+
+// DropForeignThinking returns an Anthropic Messages request body without
+// the thinking blocks whose signature holds an OpenAI reasoning model's
+// state (the Edge gave them to the client when such a model answered it
+// through a translation): relayed untranslated to Anthropic, a route's
+// next provider, the request would be refused for a signature Anthropic
+// did not make. When that leaves the final assistant turn of a tool loop
+// without its thinking, which Anthropic requires while thinking is on,
+// thinking is turned off for the request, as a translation does
+// (toolLoopWithoutThinking). A body that holds no such block is returned
+// as it is.
+func DropForeignThinking(body []byte) ([]byte, error) {
+	if !bytes.Contains(body, foreignThinkingMark) {
+		return body, nil
+	}
+	f, err := Scan(body, "messages")
 	if err != nil {
 		return nil, err
 	}
-	return f.Splice("input", out), nil
+	raw := f.Raw("messages")
+	if len(raw) == 0 || raw[0] != '[' {
+		return body, nil
+	}
+	msgs := arrayElems(raw)
+	dropped := false
+	for i, m := range msgs {
+		if !bytes.Contains(m, foreignThinkingMark) {
+			continue // most messages: not decoded
+		}
+		var msg map[string]json.RawMessage
+		var blocks []json.RawMessage
+		if json.Unmarshal(m, &msg) != nil || json.Unmarshal(msg["content"], &blocks) != nil {
+			continue // a string content, or a shape Anthropic will refuse itself
+		}
+		kept := blocks[:0]
+		for _, b := range blocks {
+			if bytes.Contains(b, foreignThinkingMark) {
+				var t struct {
+					Type      string `json:"type"`
+					Signature string `json:"signature"`
+				}
+				if json.Unmarshal(b, &t) == nil && t.Type == "thinking" && strings.HasPrefix(t.Signature, openAIReasoningPrefix) {
+					continue
+				}
+			}
+			kept = append(kept, b)
+		}
+		if len(kept) == len(blocks) {
+			continue
+		}
+		dropped = true
+		content, err := json.Marshal(kept)
+		if err != nil {
+			return nil, err
+		}
+		msg["content"] = content
+		if msgs[i], err = json.Marshal(msg); err != nil {
+			return nil, err
+		}
+	}
+	if !dropped {
+		return body, nil
+	}
+	body = f.Splice("messages", joinArray(msgs))
+	if !lastTurnCallsWithoutThinking(msgs) {
+		return body, nil
+	}
+	f, err = Scan(body, "thinking")
+	if err != nil {
+		return nil, err
+	}
+	var thinking struct {
+		Type string `json:"type"`
+	}
+	if t := f.Raw("thinking"); t == nil || json.Unmarshal(t, &thinking) != nil || thinking.Type == "disabled" {
+		return body, nil
+	}
+	return f.Splice("thinking", []byte(`{"type":"disabled"}`)), nil
+}
+
+// arrayElems is the elements of raw, a JSON array cut from a scanned body
+// (so valid), as slices of it: nothing is decoded.
+func arrayElems(raw []byte) [][]byte {
+	var out [][]byte
+	i := skipWS(raw, 1)
+	for i < len(raw) && raw[i] != ']' {
+		end := skipValue(raw, i)
+		out = append(out, raw[i:end])
+		i = skipWS(raw, end)
+		if i < len(raw) && raw[i] == ',' {
+			i = skipWS(raw, i+1)
+		}
+	}
+	return out
+}
+
+// joinArray is the JSON array of elems.
+func joinArray(elems [][]byte) []byte {
+	n := 2 + len(elems)
+	for _, e := range elems {
+		n += len(e)
+	}
+	out := make([]byte, 0, n)
+	out = append(out, '[')
+	for i, e := range elems {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, e...)
+	}
+	return append(out, ']')
+}
+
+// lastTurnCallsWithoutThinking reports whether the last assistant message
+// of msgs calls a tool without a thinking block first.
+func lastTurnCallsWithoutThinking(msgs [][]byte) bool {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		f, err := Scan(msgs[i], "role", "content")
+		if err != nil {
+			return false
+		}
+		if role, _ := f.String("role"); role != "assistant" {
+			continue
+		}
+		var blocks []json.RawMessage
+		if json.Unmarshal(f.Raw("content"), &blocks) != nil {
+			return false // text alone: no tool loop
+		}
+		return callsWithoutThinking(blocks)
+	}
+	return false
+}
+
+// callsWithoutThinking reports whether an assistant turn's blocks call a
+// tool without a thinking block first.
+func callsWithoutThinking(blocks []json.RawMessage) bool {
+	called, first := false, ""
+	for i, b := range blocks {
+		var t struct {
+			Type string `json:"type"`
+		}
+		json.Unmarshal(b, &t)
+		if i == 0 {
+			first = t.Type
+		}
+		called = called || t.Type == "tool_use"
+	}
+	return called && first != "thinking" && first != "redacted_thinking"
 }

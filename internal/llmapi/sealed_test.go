@@ -254,7 +254,7 @@ func TestOpenAIReasoningRoundTrip(t *testing.T) {
 			var msg struct {
 				Content []json.RawMessage
 			}
-			if err := json.Unmarshal(body, &msg); err != nil || len(msg.Content) != 2 || !strings.Contains(string(msg.Content[0]), `"signature":"openai-reasoning:`+enc+`"`) {
+			if err := json.Unmarshal(body, &msg); err != nil || len(msg.Content) != 2 || !strings.Contains(string(msg.Content[0]), `"signature":"~openai-reasoning:`+enc+`"`) {
 				t.Fatalf("%v %s", err, body)
 			}
 			// Claude Code's next turn: the block, the call, its result.
@@ -290,5 +290,45 @@ func TestOpenAIReasoningRoundTrip(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDropForeignThinking: an Anthropic request relayed untranslated goes
+// without the thinking blocks that hold an OpenAI reasoning model's state
+// (a route's previous provider answered the conversation); when that
+// leaves the final tool-calling turn without thinking, thinking is turned
+// off, as Anthropic requires. Anything else is passed as it is, byte for
+// byte.
+func TestDropForeignThinking(t *testing.T) {
+	foreign := `{"type":"thinking","thinking":"Reading.","signature":"~openai-reasoning:gAAAA"}`
+	own := `{"type":"thinking","thinking":"Hm.","signature":"EqQBCgIYAhIM"}`
+	call := `{"type":"tool_use","id":"call_1","name":"Read","input":{"p":"a"}}`
+	result := `{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"package a"}]}`
+	for _, c := range []struct {
+		name, in, want string
+	}{
+		{"the last turn's only thinking",
+			`{"model":"m","thinking":{"type":"enabled","budget_tokens":2000},"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[` + foreign + `,` + call + `]},` + result + `]}`,
+			`{"model":"m","thinking":{"type":"disabled"},"messages":[{"role":"user","content":"x"},{"content":[` + call + `],"role":"assistant"},` + result + `]}`},
+		{"beside Anthropic's own",
+			`{"model":"m","thinking":{"type":"enabled","budget_tokens":2000},"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[` + own + `,` + foreign + `,` + call + `]},` + result + `]}`,
+			`{"model":"m","thinking":{"type":"enabled","budget_tokens":2000},"messages":[{"role":"user","content":"x"},{"content":[` + own + `,` + call + `],"role":"assistant"},` + result + `]}`},
+		{"an earlier turn's",
+			`{"model":"m","thinking":{"type":"adaptive"},"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[` + foreign + `,{"type":"text","text":"a"}]},{"role":"user","content":"y"}]}`,
+			`{"model":"m","thinking":{"type":"adaptive"},"messages":[{"role":"user","content":"x"},{"content":[{"type":"text","text":"a"}],"role":"assistant"},{"role":"user","content":"y"}]}`},
+	} {
+		out, err := llmapi.DropForeignThinking([]byte(c.in))
+		if err != nil || string(out) != c.want {
+			t.Errorf("%s: %v\ngot  %s\nwant %s", c.name, err, out, c.want)
+		}
+	}
+	for _, b := range []string{
+		`{"model":"m","messages":[{"role":"assistant","content":[` + own + `,` + call + `]},` + result + `]}`,
+		`{"model":"m","messages":[{"role":"user","content":"~openai-reasoning: is just text"}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"\"~openai-reasoning:"}]}]}`,
+	} {
+		if out, err := llmapi.DropForeignThinking([]byte(b)); err != nil || string(out) != b {
+			t.Errorf("%s: changed to %s (%v)", b, out, err)
+		}
 	}
 }
