@@ -654,7 +654,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
 		sc := upstreamtest.Echo(q)
-		sc.Usage = upstreamtest.Usage{InputTokens: 7, OutputTokens: 3}
+		sc.Usage = upstreamtest.Usage{InputTokens: 7, OutputTokens: 3, CachedTokens: 2}
 		return sc
 	}, mutate: func(c *edge.Config) { c.Metrics = reg }})
 	r.post(t, apiKey, chatJSON("gpt-local", "one"))
@@ -684,7 +684,12 @@ func TestMetricsAndHealth(t *testing.T) {
 		`iop_edge_requests_total{api="chat",outcome="ok",route="gpt-local"} 2`,
 		`iop_edge_requests_total{api="chat",outcome="unauthenticated",route="unknown"} 1`,
 		`iop_edge_requests_total{api="messages",outcome="ok",route="via-anthropic"} 1`,
-		`iop_edge_tokens_total{direction="input",key="alice"} 21`,
+		// 7 for each Chat answer (prompt_tokens, its cached_tokens among
+		// them) and 9 for the Anthropic one (input_tokens and the cache
+		// reads it leaves out).
+		`iop_edge_tokens_total{direction="input",key="alice"} 23`,
+		// Of which read from the prompt caches: 2 in each.
+		`iop_edge_key_cached_input_tokens_total{key="alice"} 6`,
 		`iop_edge_node_connected{node="box"} 1`,
 		`iop_edge_node_draining{node="box"} 0`,
 		`iop_edge_in_flight{node="box",provider="local"} 0`,

@@ -1282,9 +1282,12 @@ var (
 	// usageKeys are the counts of a usage object: Chat Completions'
 	// (prompt, completion), the Responses and Anthropic APIs' (input,
 	// output), and Anthropic's cache reads and writes, which its
-	// input_tokens leaves out.
+	// input_tokens leaves out; and the details objects in which Chat
+	// Completions and Responses say how much of their input the cache
+	// held (usageDetailKeys).
 	usageKeys = []string{"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens",
-		"cache_read_input_tokens", "cache_creation_input_tokens"}
+		"cache_read_input_tokens", "cache_creation_input_tokens", "prompt_tokens_details", "input_tokens_details"}
+	usageDetailKeys = []string{"cached_tokens"}
 )
 
 // readUsage reads a whole answer's usage object, of any of the three
@@ -1299,16 +1302,42 @@ func readUsage(raw []byte) *execution.Usage {
 		return nil
 	}
 	var n [6]int64
-	for i, k := range usageKeys {
-		v := f.Raw(k)
-		if v == nil || string(v) == "null" {
-			continue
-		}
-		if n[i], err = strconv.ParseInt(string(v), 10, 64); err != nil {
+	for i, k := range usageKeys[:len(n)] {
+		if n[i], err = usageCount(f.Raw(k)); err != nil {
 			return nil
 		}
 	}
-	return &execution.Usage{InputTokens: llmapi.SumTokens(n[0], n[2], n[4], n[5]), OutputTokens: llmapi.SumTokens(n[1], n[3]), CachedInputTokens: n[4]}
+	// Cached input: Anthropic's cache reads, or what Chat Completions'
+	// prompt_tokens_details or the Responses API's input_tokens_details
+	// count as cached_tokens (part of their input already).
+	cached := n[4]
+	for _, k := range usageKeys[len(n):] {
+		d := f.Raw(k)
+		if len(d) == 0 || d[0] != '{' {
+			continue // absent or null; anything else is not a count to book
+		}
+		df, err := llmapi.Scan(d, usageDetailKeys...)
+		if err != nil {
+			return nil
+		}
+		c, err := usageCount(df.Raw("cached_tokens"))
+		if err != nil {
+			return nil
+		}
+		cached = llmapi.SumTokens(cached, c)
+	}
+	in := llmapi.SumTokens(n[0], n[2], n[4], n[5])
+	// A cache cannot have held more than the input was: a count beyond is
+	// the provider's mistake, and books no more than the input.
+	return &execution.Usage{InputTokens: in, OutputTokens: llmapi.SumTokens(n[1], n[3]), CachedInputTokens: min(cached, max(in, 0))}
+}
+
+// usageCount is a usage object's count v: 0 when it is absent or null.
+func usageCount(v []byte) (int64, error) {
+	if v == nil || string(v) == "null" {
+		return 0, nil
+	}
+	return strconv.ParseInt(string(v), 10, 64)
 }
 
 // readRequestBody reads r's body, at most limit bytes, before ctx's

@@ -261,8 +261,10 @@
 //   - iop_edge_tokens_total{key, direction}: tokens from reported usage
 //     (direction input or output).
 //   - iop_edge_key_requests_total{key}, iop_edge_key_limited_total{key,
-//     limit}, iop_edge_key_estimated_tokens_total{key}: Server.Usage per
-//     key; limit is concurrent, requests or tokens.
+//     limit}, iop_edge_key_estimated_tokens_total{key},
+//     iop_edge_key_cached_input_tokens_total{key}: Server.Usage per key;
+//     limit is concurrent, requests or tokens; the cached input tokens are
+//     the part of the input a provider read from its prompt cache.
 //   - iop_edge_tunnel_bytes_total{direction}: bytes through raw tunnels
 //     (upstream: to the provider; downstream: to the client).
 //   - iop_edge_credential_leases_issued_total{provider}: credential leases

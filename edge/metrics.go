@@ -146,10 +146,11 @@ var (
 	descKeyReqs    = prometheus.NewDesc("iop_edge_key_requests_total", "Requests admitted per API key.", []string{"key"}, nil)
 	descKeyLimited = prometheus.NewDesc("iop_edge_key_limited_total", "Requests refused (429) by an API key's own limits, by key and limit (concurrent, requests, tokens).", []string{"key", "limit"}, nil)
 	descKeyEst     = prometheus.NewDesc("iop_edge_key_estimated_tokens_total", "Tokens charged to API keys' token budgets by estimate, for answers that ended without reported usage.", []string{"key"}, nil)
+	descKeyCached  = prometheus.NewDesc("iop_edge_key_cached_input_tokens_total", "Input tokens providers read from their prompt caches, per API key (part of iop_edge_tokens_total's input).", []string{"key"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueued, descMaxQueued, descQueueBytes, descMaxBytes, descInFlight, descProvQueued, descConnected, descGeneration, descDraining, descTLSExpiry, descNodeCert, descCooling, descKeyReqs, descKeyLimited, descKeyEst} {
+	for _, d := range []*prometheus.Desc{descQueued, descMaxQueued, descQueueBytes, descMaxBytes, descInFlight, descProvQueued, descConnected, descGeneration, descDraining, descTLSExpiry, descNodeCert, descCooling, descKeyReqs, descKeyLimited, descKeyEst, descKeyCached} {
 		ch <- d
 	}
 }
@@ -193,6 +194,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, u := range c.s.Usage() {
 		ch <- prometheus.MustNewConstMetric(descKeyReqs, prometheus.CounterValue, float64(u.Requests), u.Key)
 		ch <- prometheus.MustNewConstMetric(descKeyEst, prometheus.CounterValue, float64(u.EstimatedTokens), u.Key)
+		ch <- prometheus.MustNewConstMetric(descKeyCached, prometheus.CounterValue, float64(u.CachedInputTokens), u.Key)
 		ch <- prometheus.MustNewConstMetric(descKeyLimited, prometheus.CounterValue, float64(u.Limited.Concurrent), u.Key, limitConcurrent)
 		ch <- prometheus.MustNewConstMetric(descKeyLimited, prometheus.CounterValue, float64(u.Limited.Requests), u.Key, limitRequests)
 		ch <- prometheus.MustNewConstMetric(descKeyLimited, prometheus.CounterValue, float64(u.Limited.Tokens), u.Key, limitTokens)
@@ -326,6 +328,9 @@ func (s *Server) logAccess(w *recorder, a api, route string, key *APIKey, req *r
 	kv = append(kv, "duration_ms", ms(took), "bytes", w.written)
 	if req != nil && req.usage != nil {
 		kv = append(kv, "input_tokens", req.usage.InputTokens, "output_tokens", req.usage.OutputTokens)
+		if req.usage.CachedInputTokens > 0 {
+			kv = append(kv, "cached_input_tokens", req.usage.CachedInputTokens)
+		}
 	}
 	if req != nil && req.estimated > 0 {
 		kv = append(kv, "estimated_tokens", req.estimated)

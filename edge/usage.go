@@ -17,6 +17,10 @@ type Usage struct {
 	// Each token total stops at math.MaxInt64 rather than wrapping.
 	InputTokens  int64
 	OutputTokens int64
+	// CachedInputTokens is the part of InputTokens the providers read
+	// from their prompt caches (OpenAI's cached_tokens, Anthropic's
+	// cache_read_input_tokens): how well a key's repeated prefixes hit.
+	CachedInputTokens int64
 	// EstimatedTokens totals what answers without reported usage were
 	// charged to the key's TokensPerMinute by estimate (input and output
 	// together; see APIKey).
@@ -63,6 +67,7 @@ func (b *usageBook) tokens(key string, u *execution.Usage) {
 	e := b.entry(key)
 	e.InputTokens = addSat(e.InputTokens, u.InputTokens)
 	e.OutputTokens = addSat(e.OutputTokens, u.OutputTokens)
+	e.CachedInputTokens = addSat(e.CachedInputTokens, u.CachedInputTokens)
 	b.mu.Unlock()
 }
 
