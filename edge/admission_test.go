@@ -901,7 +901,8 @@ func TestImpossibleAnthropicPartsAreNotBooked(t *testing.T) {
 // TestAnthropicCacheTokensBooked: an Anthropic answer's input_tokens
 // leaves out the prompt tokens the cache read and wrote. The Edge books
 // all three as input, whole or streamed, as the adapters count it, so a
-// key's token budget is not slipped past by caching a long prompt.
+// key's token budget is not slipped past by caching a long prompt; the
+// cache reads are its cached input.
 func TestAnthropicCacheTokensBooked(t *testing.T) {
 	const usage = `"input_tokens": 10, "cache_read_input_tokens": 200, "cache_creation_input_tokens": 3000`
 	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
@@ -923,9 +924,9 @@ func TestAnthropicCacheTokensBooked(t *testing.T) {
 			t.Fatalf("stream %t: %d %s", stream, status, b)
 		}
 		r.settled()
-		want := edge.Usage{Key: "alice", Requests: 1, InputTokens: 3210, OutputTokens: 7}
+		want := edge.Usage{Key: "alice", Requests: 1, InputTokens: 3210, OutputTokens: 7, CachedInputTokens: 200}
 		if stream {
-			want = edge.Usage{Key: "alice", Requests: 2, InputTokens: 2 * 3210, OutputTokens: 2 * 7}
+			want = edge.Usage{Key: "alice", Requests: 2, InputTokens: 2 * 3210, OutputTokens: 2 * 7, CachedInputTokens: 2 * 200}
 		}
 		if got := r.usageOf("alice"); got != want {
 			t.Fatalf("stream %t: usage %+v, want %+v", stream, got, want)
