@@ -31,10 +31,11 @@ func checkToolName(where, name string) error {
 // assistant text that ends in whitespace, tool call ids of its pattern
 // and inputs that are objects, tools whose input schema is an object
 // schema, tool names (of tools, calls and the tool choice) of its
-// pattern, a positive max_tokens above any thinking budget, and not both
-// temperature and top_p (nor either beside thinking). What only a wrong client sends (a
-// tool result no call asked for) is the provider's to refuse, not checked
-// here.
+// pattern, a positive max_tokens above any thinking budget, not both
+// temperature and top_p (nor either beside thinking), and prompt-cache
+// marks as it takes them (checkCacheMarks). What only a wrong client
+// sends (a tool result no call asked for) is the provider's to refuse,
+// not checked here.
 func CheckAnthropicRequest(body []byte) error {
 	var r struct {
 		Messages []struct {
