@@ -332,7 +332,8 @@ func checkOpenAITools(tools []string, choiceName *string, choice, parallel json.
 // such field), a function call without a call_id or with arguments that
 // are not a string, a tool name (of a tool, a call or the tool choice)
 // outside its pattern, a call output that names no call, a call_id over
-// 64 bytes, a user over 64.
+// 64 bytes, a user over 64, a reasoning item sent back without its
+// summary list or its encrypted state.
 func CheckResponsesRequest(body []byte) error {
 	var r struct {
 		Input []struct {
