@@ -69,23 +69,31 @@ func DropSealedReasoning(body []byte) ([]byte, error) {
 		return body, nil
 	}
 	items := arrayElems(raw)
-	kept := items[:0]
-	for _, it := range items {
-		if bytes.Contains(it, sealedPrefix) {
-			var r struct {
-				Type             string `json:"type"`
-				EncryptedContent string `json:"encrypted_content"`
-			}
-			if json.Unmarshal(it, &r) == nil && r.Type == "reasoning" && strings.HasPrefix(r.EncryptedContent, SealedPrefix) {
-				continue
-			}
+	kept := dropElems(items, sealedPrefix, func(it []byte) bool {
+		var r struct {
+			Type             string `json:"type"`
+			EncryptedContent string `json:"encrypted_content"`
 		}
-		kept = append(kept, it)
-	}
+		return json.Unmarshal(it, &r) == nil && r.Type == "reasoning" && strings.HasPrefix(r.EncryptedContent, SealedPrefix)
+	})
 	if len(kept) == len(items) {
 		return body, nil
 	}
 	return f.Splice("input", joinArray(kept)), nil
+}
+
+// dropElems returns elems without those that hold mark and match says
+// are to go; only an element that holds mark is decoded. It reuses
+// elems' array.
+func dropElems(elems [][]byte, mark []byte, match func([]byte) bool) [][]byte {
+	kept := elems[:0]
+	for _, e := range elems {
+		if bytes.Contains(e, mark) && match(e) {
+			continue
+		}
+		kept = append(kept, e)
+	}
+	return kept
 }
 
 // foreignThinkingMark opens the signature of a thinking block that holds
@@ -123,35 +131,27 @@ func DropForeignThinking(body []byte) ([]byte, error) {
 			continue // most messages: not decoded
 		}
 		var msg map[string]json.RawMessage
-		var blocks []json.RawMessage
-		if json.Unmarshal(m, &msg) != nil || json.Unmarshal(msg["content"], &blocks) != nil {
+		if json.Unmarshal(m, &msg) != nil || len(msg["content"]) == 0 || msg["content"][0] != '[' {
 			continue // a string content, or a shape Anthropic will refuse itself
 		}
-		kept := blocks[:0]
-		for _, b := range blocks {
-			if bytes.Contains(b, foreignThinkingMark) {
-				var t struct {
-					Type      string `json:"type"`
-					Signature string `json:"signature"`
-				}
-				if json.Unmarshal(b, &t) == nil && t.Type == "thinking" && strings.HasPrefix(t.Signature, openAIReasoningPrefix) {
-					continue
-				}
+		blocks := arrayElems(msg["content"])
+		kept := dropElems(blocks, foreignThinkingMark, func(b []byte) bool {
+			var t struct {
+				Type      string `json:"type"`
+				Signature string `json:"signature"`
 			}
-			kept = append(kept, b)
-		}
+			return json.Unmarshal(b, &t) == nil && t.Type == "thinking" && strings.HasPrefix(t.Signature, openAIReasoningPrefix)
+		})
 		if len(kept) == len(blocks) {
 			continue
 		}
 		dropped = true
-		content, err := json.Marshal(kept)
+		msg["content"] = joinArray(kept)
+		b, err := json.Marshal(msg)
 		if err != nil {
 			return nil, err
 		}
-		msg["content"] = content
-		if msgs[i], err = json.Marshal(msg); err != nil {
-			return nil, err
-		}
+		msgs[i] = b
 	}
 	if !dropped {
 		return body, nil
