@@ -35,11 +35,12 @@ const (
 	apiResponses
 	apiEmbeddings
 	apiMessages
-	// apiCompact is Responses' compaction (POST /v1/responses/compact):
-	// the provider shortens a conversation into items that carry it on,
-	// one of them its own encrypted compaction. It is part of the
-	// Responses API, so only a provider whose upstream speaks Responses
-	// serves it, untranslated, and never streamed.
+	// apiCompact is Responses' compaction (POST /v1/responses/compact),
+	// never streamed: the provider shortens a conversation into items
+	// that carry it on. A provider whose upstream speaks Responses serves
+	// it untranslated (one of the items is its own encrypted state); any
+	// other has the model summarize the conversation
+	// (llmapi.Compaction), translated as a Responses request is.
 	apiCompact
 )
 
@@ -151,11 +152,13 @@ func providerAPIs(adapter string, names []string) apiSet {
 // Responses before Chat Completions for one of OpenAI's reasoning models,
 // whose reasoning only Responses carries from turn to turn), a normalized
 // run for a cli provider, or not at all (embeddings are never
-// translated).
+// translated). A compaction goes as a Responses request does, but
+// untranslated wherever the upstream speaks Responses: a translation or a
+// run serves its summary request (llmapi.Compaction).
 func capability(pi providerInfo, a api, t Target) (dispatchPath, wireFormat) {
 	switch {
 	case pi.adapter == "cli":
-		if a == apiEmbeddings || a == apiCompact {
+		if a == apiEmbeddings {
 			return pathNone, 0
 		}
 		return pathRun, 0
@@ -163,7 +166,7 @@ func capability(pi providerInfo, a api, t Target) (dispatchPath, wireFormat) {
 		if pi.apis.has(apiResponses) {
 			return pathTunnel, 0
 		}
-		return pathNone, 0
+		return capability(pi, apiResponses, t)
 	case pi.apis.has(a):
 		return pathTunnel, 0
 	case a == apiEmbeddings:
@@ -516,6 +519,9 @@ type request struct {
 	// translation or a normalized run; irErr says why it could not be.
 	ir    *llmapi.Request
 	irErr error
+	// compaction is a compaction request decoded for a provider with no
+	// compaction of its own; ir is its request for the summary.
+	compaction *llmapi.Compaction
 	// prep is the decoded request made ready for each provider that
 	// translates or runs it (nil on the untranslated path).
 	prep *preparation
@@ -596,13 +602,6 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 		fail(w, a, http.StatusBadRequest, "invalid_request", "stream must be a boolean (and false for embeddings and compaction).", nil)
 		return
 	}
-	if a == apiCompact && !snap.servesNatively(rt, apiResponses) {
-		// Compaction is the provider's own (its result carries the
-		// provider's encrypted state): no translation can make it.
-		fail(w, a, http.StatusBadRequest, "invalid_request", fmt.Sprintf("The model %q cannot compact a conversation: none of its providers speaks the Responses API, whose part compaction is. "+
-			"A client that compacts by itself needs none (Codex does, with a model provider of its own in its config rather than the built-in OpenAI one).", rt.Model), "unsupported")
-		return
-	}
 	streamed = stream
 	req = &request{rid: rid, api: a, key: key, route: rt, snap: snap, body: body, fields: f, stream: stream}
 	if so := f.Raw("stream_options"); so != nil {
@@ -654,6 +653,10 @@ func (s *Server) generate(rw http.ResponseWriter, r *http.Request, rid string, a
 			req.ir, req.irErr = llmapi.DecodeChatRequest(body)
 		case apiResponses:
 			req.ir, req.irErr = llmapi.DecodeResponsesRequest(body)
+		case apiCompact:
+			if req.compaction, req.irErr = llmapi.DecodeCompactionRequest(body); req.irErr == nil {
+				req.ir = req.compaction.Summarize
+			}
 		case apiMessages:
 			req.ir, req.irErr = llmapi.DecodeAnthropicRequest(body)
 		}
@@ -982,17 +985,6 @@ func (s *Server) open(ctx context.Context, req *request, lease *pool.Lease) (*ex
 	}
 	x.run = run
 	return x, 0, nil
-}
-
-// servesNatively reports whether a provider of rt's targets has an
-// upstream that speaks a.
-func (snap *snapshot) servesNatively(rt *Route, a api) bool {
-	for _, t := range rt.Targets {
-		if pi, ok := snap.providers[t.ProviderID]; ok && pi.adapter != "cli" && pi.apis.has(a) {
-			return true
-		}
-	}
-	return false
 }
 
 // needsIR reports whether a target of rt serves a through translation or a

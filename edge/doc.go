@@ -151,12 +151,19 @@
 //
 // Responses' compaction (POST /v1/responses/compact, which Codex calls
 // when its built-in OpenAI provider is pointed at the Edge and a
-// conversation fills its context) is the provider's own: its answer
-// carries the provider's encrypted compaction. It is relayed untranslated
-// to a provider whose upstream speaks Responses, never streamed; a route
-// with none refuses it with 400 (Codex given a model provider of its own
-// compacts by itself, through the route's models). Reasoning the Edge
-// sealed for Anthropic is left out of it, as of a Responses request.
+// conversation fills its context) is never streamed. A provider whose
+// upstream speaks Responses compacts by itself, untranslated: its answer
+// carries its own encrypted state, which only a Responses provider reads
+// later (reasoning the Edge sealed for Anthropic is left out of the
+// request, as of a Responses request). Any other provider is asked, in
+// its own format, for a summary of the conversation (its tools offered,
+// none to be called), and the Edge answers as a compaction does: the
+// conversation's most recent user messages, as they were (up to
+// llmapi.CompactionKeepTokens), then the summary as a user message that
+// opens with llmapi.CompactionSummaryPrefix. Those are plain messages,
+// which every provider reads; an answer with no text fails with 502 and
+// leaves the conversation as it was. The summary's usage is booked as
+// the compaction's.
 // Codex so configured also asks for Responses over a WebSocket first: the
 // Edge serves Responses over HTTP only and answers the upgrade 426, the
 // status Codex falls back to HTTP on at once.

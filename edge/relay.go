@@ -503,6 +503,8 @@ func renderer(req *request) (rend llmapi.Renderer, keepsText bool) {
 	switch req.api {
 	case apiMessages:
 		return &llmapi.AnthropicRenderer{ID: "msg_" + req.rid, Model: req.route.Model, RequestID: req.rid, Streamed: req.stream}, !req.stream
+	case apiCompact:
+		return req.compaction.Renderer("resp_"+req.rid, created), true
 	case apiResponses:
 		r := &llmapi.ResponsesRenderer{ID: "resp_" + req.rid, Model: req.route.Model, Created: created}
 		if req.ir != nil {

@@ -2,6 +2,7 @@ package edge_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -318,4 +319,28 @@ func waitInFlight(t *testing.T, r *rig, provider string, n int) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	t.Fatalf("%s never had %d runs in flight", provider, n)
+}
+
+// TestRunCompaction: a command-line provider compacts a conversation as
+// any provider without compaction of its own does, by answering the
+// request for a summary (cat answers with the conversation and the
+// request); one with tools it cannot carry is refused before it runs.
+func TestRunCompaction(t *testing.T) {
+	r := cliRig(t, 0, nil)
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	const user = `{"type":"message","role":"user","content":[{"type":"input_text","text":"sum it up"}]}`
+	resp, out := r.do(t, "POST", "/v1/responses/compact", `{"model":"via-cat","input":[`+user+`,{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]}]}`, oa)
+	var got struct {
+		Object string
+		Output []json.RawMessage
+	}
+	if err := json.Unmarshal([]byte(out), &got); resp.StatusCode != 200 || err != nil || got.Object != "response.compaction" || len(got.Output) != 2 ||
+		string(got.Output[0]) != user || !strings.Contains(string(got.Output[1]), "context window is nearly full") {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	resp, out = r.do(t, "POST", "/v1/responses/compact", `{"model":"via-cat","input":[`+user+`],"tools":[{"type":"function","name":"shell"}]}`, oa)
+	if resp.StatusCode != 400 || !strings.Contains(out, "tools") {
+		t.Fatalf("with tools: %d %s", resp.StatusCode, out)
+	}
+	r.settled()
 }

@@ -1607,14 +1607,102 @@ func TestResponsesCompact(t *testing.T) {
 		name, body, want string
 	}{
 		{"streamed", body("via-responses", `,"stream":true`), "false for embeddings and compaction"},
-		{"to Anthropic", body("via-anthropic", ""), `via-anthropic\" cannot compact a conversation`},
-		{"to Chat Completions", body("via-chat", ""), `via-chat\" cannot compact a conversation`},
+		{"streamed, to Anthropic", body("via-anthropic", `,"stream":true`), "false for embeddings and compaction"},
+		{"an item no translation carries", strings.Replace(body("via-anthropic", ""), `{"type":"function_call",`, `{"type":"compaction","encrypted_content":"x"},{"type":"function_call",`, 1), "cannot be translated"},
 	} {
 		n := len(r.upstream.Requests())
 		resp, out := r.do(t, "POST", "/v1/responses/compact", c.body, oa)
 		if resp.StatusCode != 400 || !strings.Contains(out, c.want) || len(r.upstream.Requests()) != n {
 			t.Errorf("%s: %d %s", c.name, resp.StatusCode, out)
 		}
+	}
+	r.settled()
+}
+
+// TestCompactionByTranslation: a route served by Anthropic or a Chat
+// Completions server compacts a Codex conversation by having the model
+// summarize it, in the provider's format, its tools offered and none to
+// be called; the answer is the conversation's user messages as sent and
+// the summary, plain messages that Codex's next turn carries to the same
+// provider. An answer with no summary compacts nothing.
+func TestCompactionByTranslation(t *testing.T) {
+	var blank atomic.Bool
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		if blank.Load() {
+			return upstreamtest.Script{Text: []string{""}}
+		}
+		return upstreamtest.Script{Text: []string{"## Task\n", "Fix a.go."}, Usage: upstreamtest.Usage{InputTokens: 900, OutputTokens: 40}}
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	const user = `{"type":"message","role":"user","content":[{"type":"input_text","text":"fix a.go <quickly>"}]}`
+	const body = `{"model":"%s","instructions":"You are Codex.","input":[` + user + `,` +
+		`{"type":"function_call","call_id":"c1","name":"shell","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"FAIL"},` +
+		`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Fixed."}]}],` +
+		`"tools":[{"type":"function","name":"shell","parameters":{"type":"object"}}],"parallel_tool_calls":false,"reasoning":{"effort":"medium"}}`
+	for model, api := range map[string]string{"via-anthropic": "messages", "via-chat": "chat"} {
+		before := len(r.upstream.Requests())
+		resp, out := r.do(t, "POST", "/v1/responses/compact", fmt.Sprintf(body, model), oa)
+		var got struct {
+			Object string
+			Output []json.RawMessage
+			Usage  struct {
+				InputTokens  int `json:"input_tokens"`
+				OutputTokens int `json:"output_tokens"`
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &got); resp.StatusCode != 200 || err != nil || got.Object != "response.compaction" || len(got.Output) != 2 {
+			t.Fatalf("%s: %d %s", model, resp.StatusCode, out)
+		}
+		var summary struct{ Role, Content []struct{ Text string } }
+		json.Unmarshal(got.Output[1], &summary)
+		if string(got.Output[0]) != user || len(summary.Content) != 1 || summary.Content[0].Text != llmapi.CompactionSummaryPrefix+"## Task\nFix a.go." {
+			t.Fatalf("%s: output %s", model, out)
+		}
+		q := r.upstream.Requests()[before]
+		check := llmapitest.CheckChatRequest
+		if api == "messages" {
+			check = llmapitest.CheckAnthropicRequest
+		}
+		if q.API != api || q.Model != "up-model" || !strings.Contains(string(q.Body), "context window is nearly full") ||
+			!strings.Contains(string(q.Body), `"shell"`) || !strings.Contains(string(q.Body), `"none"`) || check(q.Body) != nil {
+			t.Fatalf("%s: the provider was sent %s %s (%v)", model, q.API, q.Body, check(q.Body))
+		}
+		if got.Usage.InputTokens != 900 || got.Usage.OutputTokens != 40 {
+			t.Errorf("%s: usage %+v", model, got.Usage)
+		}
+
+		// Codex's next turn: the compacted history, then its context and
+		// the user's next words.
+		next := `{"model":"` + model + `","input":[` + string(got.Output[0]) + `,` + string(got.Output[1]) +
+			`,{"type":"message","role":"user","content":[{"type":"input_text","text":"go on"}]}]}`
+		if resp, out := r.do(t, "POST", "/v1/responses", next, oa); resp.StatusCode != 200 {
+			t.Fatalf("%s: next turn: %d %s", model, resp.StatusCode, out)
+		}
+	}
+	var booked bool
+	for _, u := range r.srv.Usage() {
+		booked = booked || u.Key == "alice" && u.InputTokens >= 1800 && u.OutputTokens >= 80
+	}
+	if !booked {
+		t.Errorf("the summaries' usage was not booked: %+v", r.srv.Usage())
+	}
+
+	// OpenAI's SDK reads the answer: the user's message, then the
+	// summary in a user message.
+	res, err := r.client.Responses.Compact(ctx(t), responses.ResponseCompactParams{Model: "via-anthropic",
+		Input: responses.ResponseCompactParamsInputUnion{OfString: openai.String("hello")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Output) != 2 || res.Output[0].Type != "message" || res.Output[1].Role != "user" ||
+		len(res.Output[1].Content) != 1 || !strings.HasSuffix(res.Output[1].Content[0].Text, "Fix a.go.") || res.Usage.OutputTokens != 40 {
+		t.Fatalf("SDK: %s", res.RawJSON())
+	}
+
+	blank.Store(true)
+	resp, out := r.do(t, "POST", "/v1/responses/compact", fmt.Sprintf(body, "via-anthropic"), oa)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(out, "no summary") || strings.Contains(out, "output") {
+		t.Fatalf("no summary: %d %s", resp.StatusCode, out)
 	}
 	r.settled()
 }

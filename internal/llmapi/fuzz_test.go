@@ -228,9 +228,42 @@ func FuzzDecodeRequest(f *testing.F) {
 	// Blank text OpenAI's formats take, and a prefill ending in a space.
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"w"},{"role":"assistant","content":"\n\n","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
 		`{"role":"tool","tool_call_id":"c1","content":" "},{"role":"user","content":[{"type":"text","text":" "},{"type":"text","text":"ok"}]},{"role":"assistant","content":"Sure, "}]}`))
+	// A compaction, for a provider with none of its own: an earlier
+	// summary, a long user message and one in a string.
+	f.Add([]byte(`{"model":"m","instructions":"i","input":[{"role":"user","content":"` + strings.Repeat("<x> é", 20000) + `"},{"role":"assistant","content":"ok"},` +
+		`{"role":"user","content":[{"type":"input_text","text":` + quote(llmapi.CompactionSummaryPrefix+"s") + `}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"r"}],"tools":[{"type":"function","name":"f"}],"parallel_tool_calls":true,"text":{"verbosity":"low"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
+		compaction := func(b []byte) (*llmapi.Request, error) {
+			c, err := llmapi.DecodeCompactionRequest(b)
+			if err != nil {
+				return nil, err
+			}
+			// Its answer is a compaction object whose kept user messages
+			// are within their bound.
+			r := c.Renderer("resp_1", 1)
+			for _, e := range []llmapi.Event{{Kind: llmapi.EvStart}, {Kind: llmapi.EvBlockStart, Block: llmapi.BlockText},
+				{Kind: llmapi.EvDelta, Block: llmapi.BlockText, Text: "summary"}, {Kind: llmapi.EvStop, Reason: llmapi.StopEnd}} {
+				r.Event(e)
+			}
+			status, out := r.Body()
+			var got struct {
+				Object string
+				Output []json.RawMessage
+			}
+			if err := json.Unmarshal(out, &got); status != 200 || err != nil || got.Object != "response.compaction" || len(got.Output) == 0 {
+				t.Fatalf("compaction answer %d %q (%v) of %q", status, out, err, b)
+			}
+			kept := 0
+			for _, it := range got.Output[:len(got.Output)-1] {
+				kept += llmapi.EstimateTokens(it)
+			}
+			if kept > llmapi.CompactionKeepTokens {
+				t.Fatalf("%d estimated tokens of user messages kept, of %q", kept, b)
+			}
+			return c.Summarize, nil
+		}
 		for _, dec := range []func([]byte) (*llmapi.Request, error){
-			llmapi.DecodeAnthropicRequest, llmapi.DecodeChatRequest, llmapi.DecodeResponsesRequest,
+			llmapi.DecodeAnthropicRequest, llmapi.DecodeChatRequest, llmapi.DecodeResponsesRequest, compaction,
 		} {
 			req, err := dec(body)
 			if err != nil {

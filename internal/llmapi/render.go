@@ -694,12 +694,7 @@ func (r *ResponsesRenderer) response(status string) map[string]any {
 	resp := map[string]any{"id": r.ID, "object": "response", "created_at": r.Created, "status": status, "model": r.Model,
 		"output": out, "error": nil, "incomplete_details": nil, "usage": nil}
 	if status == "completed" || status == "incomplete" {
-		u := r.st.usage
-		resp["usage"] = map[string]any{
-			"input_tokens": u.Input, "input_tokens_details": map[string]any{"cached_tokens": u.Cached},
-			"output_tokens": u.Output, "output_tokens_details": map[string]any{"reasoning_tokens": u.Reasoning},
-			"total_tokens": u.Input + u.Output,
-		}
+		resp["usage"] = responsesUsageOf(r.st.usage)
 	}
 	if status == "incomplete" {
 		reason := "max_output_tokens"
@@ -709,6 +704,15 @@ func (r *ResponsesRenderer) response(status string) map[string]any {
 		resp["incomplete_details"] = map[string]any{"reason": reason}
 	}
 	return resp
+}
+
+// responsesUsageOf is u as a Responses usage object.
+func responsesUsageOf(u Usage) map[string]any {
+	return map[string]any{
+		"input_tokens": u.Input, "input_tokens_details": map[string]any{"cached_tokens": u.Cached},
+		"output_tokens": u.Output, "output_tokens_details": map[string]any{"reasoning_tokens": u.Reasoning},
+		"total_tokens": u.Input + u.Output,
+	}
 }
 
 // responsesStatus is a finished answer's Responses status: incomplete

@@ -1,0 +1,262 @@
+package llmapi_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/iop-dev/iop/internal/llmapi"
+	"github.com/iop-dev/iop/internal/llmapi/llmapitest"
+)
+
+// codexCompact is a compaction request as Codex sends it: instructions, a
+// developer message, its context as a user message, the user's request, a
+// tool loop, an earlier compaction's summary and the user's next request.
+func codexCompact(last string) string {
+	return `{"model":"m","instructions":"You are Codex.","parallel_tool_calls":true,"reasoning":{"effort":"high"},"text":{"verbosity":"low"},` +
+		`"tools":[{"type":"function","name":"shell","parameters":{"type":"object"}}],"input":[` +
+		`{"type":"message","role":"developer","content":[{"type":"input_text","text":"sandbox: workspace-write"}]},` +
+		`{"type":"message","role":"user","content":[{"type":"input_text","text":"<environment_context>cwd /w</environment_context>"}]},` +
+		`{"type":"message","role":"user","content":[{"type":"input_text","text":"fix the bug in a.go"}]},` +
+		`{"type":"function_call","call_id":"c1","name":"shell","arguments":"{\"cmd\":\"go test\"}"},` +
+		`{"type":"function_call_output","call_id":"c1","output":"FAIL a.go:3"},` +
+		`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Fixed a.go."}]},` +
+		`{"type":"message","role":"user","content":[{"type":"input_text","text":` + quote(llmapi.CompactionSummaryPrefix+"old summary") + `}]},` +
+		last + `]}`
+}
+
+func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// inputItems are the items of a request body's input, as sent.
+func inputItems(t *testing.T, body string) []json.RawMessage {
+	t.Helper()
+	var q struct{ Input []json.RawMessage }
+	if err := json.Unmarshal([]byte(body), &q); err != nil {
+		t.Fatal(err)
+	}
+	return q.Input
+}
+
+type compacted struct {
+	ID        string            `json:"id"`
+	Object    string            `json:"object"`
+	CreatedAt int64             `json:"created_at"`
+	Output    []json.RawMessage `json:"output"`
+	Usage     struct {
+		InputTokens        int `json:"input_tokens"`
+		OutputTokens       int `json:"output_tokens"`
+		TotalTokens        int `json:"total_tokens"`
+		InputTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"input_tokens_details"`
+	} `json:"usage"`
+}
+
+// renderCompaction renders evs through c's renderer.
+func renderCompaction(t *testing.T, c *llmapi.Compaction, evs ...llmapi.Event) (int, []byte) {
+	t.Helper()
+	r := c.Renderer("resp_1", 1700000000)
+	for _, e := range evs {
+		if out := r.Event(e); len(out) > 0 {
+			t.Fatalf("a compaction rendered an event: %s", out)
+		}
+	}
+	return r.Body()
+}
+
+func textAnswer(text string) []llmapi.Event {
+	return []llmapi.Event{
+		{Kind: llmapi.EvStart, ID: "msg_1"},
+		{Kind: llmapi.EvBlockStart, Index: 0, Block: llmapi.BlockThinking},
+		{Kind: llmapi.EvDelta, Index: 0, Block: llmapi.BlockThinking, Text: "Let me sum up."},
+		{Kind: llmapi.EvBlockStop, Index: 0},
+		{Kind: llmapi.EvBlockStart, Index: 1, Block: llmapi.BlockText},
+		{Kind: llmapi.EvDelta, Index: 1, Block: llmapi.BlockText, Text: text},
+		{Kind: llmapi.EvBlockStop, Index: 1},
+		{Kind: llmapi.EvUsage, Usage: llmapi.Usage{Input: 1000, Output: 50, Cached: 900}},
+		{Kind: llmapi.EvStop, Reason: llmapi.StopEnd},
+	}
+}
+
+// TestCompaction: a compaction for a provider with none of its own asks
+// the model for a summary of the whole conversation, its tools offered
+// and none to be called, and answers with the conversation's user
+// messages as they were sent (an earlier summary left out) and the
+// summary as a user message after them.
+func TestCompaction(t *testing.T) {
+	body := codexCompact(`{"type":"message","role":"user","content":[{"type":"input_text","text":"now add a test"}]}`)
+	c, err := llmapi.DecodeCompactionRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Summarize
+	if s.Stream || s.Output != nil || s.ToolChoice == nil || s.ToolChoice.Mode != "none" || len(s.Tools) != 1 || s.ReasoningEffort != "high" {
+		t.Fatalf("summary request: stream %v, output %v, tool choice %+v, %d tools, effort %q", s.Stream, s.Output, s.ToolChoice, len(s.Tools), s.ReasoningEffort)
+	}
+	last := s.Messages[len(s.Messages)-1]
+	if n := len(last.Parts); last.Role != llmapi.RoleUser || n < 2 || last.Parts[n-2].Text != "now add a test" || !strings.Contains(last.Parts[n-1].Text, "summary") {
+		t.Fatalf("the summary is not asked for after the user's last words: %+v", last)
+	}
+	for name, enc := range map[string]func() ([]byte, error){
+		"anthropic": func() ([]byte, error) {
+			return llmapi.EncodeAnthropicWith(s, "claude-sonnet-4-5", llmapi.AnthropicModel{MaxTokens: 8192, PromptCache: true})
+		},
+		"chat":      func() ([]byte, error) { return llmapi.EncodeChat(s, "qwen3") },
+		"responses": func() ([]byte, error) { return llmapi.EncodeResponses(s, "qwen3") },
+	} {
+		b, err := enc()
+		check := map[string]func([]byte) error{"anthropic": llmapitest.CheckAnthropicRequest, "chat": llmapitest.CheckChatRequest, "responses": llmapitest.CheckResponsesRequest}[name]
+		if err != nil || check(b) != nil {
+			t.Fatalf("%s: %v %v\n%s", name, err, check(b), b)
+		}
+		if !strings.Contains(string(b), `"none"`) || !strings.Contains(string(b), `"shell"`) {
+			t.Errorf("%s: the tools are not offered with none to be called: %s", name, b)
+		}
+	}
+
+	status, out := renderCompaction(t, c, textAnswer("## Task\nFix a.go, then add a test.")...)
+	var got compacted
+	if err := json.Unmarshal(out, &got); status != http.StatusOK || err != nil {
+		t.Fatalf("%d %v %s", status, err, out)
+	}
+	in := inputItems(t, body)
+	want := []string{string(in[1]), string(in[2]), string(in[7]),
+		`{"content":[{"text":` + quote(llmapi.CompactionSummaryPrefix+"## Task\nFix a.go, then add a test.") + `,"type":"input_text"}],"role":"user","type":"message"}`}
+	var gotItems []string
+	for _, it := range got.Output {
+		gotItems = append(gotItems, string(it))
+	}
+	if diff := cmp.Diff(want, gotItems); diff != "" {
+		t.Errorf("output (-want +got):\n%s", diff)
+	}
+	if got.ID != "resp_1" || got.Object != "response.compaction" || got.CreatedAt != 1700000000 ||
+		got.Usage.InputTokens != 1000 || got.Usage.OutputTokens != 50 || got.Usage.TotalTokens != 1050 || got.Usage.InputTokensDetails.CachedTokens != 900 {
+		t.Errorf("compaction object: %s", out)
+	}
+
+	// Compacted in the middle of a turn, the conversation ends with a
+	// tool's output: the request for the summary follows it in its turn.
+	c, err = llmapi.DecodeCompactionRequest([]byte(codexCompact(`{"type":"function_call","call_id":"c2","name":"shell","arguments":"{}"},{"type":"function_call_output","call_id":"c2","output":"ok"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last = c.Summarize.Messages[len(c.Summarize.Messages)-1]
+	if last.Role != llmapi.RoleUser || len(last.Parts) != 2 || last.Parts[0].Kind != llmapi.PartToolResult || last.Parts[1].Kind != llmapi.PartText {
+		t.Fatalf("mid-turn: %+v", last)
+	}
+	b, err := llmapi.EncodeAnthropicWith(c.Summarize, "claude-sonnet-4-5", llmapi.AnthropicModel{MaxTokens: 8192})
+	if err != nil || llmapitest.CheckAnthropicRequest(b) != nil {
+		t.Fatalf("mid-turn to Anthropic: %v %s", err, b)
+	}
+}
+
+// TestCompactionFailures: an answer with no summary in it compacts
+// nothing; it fails, with the provider's own failure where it gave one.
+func TestCompactionFailures(t *testing.T) {
+	c, err := llmapi.DecodeCompactionRequest([]byte(codexCompact(`{"type":"message","role":"user","content":"go on"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := llmapi.Event{Kind: llmapi.EvStart, ID: "msg_1"}
+	for _, tc := range []struct {
+		name   string
+		evs    []llmapi.Event
+		status int
+	}{
+		{"blank text", textAnswer(" \n "), http.StatusBadGateway},
+		{"no block", []llmapi.Event{start, {Kind: llmapi.EvStop, Reason: llmapi.StopEnd}}, http.StatusBadGateway},
+		{"a tool call only", []llmapi.Event{start,
+			{Kind: llmapi.EvBlockStart, Index: 0, Block: llmapi.BlockToolUse, ToolID: "t", Name: "shell"},
+			{Kind: llmapi.EvDelta, Index: 0, Block: llmapi.BlockToolUse, Text: "{}"},
+			{Kind: llmapi.EvBlockStop, Index: 0}, {Kind: llmapi.EvStop, Reason: llmapi.StopToolUse}}, http.StatusBadGateway},
+		{"a refusal", append(textAnswer("I cannot help with that.")[:7], llmapi.Event{Kind: llmapi.EvStop, Reason: llmapi.StopRefusal}), http.StatusBadGateway},
+		{"rate limited", []llmapi.Event{start, {Kind: llmapi.EvError, Err: &llmapi.APIError{Status: 429, Type: "rate_limit", Message: "slow down"}}}, http.StatusTooManyRequests},
+	} {
+		status, out := renderCompaction(t, c, tc.evs...)
+		var e struct {
+			Error struct{ Message string }
+		}
+		if status != tc.status || json.Unmarshal(out, &e) != nil || e.Error.Message == "" || strings.Contains(string(out), "output") {
+			t.Errorf("%s: %d %s", tc.name, status, out)
+		}
+	}
+}
+
+// TestCompactionKeepsRecentUserMessages: the user messages kept are the
+// most recent within CompactionKeepTokens; the one that crosses the bound
+// keeps its opening text, cut at a character's start and marked, and
+// none before it is kept. An input given as a string is the one user
+// message.
+func TestCompactionKeepsRecentUserMessages(t *testing.T) {
+	var items []string
+	for i := range 40 {
+		text := fmt.Sprintf("request %02d: ", i) + strings.Repeat("é", 1500) // 3 KB
+		items = append(items, `{"type":"message","role":"user","content":[{"type":"input_text","text":`+quote(text)+`}]}`,
+			`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"done"}]}`)
+	}
+	body := `{"model":"m","input":[` + strings.Join(items, ",") + `]}`
+	c, err := llmapi.DecodeCompactionRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, out := renderCompaction(t, c, textAnswer("summary")...)
+	var got compacted
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	in := inputItems(t, body)
+	kept := got.Output[:len(got.Output)-1]
+	total := 0
+	for _, it := range kept {
+		total += llmapi.EstimateTokens(it)
+	}
+	whole := llmapi.EstimateTokens(in[0])
+	if n := llmapi.CompactionKeepTokens / whole; len(kept) != n+1 || total > llmapi.CompactionKeepTokens {
+		t.Fatalf("kept %d messages (%d estimated tokens), want %d whole and one cut", len(kept), total, n)
+	}
+	for i, it := range kept[1:] {
+		if string(it) != string(in[len(in)-2*(len(kept)-1-i)]) {
+			t.Fatalf("kept[%d] = %.60s, not the input's", i+1, it)
+		}
+	}
+	var cut struct {
+		Content []struct{ Text string }
+	}
+	json.Unmarshal(kept[0], &cut)
+	first := fmt.Sprintf("request %02d: ", 40-len(kept))
+	if len(cut.Content) != 1 || !strings.HasPrefix(cut.Content[0].Text, first+"éé") || !strings.HasSuffix(cut.Content[0].Text, "compacted]") ||
+		!utf8.ValidString(cut.Content[0].Text) || strings.Contains(cut.Content[0].Text, "\uFFFD") {
+		t.Fatalf("the message crossing the bound: %.80s", kept[0])
+	}
+
+	c, err = llmapi.DecodeCompactionRequest([]byte(`{"model":"m","input":"hello"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, out = renderCompaction(t, c, textAnswer("summary")...)
+	if err := json.Unmarshal(out, &got); err != nil || len(got.Output) != 2 ||
+		string(got.Output[0]) != `{"content":[{"text":"hello","type":"input_text"}],"role":"user","type":"message"}` {
+		t.Fatalf("string input: %s", out)
+	}
+}
+
+// TestCompactionRefused: what a Responses request cannot carry to another
+// format, a compaction cannot either.
+func TestCompactionRefused(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"m","input":[{"type":"compaction","encrypted_content":"x"}]}`,
+		`{"model":"m","input":[{"type":"message","role":"user","content":[{"type":"input_image","file_id":"f"}]}]}`,
+		`{"model":"m","input":[]}`,
+		`{"model":"m","input":7}`,
+		`[]`,
+	} {
+		if _, err := llmapi.DecodeCompactionRequest([]byte(body)); err == nil {
+			t.Errorf("%s: decoded", body)
+		}
+	}
+}
