@@ -1218,8 +1218,9 @@ func (s *Server) chargeEstimate(req *request) {
 
 // tunnelBody rewrites only the model (a byte splice, no re-encode), for a
 // streamed chat asks the upstream for usage, and leaves out of a
-// Responses request the reasoning items the Edge sealed for Anthropic
-// (llmapi.DropSealedReasoning), out of an Anthropic one the thinking that
+// Responses request the reasoning items the Edge sealed for Anthropic and
+// opens the compactions it made into their summaries
+// (llmapi.UnsealResponses), out of an Anthropic one the thinking that
 // holds an OpenAI model's state (llmapi.DropForeignThinking); a body that
 // holds none is not re-encoded.
 func tunnelBody(req *request, upstreamModel string) ([]byte, error) {
@@ -1227,8 +1228,9 @@ func tunnelBody(req *request, upstreamModel string) ([]byte, error) {
 	switch req.api {
 	case apiResponses, apiCompact:
 		// Thinking the Edge sealed for the client when an Anthropic
-		// provider answered it is for Anthropic only.
-		return llmapi.DropSealedReasoning(body)
+		// provider answered it is for Anthropic only; a compaction the
+		// Edge made is its summary, to any provider.
+		return llmapi.UnsealResponses(body)
 	case apiMessages:
 		// And an OpenAI reasoning model's state, given to the client as
 		// a thinking block's signature, is for OpenAI only.

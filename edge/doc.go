@@ -163,7 +163,11 @@
 // opens with llmapi.CompactionSummaryPrefix. Those are plain messages,
 // which every provider reads; an answer with no text fails with 502 and
 // leaves the conversation as it was. The summary's usage is booked as
-// the compaction's.
+// the compaction's. Recent Codex versions compact in POST /v1/responses
+// instead (a compaction_trigger item ends the input; streamed), and wait
+// for one compaction item: the same summary is its encrypted_content,
+// which the Edge reads back as the user message of the summary, whether
+// the next turn is translated or relayed to a Responses provider.
 // Codex so configured also asks for Responses over a WebSocket first: the
 // Edge serves Responses over HTTP only and answers the upgrade 426, the
 // status Codex falls back to HTTP on at once.

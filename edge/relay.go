@@ -510,6 +510,7 @@ func renderer(req *request) (rend llmapi.Renderer, keepsText bool) {
 		if req.ir != nil {
 			r.Freeform = req.ir.FreeformTools()
 			r.Seal = req.ir.SealReasoning
+			r.Compact = req.ir.Compact
 		}
 		return r, true
 	}

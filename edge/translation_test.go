@@ -1707,6 +1707,61 @@ func TestCompactionByTranslation(t *testing.T) {
 	r.settled()
 }
 
+// TestCompactionTriggerByTranslation: Codex's compaction in the
+// Responses API (a compaction_trigger item, its remote compaction v2, on
+// by default in recent versions) on a route served by Anthropic or a Chat
+// Completions server: the model summarizes the conversation, and the
+// stream's one item is a compaction that carries the summary. Codex's
+// next turn sends it back with the messages it kept: translated, the
+// provider reads the summary; relayed untranslated to a Responses
+// provider, the item is the user message of the summary.
+func TestCompactionTriggerByTranslation(t *testing.T) {
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{Text: []string{"## Task\n", "Fix a.go."}, Usage: upstreamtest.Usage{InputTokens: 900, OutputTokens: 40}}
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	const user = `{"type":"message","role":"user","content":[{"type":"input_text","text":"fix a.go"}]}`
+	const body = `{"model":"%s","stream":true,"store":false,"include":["reasoning.encrypted_content"],"instructions":"You are Codex.","input":[` + user + `,` +
+		`{"type":"function_call","call_id":"c1","name":"shell","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"FAIL"},` +
+		`{"type":"compaction_trigger"}],"tools":[{"type":"function","name":"shell","parameters":{"type":"object"}}],"parallel_tool_calls":true}`
+	for model, api := range map[string]string{"via-anthropic": "messages", "via-chat": "chat"} {
+		before := len(r.upstream.Requests())
+		resp, out := r.do(t, "POST", "/v1/responses", fmt.Sprintf(body, model), oa)
+		evs := llmapitest.Events(t, []byte(out))
+		if err := llmapitest.CheckResponses(evs); resp.StatusCode != 200 || err != nil {
+			t.Fatalf("%s: %d %v\n%s", model, resp.StatusCode, err, out)
+		}
+		var items []json.RawMessage
+		for _, ev := range evs {
+			if ev.Type == "response.output_item.done" {
+				var o struct{ Item json.RawMessage }
+				json.Unmarshal(ev.Data, &o)
+				items = append(items, o.Item)
+			}
+		}
+		if len(items) != 1 || !strings.Contains(string(items[0]), `"type":"compaction"`) || evs[len(evs)-1].Type != "response.completed" {
+			t.Fatalf("%s: %s", model, out)
+		}
+		q := r.upstream.Requests()[before]
+		if q.API != api || !strings.Contains(string(q.Body), "context window is nearly full") || !strings.Contains(string(q.Body), `"none"`) {
+			t.Fatalf("%s: the provider was sent %s %s", model, q.API, q.Body)
+		}
+
+		for _, next := range []string{model, "via-responses"} {
+			n := len(r.upstream.Requests())
+			turn := `{"model":"` + next + `","input":[` + user + `,` + string(items[0]) + `,{"type":"message","role":"user","content":"go on"}]}`
+			if resp, out := r.do(t, "POST", "/v1/responses", turn, oa); resp.StatusCode != 200 {
+				t.Fatalf("%s, next turn on %s: %d %s", model, next, resp.StatusCode, out)
+			}
+			sent := string(r.upstream.Requests()[n].Body)
+			if !strings.Contains(sent, "Compacted conversation") || !strings.Contains(sent, `Fix a.go.`) || strings.Contains(sent, "compaction.v1") {
+				t.Fatalf("%s, next turn on %s: the provider was sent %s", model, next, sent)
+			}
+		}
+	}
+	r.settled()
+}
+
 // TestPromptCacheThroughTheEdge: a request translated for Anthropic marks
 // its prefix for Anthropic's prompt cache, as OpenAI's clients expect of
 // a repeated prefix; a target with NoPromptCache sends it unmarked. A

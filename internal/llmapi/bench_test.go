@@ -133,14 +133,14 @@ func BenchmarkStreamTranslateAnthropicToChat(b *testing.B) {
 // prose, paths, code and escaped quotes.
 var relayedText = strings.Repeat(`The quick brown fox, in /usr/local/bin, said \"hi\" to func main() { fmt.Println(x) } -- done. `, 2200)
 
-// BenchmarkDropSealedReasoning: what a Responses request relayed
-// untranslated pays to be checked for reasoning the gateway sealed (most
-// hold none: a search of the body for SealedPrefix).
-func BenchmarkDropSealedReasoning(b *testing.B) {
+// BenchmarkUnsealResponses: what a Responses request relayed
+// untranslated pays to be checked for items the gateway sealed (most
+// hold none: a search of the body for the prefixes' first bytes).
+func BenchmarkUnsealResponses(b *testing.B) {
 	body := []byte(`{"model":"m","input":[{"role":"user","content":"` + relayedText + `"}]}`)
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		llmapi.DropSealedReasoning(body)
+		llmapi.UnsealResponses(body)
 	}
 }
 

@@ -1,6 +1,7 @@
 package llmapi
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -77,22 +78,84 @@ func DecodeCompactionRequest(body []byte) (*Compaction, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.Stream, r.Output, r.SealReasoning = false, nil, false
+	if r.Compact {
+		return nil, badRequest("input: a compaction_trigger item asks for a compaction in POST /v1/responses, not in a compaction")
+	}
+	r.askSummary()
+	r.Stream = false
+	return &Compaction{Summarize: r, keep: keep}, nil
+}
+
+// askSummary turns r, a conversation to compact, into the request for
+// its summary: its tools offered but none to be called, no JSON format,
+// no reasoning items sealed, and compactionPrompt as the user's last
+// words. It sets r.Compact.
+func (r *Request) askSummary() {
+	r.Compact = true
+	r.Output, r.SealReasoning = nil, false
 	if len(r.Tools) > 0 {
 		r.ToolChoice = &ToolChoice{Mode: "none"}
 	} else {
 		r.ToolChoice = nil
 	}
 	prompt := Part{Kind: PartText, Text: compactionPrompt}
-	if n := len(r.Messages); r.Messages[n-1].Role == RoleUser {
+	if n := len(r.Messages); n > 0 && r.Messages[n-1].Role == RoleUser {
 		// A tool's output ends the conversation (Codex compacts in the
 		// middle of a turn too): the prompt follows it in the same turn.
 		r.Messages[n-1].Parts = append(r.Messages[n-1].Parts, prompt)
 	} else {
 		r.Messages = append(r.Messages, Message{Role: RoleUser, Parts: []Part{prompt}})
 	}
-	return &Compaction{Summarize: r, keep: keep}, nil
 }
+
+// sealedCompactionPrefix opens the encrypted_content of a compaction
+// item the gateway made (ResponsesRenderer.Compact): the summary, in
+// base64url. It is not encrypted (the summary is the client's own
+// conversation); only this gateway reads it, as the user message it
+// stands for (compactionSummary). It shares its first bytes with
+// SealedPrefix, so one search finds either (UnsealResponses).
+const sealedCompactionPrefix = "~iop.compaction.v1:"
+
+// sealCompaction is the encrypted_content of a compaction item that
+// carries summary.
+func sealCompaction(summary string) string {
+	return sealedCompactionPrefix + base64.RawURLEncoding.EncodeToString([]byte(summary))
+}
+
+// openCompaction is the user message text a sealed compaction item
+// stands for; where names the item for the error a malformed one is
+// refused with.
+func openCompaction(sealed, where string) (string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(sealed, sealedCompactionPrefix))
+	if err != nil || !utf8.Valid(raw) {
+		return "", badRequest("%s.encrypted_content is not a compaction this gateway made", where)
+	}
+	return compactionSummary(string(raw)), nil
+}
+
+// compactionSummary is the text of the user message that carries a
+// compaction's summary.
+func compactionSummary(summary string) string { return CompactionSummaryPrefix + summary }
+
+// summary is the answer's text, the summary of a compaction: its text
+// blocks, trimmed and joined; ok is false when there is none, or the
+// model refused.
+func (s *state) summary() (text string, ok bool) {
+	var b strings.Builder
+	for _, p := range s.blocks {
+		if p != nil && p.Kind == PartText && strings.TrimSpace(p.Text) != "" {
+			if b.Len() > 0 {
+				b.WriteString("\n\n")
+			}
+			b.WriteString(strings.TrimSpace(p.Text))
+		}
+	}
+	return b.String(), b.Len() > 0 && s.stop != StopRefusal
+}
+
+// errNoSummary fails a compaction whose answer has no summary.
+var errNoSummary = &APIError{Status: http.StatusBadGateway, Type: "api_error",
+	Message: "The model wrote no summary of the conversation, so it was not compacted."}
 
 // keptUserItems are the user messages of a Responses input (a string or
 // a list of items, checked by DecodeResponsesRequest) that a compaction
@@ -213,18 +276,9 @@ func (r *compactionRenderer) Body() (int, []byte) {
 	if r.st.err != nil {
 		return OpenAIErrorFrom(r.st.err)
 	}
-	var summary strings.Builder
-	for _, b := range r.st.blocks {
-		if b != nil && b.Kind == PartText && strings.TrimSpace(b.Text) != "" {
-			if summary.Len() > 0 {
-				summary.WriteString("\n\n")
-			}
-			summary.WriteString(strings.TrimSpace(b.Text))
-		}
-	}
-	if summary.Len() == 0 || r.st.stop == StopRefusal {
-		return OpenAIErrorFrom(&APIError{Status: http.StatusBadGateway, Type: "api_error",
-			Message: "The model wrote no summary of the conversation, so it was not compacted."})
+	summary, ok := r.st.summary()
+	if !ok {
+		return OpenAIErrorFrom(errNoSummary)
 	}
 	// The kept items leave as the client sent them (json.Marshal would
 	// escape their HTML characters).
@@ -233,6 +287,6 @@ func (r *compactionRenderer) Body() (int, []byte) {
 	for _, it := range r.keep {
 		out = append(append(out, it...), ',')
 	}
-	out = append(out, mustJSON(userItem(CompactionSummaryPrefix+summary.String()))...)
+	out = append(out, mustJSON(userItem(compactionSummary(summary)))...)
 	return http.StatusOK, append(out, "]}"...)
 }

@@ -260,3 +260,149 @@ func TestCompactionRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestCompactionTrigger: Codex's compaction in the Responses API (a
+// compaction_trigger item at the end of its input) asks the model for a
+// summary and is answered, streamed or whole, with one compaction item
+// that carries it; sent back, that item is the user message of the
+// summary, to a translation and to a Responses provider relayed
+// untranslated alike.
+func TestCompactionTrigger(t *testing.T) {
+	body := strings.Replace(codexCompact(`{"type":"compaction_trigger"}`), `"model":"m",`, `"model":"m","stream":true,"store":false,"include":["reasoning.encrypted_content"],`, 1)
+	r, err := llmapi.DecodeResponsesRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := r.Messages[len(r.Messages)-1]
+	if !r.Compact || !r.Stream || r.SealReasoning || r.ToolChoice == nil || r.ToolChoice.Mode != "none" ||
+		last.Role != llmapi.RoleUser || !strings.Contains(last.Parts[len(last.Parts)-1].Text, "summary") {
+		t.Fatalf("compact %v, stream %v, seal %v, tool choice %+v, last %+v", r.Compact, r.Stream, r.SealReasoning, r.ToolChoice, last)
+	}
+	if _, err := llmapi.DecodeCompactionRequest([]byte(body)); err == nil {
+		t.Error("a compaction_trigger was taken in a compaction request")
+	}
+	if _, err := llmapi.DecodeResponsesRequest([]byte(strings.Replace(body, `{"type":"compaction_trigger"},`, ``, 1) + `x`)); err == nil {
+		t.Error("malformed body decoded")
+	}
+	notLast := codexCompact(`{"type":"compaction_trigger"},{"type":"message","role":"user","content":"more"}`)
+	if _, err := llmapi.DecodeResponsesRequest([]byte(notLast)); err == nil || !strings.Contains(err.Error(), "last") {
+		t.Errorf("a compaction_trigger before the end: %v", err)
+	}
+
+	const summary = "## Task\nFix a.go <now>."
+	stream := render(t, &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Compact: true}, textAnswer(summary))
+	evs := llmapitest.Events(t, stream)
+	if err := llmapitest.CheckResponses(evs); err != nil {
+		t.Fatalf("%v\n%s", err, stream)
+	}
+	var item json.RawMessage
+	for _, ev := range evs {
+		var o struct {
+			Item     json.RawMessage
+			Response struct {
+				Output []json.RawMessage
+				Usage  struct {
+					InputTokens int `json:"input_tokens"`
+				}
+			}
+		}
+		json.Unmarshal(ev.Data, &o)
+		switch ev.Type {
+		case "response.output_item.done":
+			if item != nil {
+				t.Fatalf("two items done: %s", stream)
+			}
+			item = o.Item
+		case "response.completed":
+			if len(o.Response.Output) != 1 || string(o.Response.Output[0]) != string(item) || o.Response.Usage.InputTokens != 1000 {
+				t.Fatalf("completed: %s", ev.Data)
+			}
+		case "response.output_text.delta", "response.reasoning_summary_text.delta":
+			t.Fatalf("the summary was streamed as the answer: %s", ev.Data)
+		}
+	}
+	var cmp struct {
+		Type, ID         string
+		EncryptedContent string `json:"encrypted_content"`
+	}
+	if err := json.Unmarshal(item, &cmp); err != nil || cmp.Type != "compaction" || cmp.ID == "" || cmp.EncryptedContent == "" || strings.Contains(string(stream), "Fix a.go") {
+		t.Fatalf("compaction item %s", item)
+	}
+	whole := &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Compact: true}
+	for _, e := range textAnswer(summary) {
+		whole.Event(e)
+	}
+	status, out := whole.Body()
+	var resp struct {
+		Status string
+		Output []json.RawMessage
+	}
+	if err := json.Unmarshal(out, &resp); status != 200 || err != nil || resp.Status != "completed" || len(resp.Output) != 1 || string(resp.Output[0]) != string(item) {
+		t.Fatalf("whole: %d %s", status, out)
+	}
+
+	// Codex's next turn: its retained messages, the compaction, and the
+	// user's next words.
+	next := `{"model":"m","input":[{"type":"message","role":"user","content":"fix the bug in a.go"},` + string(item) +
+		`,{"type":"message","role":"user","content":"go on"}]}`
+	nr, err := llmapi.DecodeResponsesRequest([]byte(next))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := llmapi.CompactionSummaryPrefix + summary
+	if len(nr.Messages) != 1 || len(nr.Messages[0].Parts) != 3 || nr.Messages[0].Parts[1].Text != want || nr.Compact {
+		t.Fatalf("next turn: %+v", nr.Messages)
+	}
+	relayed, err := llmapi.UnsealResponses([]byte(next))
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := inputItems(t, string(relayed))
+	var msg struct {
+		Type, Role string
+		Content    []struct{ Type, Text string }
+	}
+	if err := json.Unmarshal(items[1], &msg); err != nil || len(items) != 3 || msg.Type != "message" || msg.Role != "user" ||
+		len(msg.Content) != 1 || msg.Content[0].Text != want || llmapitest.CheckResponsesRequest(relayed) != nil {
+		t.Fatalf("relayed untranslated: %s", relayed)
+	}
+
+	// A compaction that is not the gateway's, or one it did not make
+	// whole, is refused.
+	for _, enc := range []string{"gAAAA", "~iop.compaction.v1:!!", "~iop.compaction.v1:_w"} {
+		b := strings.Replace(next, cmp.EncryptedContent, enc, 1)
+		if _, err := llmapi.DecodeResponsesRequest([]byte(b)); err == nil {
+			t.Errorf("%s: decoded", enc)
+		}
+		if _, err := llmapi.UnsealResponses([]byte(b)); err == nil && enc != "gAAAA" {
+			t.Errorf("%s: relayed", enc)
+		}
+	}
+}
+
+// TestCompactionTriggerNoSummary: an answer with no summary fails the
+// compaction, streamed and whole.
+func TestCompactionTriggerNoSummary(t *testing.T) {
+	stream := render(t, &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Compact: true}, textAnswer("  "))
+	evs := llmapitest.Events(t, stream)
+	if err := llmapitest.CheckResponses(evs); err != nil || evs[len(evs)-1].Type != "response.failed" || !strings.Contains(string(stream), "no summary") {
+		t.Fatalf("%v\n%s", err, stream)
+	}
+	whole := &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Compact: true}
+	for _, e := range textAnswer("") {
+		whole.Event(e)
+	}
+	if status, out := whole.Body(); status != http.StatusBadGateway || !strings.Contains(string(out), "no summary") {
+		t.Fatalf("whole: %d %s", status, out)
+	}
+}
+
+// render renders evs through r as a stream.
+func render(t *testing.T, r llmapi.Renderer, evs []llmapi.Event) []byte {
+	t.Helper()
+	var out []byte
+	for _, e := range evs {
+		out = append(out, r.Event(e)...)
+	}
+	return out
+}

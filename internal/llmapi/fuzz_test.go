@@ -232,6 +232,10 @@ func FuzzDecodeRequest(f *testing.F) {
 	// summary, a long user message and one in a string.
 	f.Add([]byte(`{"model":"m","instructions":"i","input":[{"role":"user","content":"` + strings.Repeat("<x> é", 20000) + `"},{"role":"assistant","content":"ok"},` +
 		`{"role":"user","content":[{"type":"input_text","text":` + quote(llmapi.CompactionSummaryPrefix+"s") + `}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"r"}],"tools":[{"type":"function","name":"f"}],"parallel_tool_calls":true,"text":{"verbosity":"low"}}`))
+	// Codex's compaction in the Responses API, and a compaction the
+	// gateway made sent back (a summary of "## Task").
+	f.Add([]byte(`{"model":"m","stream":true,"input":[{"role":"user","content":"x"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"r"},{"type":"compaction_trigger"}],"tools":[{"type":"function","name":"f"}]}`))
+	f.Add([]byte(`{"model":"m","input":[{"role":"user","content":"x"},{"type":"compaction","id":"cmp_1","encrypted_content":"~iop.compaction.v1:IyMgVGFzaw"},{"role":"user","content":"go on"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		compaction := func(b []byte) (*llmapi.Request, error) {
 			c, err := llmapi.DecodeCompactionRequest(b)
@@ -300,13 +304,13 @@ func FuzzDecodeRequest(f *testing.F) {
 			_, _, _ = llmapi.ToInput(req)
 		}
 		// Relayed untranslated, a Responses body stays JSON, and keeps
-		// no reasoning item the gateway sealed.
-		if out, err := llmapi.DropSealedReasoning(body); err == nil && json.Valid(body) {
+		// no reasoning item or compaction the gateway sealed.
+		if out, err := llmapi.UnsealResponses(body); err == nil && json.Valid(body) {
 			if !json.Valid(out) {
-				t.Fatalf("dropping sealed reasoning made %q of %q", out, body)
+				t.Fatalf("unsealing made %q of %q", out, body)
 			}
-			if again, _ := llmapi.DropSealedReasoning(out); !bytes.Equal(again, out) {
-				t.Fatalf("a sealed reasoning item is left in %q", out)
+			if again, _ := llmapi.UnsealResponses(out); !bytes.Equal(again, out) {
+				t.Fatalf("a sealed item is left in %q", out)
 			}
 		}
 		// So does an Anthropic body without another provider's thinking.

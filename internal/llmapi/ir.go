@@ -134,6 +134,13 @@ type Request struct {
 	// and sends it back (ResponsesRenderer.Seal). It asks nothing of the
 	// provider.
 	SealReasoning bool
+	// Compact says the client asked for the conversation compacted (a
+	// Responses compaction_trigger item, or POST /v1/responses/compact):
+	// the request asks the model for a summary of it (see Compaction),
+	// and the answer is rendered as the compaction (by
+	// ResponsesRenderer.Compact for a compaction_trigger, by
+	// Compaction.Renderer for the other).
+	Compact bool
 }
 
 // FreeformTools returns the names of r's freeform tools, or nil when it

@@ -608,7 +608,15 @@ type ResponsesRenderer struct {
 	// thinking through a tool loop, which it does only given its signed
 	// thinking back, and has DeepSeek given its reasoning back
 	// (ClassReasoningContent).
-	Seal    bool
+	Seal bool
+	// Compact renders the answer to a request for a compaction's summary
+	// (Request.Compact, from a compaction_trigger item) as the
+	// compaction Codex waits for: one compaction item whose
+	// encrypted_content carries the summary (sealedCompactionPrefix;
+	// sent back, it is the user message of the summary), and none of the
+	// answer's own items. An answer with no summary fails with 502; one
+	// cut short by its output limit is taken as far as it goes.
+	Compact bool
 	st      state
 	seq     int
 	started bool
@@ -684,12 +692,25 @@ func (r *ResponsesRenderer) item(i int, final bool) map[string]any {
 	return map[string]any{"type": "message", "id": id, "status": status, "role": "assistant", "content": content}
 }
 
+// compaction is the compaction item of a Compact answer; ok is false
+// when the answer has no summary.
+func (r *ResponsesRenderer) compaction() (item map[string]any, ok bool) {
+	summary, ok := r.st.summary()
+	if !ok {
+		return nil, false
+	}
+	return map[string]any{"type": "compaction", "id": "cmp_" + r.ID, "encrypted_content": sealCompaction(summary)}, true
+}
+
 func (r *ResponsesRenderer) response(status string) map[string]any {
 	out := []any{}
 	for i, b := range r.st.blocks {
-		if b != nil {
+		if b != nil && !r.Compact {
 			out = append(out, r.item(i, true))
 		}
+	}
+	if it, ok := r.compaction(); r.Compact && ok && status == "completed" {
+		out = append(out, it)
 	}
 	resp := map[string]any{"id": r.ID, "object": "response", "created_at": r.Created, "status": status, "model": r.Model,
 		"output": out, "error": nil, "incomplete_details": nil, "usage": nil}
@@ -737,6 +758,21 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 		r.itemIDs = map[int]string{}
 	}
 	var out []byte
+	if r.Compact {
+		switch e.Kind {
+		case EvBlockStart, EvDelta, EvBlockStop:
+			return nil // gathered for the summary
+		case EvStop:
+			it, ok := r.compaction()
+			if !ok {
+				e = Event{Kind: EvError, Err: errNoSummary}
+				break
+			}
+			out = r.ev(out, "response.output_item.added", map[string]any{"output_index": 0, "item": it})
+			out = r.ev(out, "response.output_item.done", map[string]any{"output_index": 0, "item": it})
+			return r.ev(out, "response.completed", map[string]any{"response": r.response("completed")})
+		}
+	}
 	switch e.Kind {
 	case EvStart:
 		if r.started {
@@ -835,6 +871,12 @@ func responsesError(e *APIError) (code, msg string) {
 func (r *ResponsesRenderer) Body() (int, []byte) {
 	if r.st.err != nil {
 		return OpenAIErrorFrom(r.st.err)
+	}
+	if r.Compact {
+		if _, ok := r.compaction(); !ok {
+			return OpenAIErrorFrom(errNoSummary)
+		}
+		return http.StatusOK, mustJSON(r.response("completed"))
 	}
 	return http.StatusOK, mustJSON(r.response(responsesStatus(r.st.finalStop())))
 }

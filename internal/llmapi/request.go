@@ -916,6 +916,7 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 		r.ReasoningEffort = q.Reasoning.Effort
 	}
 	r.SealReasoning = slices.Contains(q.Include, "reasoning.encrypted_content")
+	compact := false
 	var s string
 	if json.Unmarshal(q.Input, &s) == nil {
 		r.Messages = []Message{{Role: RoleUser, Parts: []Part{{Kind: PartText, Text: s}}}}
@@ -997,6 +998,26 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 					return nil, badRequest("%s: output must be a string or a list of parts", where)
 				}
 				add(RoleUser, Part{Kind: PartToolResult, ToolUseID: it.CallID, Content: content})
+			case "compaction_trigger":
+				// Codex's compaction in the Responses API (its remote
+				// compaction v2): the answer is to be the conversation's
+				// compaction, not a turn.
+				if i != len(items)-1 {
+					return nil, badRequest("%s: a compaction_trigger item must be the input's last", where)
+				}
+				compact = true
+			case "compaction":
+				// A compaction the gateway made (sealedCompactionPrefix)
+				// is the user message of its summary; another provider's
+				// is its own encrypted state, which no translation reads.
+				if !strings.HasPrefix(it.EncryptedContent, sealedCompactionPrefix) {
+					return nil, badRequest("%s: item type %q cannot be translated", where, it.Type)
+				}
+				text, err := openCompaction(it.EncryptedContent, where)
+				if err != nil {
+					return nil, err
+				}
+				add(RoleUser, Part{Kind: PartText, Text: text})
 			case "web_search_call":
 				// A search OpenAI ran in an earlier turn: its findings are
 				// in the answer's text that follows; the call itself is
@@ -1052,6 +1073,9 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 	}
 	if err := r.validate("input: at least one user or assistant item is required"); err != nil {
 		return nil, err
+	}
+	if compact {
+		r.askSummary()
 	}
 	return r, nil
 }

@@ -17,13 +17,11 @@ import (
 // as it would be sent through the Messages API). Only this gateway reads
 // it. It begins with a byte JSON bodies seldom hold, since every
 // Responses body relayed untranslated is searched for it
-// (DropSealedReasoning): bytes.Index goes at the speed of a byte search
+// (UnsealResponses): bytes.Index goes at the speed of a byte search
 // for a pattern whose first byte is rare, and falls back to a scan many
 // times slower for one whose first byte is frequent, as a quote or a
-// letter is (BenchmarkDropSealedReasoning).
+// letter is (BenchmarkUnsealResponses).
 const SealedPrefix = "~iop.thinking.v1:"
-
-var sealedPrefix = []byte(SealedPrefix)
 
 // sealedThinking is a sealed block's payload.
 type sealedThinking struct {
@@ -51,13 +49,20 @@ func openThinking(sealed, where string) (Part, error) {
 	return Part{Kind: PartThinking, Text: t.Text, Signature: t.Signature}, nil
 }
 
-// DropSealedReasoning returns a Responses request body without the
-// reasoning items whose encrypted_content is sealed (SealedPrefix): a
-// request relayed untranslated to a Responses provider (a route's next
-// provider after Anthropic) would be refused for content that provider
-// did not seal. A body that holds none is returned as it is.
-func DropSealedReasoning(body []byte) ([]byte, error) {
-	if !bytes.Contains(body, sealedPrefix) {
+// sealedMark begins both SealedPrefix and sealedCompactionPrefix: one
+// search of a body finds either.
+var sealedMark = []byte("~iop.")
+
+// UnsealResponses returns a Responses request body ready to be relayed
+// untranslated to a Responses provider (a route's next provider after
+// one the Edge translated for): without the reasoning items the gateway
+// sealed (SealedPrefix), which that provider would refuse for content it
+// did not seal, and with each compaction item the gateway made
+// (sealedCompactionPrefix) in the place of the user message of its
+// summary, which the provider reads. A body that holds none is returned
+// as it is.
+func UnsealResponses(body []byte) ([]byte, error) {
+	if !bytes.Contains(body, sealedMark) {
 		return body, nil
 	}
 	f, err := Scan(body, "input")
@@ -69,17 +74,39 @@ func DropSealedReasoning(body []byte) ([]byte, error) {
 		return body, nil
 	}
 	items := arrayElems(raw)
-	kept := dropElems(items, sealedPrefix, func(it []byte) bool {
+	changed := false
+	out := items[:0]
+	for _, it := range items {
+		if !bytes.Contains(it, sealedMark) {
+			out = append(out, it)
+			continue
+		}
 		var r struct {
 			Type             string `json:"type"`
 			EncryptedContent string `json:"encrypted_content"`
 		}
-		return json.Unmarshal(it, &r) == nil && r.Type == "reasoning" && strings.HasPrefix(r.EncryptedContent, SealedPrefix)
-	})
-	if len(kept) == len(items) {
+		if json.Unmarshal(it, &r) != nil {
+			out = append(out, it)
+			continue
+		}
+		switch {
+		case r.Type == "reasoning" && strings.HasPrefix(r.EncryptedContent, SealedPrefix):
+			changed = true
+		case r.Type == "compaction" && strings.HasPrefix(r.EncryptedContent, sealedCompactionPrefix):
+			text, err := openCompaction(r.EncryptedContent, "input")
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, mustJSON(userItem(text)))
+			changed = true
+		default:
+			out = append(out, it)
+		}
+	}
+	if !changed {
 		return body, nil
 	}
-	return f.Splice("input", joinArray(kept)), nil
+	return f.Splice("input", joinArray(out)), nil
 }
 
 // dropElems returns elems without those that hold mark and match says

@@ -134,15 +134,16 @@ func mustMarshal(t *testing.T, v any) string {
 	return string(b)
 }
 
-// TestDropSealedReasoning: a Responses request relayed untranslated
+// TestUnsealResponses: a Responses request relayed untranslated
 // leaves out the reasoning items the gateway sealed, and nothing else;
-// one that holds none is passed as it is, byte for byte.
-func TestDropSealedReasoning(t *testing.T) {
+// one that holds none is passed as it is, byte for byte. (Its
+// compactions: TestCompactionTrigger.)
+func TestUnsealResponses(t *testing.T) {
 	sealed := `{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"` + llmapi.SealedPrefix + `eyJ0ZXh0IjoiIn0"}`
 	theirs := `{"type":"reasoning","id":"rs_2","summary":[],"encrypted_content":"gAAAAB"}`
 	call := `{"type":"function_call","call_id":"c1","name":"f","arguments":"{\"x\": 1.50}"}`
 	body := `{"model":"m", "input":[{"role":"user","content":"x"},` + sealed + `,` + theirs + `,` + call + `],"store":false}`
-	out, err := llmapi.DropSealedReasoning([]byte(body))
+	out, err := llmapi.UnsealResponses([]byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestDropSealedReasoning(t *testing.T) {
 	}
 	// A user's text that mentions the prefix is no reasoning item.
 	for _, b := range []string{want, `{"input":"` + llmapi.SealedPrefix + `"}`, `{"input":[{"role":"user","content":"` + llmapi.SealedPrefix + `"}]}`} {
-		if out, err := llmapi.DropSealedReasoning([]byte(b)); err != nil || string(out) != b {
+		if out, err := llmapi.UnsealResponses([]byte(b)); err != nil || string(out) != b {
 			t.Errorf("%s: changed to %s (%v)", b, out, err)
 		}
 	}
