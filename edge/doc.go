@@ -120,7 +120,11 @@
 // is carried as a function with one string parameter, a grammar it names
 // in that parameter's description, and its calls come back to the client
 // as custom_tool_call items; an allowed_tools choice is carried as just
-// the allowed tools. The request is encoded for each provider
+// the allowed tools. A Responses namespace of tools (Codex groups each
+// MCP server's tools so, and gives some of them in an additional_tools
+// input item) is carried as functions named namespace__tool
+// (llmapi.NamespacedName), and their calls come back under the
+// namespace and the tool's own name. The request is encoded for each provider
 // format of its route before it is queued, and a provider whose format
 // cannot carry it is no candidate: another of the route's providers that
 // can (one that speaks the client's format carries everything) serves it,

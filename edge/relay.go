@@ -509,6 +509,7 @@ func renderer(req *request) (rend llmapi.Renderer, keepsText bool) {
 		r := &llmapi.ResponsesRenderer{ID: "resp_" + req.rid, Model: req.route.Model, Created: created}
 		if req.ir != nil {
 			r.Freeform = req.ir.FreeformTools()
+			r.Namespaced = req.ir.NamespacedTools()
 			r.Seal = req.ir.SealReasoning
 			r.Compact = req.ir.Compact
 		}

@@ -1762,6 +1762,44 @@ func TestCompactionTriggerByTranslation(t *testing.T) {
 	r.settled()
 }
 
+// TestNamespaceToolsThroughTheEdge: Codex's namespace tools (its MCP
+// servers') reach Anthropic and a Chat Completions server as flat
+// functions, and the model's call comes back to Codex under the
+// namespace and the tool's own name, streamed.
+func TestNamespaceToolsThroughTheEdge(t *testing.T) {
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{ToolCalls: []upstreamtest.ToolCall{{ID: "call_1", Name: "mcp__github__list_issues", Arguments: `{"repo":"iop"}`}}}
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	const body = `{"model":"%s","stream":true,"input":[{"role":"user","content":"list my issues"},` +
+		`{"type":"function_call","call_id":"c1","namespace":"mcp__github","name":"get_me","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"octocat"}],` +
+		`"tools":[{"type":"namespace","name":"mcp__github","description":"GitHub.","tools":[{"type":"function","name":"get_me","parameters":{"type":"object"}},` +
+		`{"type":"function","name":"list_issues","parameters":{"type":"object"}}]}]}`
+	for _, model := range []string{"via-anthropic", "via-chat"} {
+		before := len(r.upstream.Requests())
+		resp, out := r.do(t, "POST", "/v1/responses", fmt.Sprintf(body, model), oa)
+		evs := llmapitest.Events(t, []byte(out))
+		if err := llmapitest.CheckResponses(evs); resp.StatusCode != 200 || err != nil {
+			t.Fatalf("%s: %d %v\n%s", model, resp.StatusCode, err, out)
+		}
+		var call struct{ Type, Namespace, Name, Arguments string }
+		for _, ev := range evs {
+			if ev.Type == "response.output_item.done" {
+				var o struct{ Item json.RawMessage }
+				json.Unmarshal(ev.Data, &o)
+				json.Unmarshal(o.Item, &call)
+			}
+		}
+		if call.Type != "function_call" || call.Namespace != "mcp__github" || call.Name != "list_issues" || call.Arguments != `{"repo":"iop"}` {
+			t.Fatalf("%s: call %+v in %s", model, call, out)
+		}
+		if sent := string(r.upstream.Requests()[before].Body); strings.Count(sent, `"mcp__github__get_me"`) != 2 || !strings.Contains(sent, `"mcp__github__list_issues"`) {
+			t.Fatalf("%s: the provider was sent %s", model, sent)
+		}
+	}
+	r.settled()
+}
+
 // TestPromptCacheThroughTheEdge: a request translated for Anthropic marks
 // its prefix for Anthropic's prompt cache, as OpenAI's clients expect of
 // a repeated prefix; a target with NoPromptCache sends it unmarked. A

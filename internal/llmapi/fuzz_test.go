@@ -236,6 +236,11 @@ func FuzzDecodeRequest(f *testing.F) {
 	// gateway made sent back (a summary of "## Task").
 	f.Add([]byte(`{"model":"m","stream":true,"input":[{"role":"user","content":"x"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"r"},{"type":"compaction_trigger"}],"tools":[{"type":"function","name":"f"}]}`))
 	f.Add([]byte(`{"model":"m","input":[{"role":"user","content":"x"},{"type":"compaction","id":"cmp_1","encrypted_content":"~iop.compaction.v1:IyMgVGFzaw"},{"role":"user","content":"go on"}]}`))
+	// Codex's namespace tools, in tools and in an additional_tools item,
+	// with calls of them.
+	f.Add([]byte(`{"model":"m","input":[{"type":"additional_tools","role":"developer","tools":[{"type":"namespace","name":"a","tools":[{"type":"function","name":"f"}]}]},` +
+		`{"role":"user","content":"x"},{"type":"custom_tool_call","call_id":"c","namespace":"n","name":"e","input":"1"},{"type":"custom_tool_call_output","call_id":"c","output":"r"}],` +
+		`"tools":[{"type":"namespace","name":"n","description":"d","tools":[{"type":"custom","name":"e"},{"type":"function","name":"g"}]}],"tool_choice":{"type":"function","namespace":"n","name":"g"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		compaction := func(b []byte) (*llmapi.Request, error) {
 			c, err := llmapi.DecodeCompactionRequest(b)

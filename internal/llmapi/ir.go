@@ -81,6 +81,43 @@ type Tool struct {
 	// the client as custom calls (ResponsesRenderer.Freeform,
 	// ChatRenderer.Freeform).
 	Freeform bool
+	// Namespace, for a tool of a Responses namespace (Codex groups each
+	// MCP server's tools so, and some of its own), is the namespace's
+	// name, and Local the tool's own; Name is then NamespacedName of the
+	// two, the name every other format is given (no other has
+	// namespaces), and its calls are rendered back to the client under
+	// the two (ResponsesRenderer.Namespaced).
+	Namespace, Local string
+}
+
+// ToolRef names a tool of a Responses namespace: the namespace, and the
+// tool's own name in it.
+type ToolRef struct{ Namespace, Name string }
+
+// NamespacedName is the one name a tool of a Responses namespace is
+// given in every other format: the namespace's name, "__" and the
+// tool's (Codex's own flat name of an MCP tool, mcp__server__tool, in
+// its versions before namespaces).
+func NamespacedName(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "__" + name
+}
+
+// NamespacedTools maps the name of each tool of a Responses namespace
+// (Tool.Name) to its namespace and own name; it is nil when r has none.
+func (r *Request) NamespacedTools() map[string]ToolRef {
+	var m map[string]ToolRef
+	for _, t := range r.Tools {
+		if t.Namespace != "" {
+			if m == nil {
+				m = map[string]ToolRef{}
+			}
+			m[t.Name] = ToolRef{Namespace: t.Namespace, Name: t.Local}
+		}
+	}
+	return m
 }
 
 // FreeformParam is the one parameter of the function a freeform tool is

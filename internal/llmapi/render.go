@@ -600,6 +600,10 @@ type ResponsesRenderer struct {
 	// when it gave no such string). The input is whole only once the call
 	// is, so it is streamed as one delta, right before its .done event.
 	Freeform map[string]bool
+	// Namespaced names the client's tools of a namespace
+	// (Request.NamespacedTools): a call of one names the namespace and
+	// the tool's own name, as the client gave them.
+	Namespaced map[string]ToolRef
 	// Seal gives a reasoning item an encrypted_content holding its
 	// thinking block (SealedPrefix): its text, and an Anthropic model's
 	// signature. OpenAI gives its own reasoning state so to a client that
@@ -673,17 +677,24 @@ func (r *ResponsesRenderer) item(i int, final bool) map[string]any {
 		}
 		return it
 	case PartToolUse:
-		args := ""
+		var it map[string]any
 		if r.Freeform[b.Name] {
+			args := ""
 			if final {
 				args = freeformInput(r.st.toolInput(i))
 			}
-			return map[string]any{"type": "custom_tool_call", "id": id, "call_id": b.ID, "name": b.Name, "input": args, "status": status}
+			it = map[string]any{"type": "custom_tool_call", "id": id, "call_id": b.ID, "name": b.Name, "input": args, "status": status}
+		} else {
+			args := ""
+			if final {
+				args = r.st.toolArgs(i)
+			}
+			it = map[string]any{"type": "function_call", "id": id, "call_id": b.ID, "name": b.Name, "arguments": args, "status": status}
 		}
-		if final {
-			args = r.st.toolArgs(i)
+		if ref, ok := r.Namespaced[b.Name]; ok {
+			it["namespace"], it["name"] = ref.Namespace, ref.Name
 		}
-		return map[string]any{"type": "function_call", "id": id, "call_id": b.ID, "name": b.Name, "arguments": args, "status": status}
+		return it
 	}
 	content := []any{}
 	if final {

@@ -741,9 +741,10 @@ func allToolResults(ps []Part) bool {
 // can call the same tools, and the others only leave the prompt.
 func (r *Request) setToolChoice(raw json.RawMessage) error {
 	type named struct {
-		Type     string `json:"type"`
-		Name     string `json:"name"`
-		Function struct {
+		Type      string `json:"type"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"` // Responses' namespace tools
+		Function  struct {
 			Name string `json:"name"`
 		} `json:"function"`
 		Custom struct {
@@ -779,7 +780,7 @@ func (r *Request) setToolChoice(raw json.RawMessage) error {
 	}
 	keep := map[string]bool{}
 	for i, t := range a.Tools {
-		name := cmp.Or(t.Name, t.Function.Name, t.Custom.Name)
+		name := NamespacedName(t.Namespace, cmp.Or(t.Name, t.Function.Name, t.Custom.Name))
 		if (t.Type != "function" && t.Type != "custom") || name == "" {
 			return badRequest("tool_choice.tools[%d]: only function and custom tools can be translated, by name", i)
 		}
@@ -811,9 +812,10 @@ func chatToolChoice(raw json.RawMessage) (*ToolChoice, error) {
 		return nil, badRequest("tool_choice %q", s)
 	}
 	var o struct {
-		Type     string `json:"type"`
-		Name     string `json:"name"`
-		Function struct {
+		Type      string `json:"type"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"` // Responses' namespace tools
+		Function  struct {
 			Name string `json:"name"`
 		} `json:"function"`
 		Custom struct {
@@ -827,7 +829,7 @@ func chatToolChoice(raw json.RawMessage) (*ToolChoice, error) {
 	if name == "" {
 		return nil, badRequest("tool_choice names no function")
 	}
-	return &ToolChoice{Mode: "tool", Name: name}, nil
+	return &ToolChoice{Mode: "tool", Name: NamespacedName(o.Namespace, name)}, nil
 }
 
 // --- Responses request -----------------------------------------------------
@@ -853,16 +855,10 @@ var hostedWebSearch = map[string]bool{
 // DecodeResponsesRequest decodes a Responses request.
 func DecodeResponsesRequest(body []byte) (*Request, error) {
 	var q struct {
-		Model        string          `json:"model"`
-		Instructions string          `json:"instructions"`
-		Input        json.RawMessage `json:"input"`
-		Tools        []struct {
-			Type        string          `json:"type"`
-			Name        string          `json:"name"`
-			Description string          `json:"description"`
-			Parameters  json.RawMessage `json:"parameters"`
-			Format      json.RawMessage `json:"format"`
-		} `json:"tools"`
+		Model             string          `json:"model"`
+		Instructions      string          `json:"instructions"`
+		Input             json.RawMessage `json:"input"`
+		Tools             []responsesTool `json:"tools"`
 		ToolChoice        json.RawMessage `json:"tool_choice"`
 		ParallelToolCalls *bool           `json:"parallel_tool_calls"`
 		MaxOutputTokens   int             `json:"max_output_tokens"`
@@ -927,9 +923,13 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 			Content json.RawMessage `json:"content"`
 			CallID  string          `json:"call_id"`
 			Name    string          `json:"name"`
-			Args    string          `json:"arguments"`
-			Input   json.RawMessage `json:"input"`
-			Output  json.RawMessage `json:"output"`
+			// Namespace is a call's of a tool of a namespace.
+			Namespace string `json:"namespace"`
+			// Tools are an additional_tools item's.
+			Tools  []responsesTool `json:"tools"`
+			Args   string          `json:"arguments"`
+			Input  json.RawMessage `json:"input"`
+			Output json.RawMessage `json:"output"`
 			// EncryptedContent is a reasoning item's state.
 			EncryptedContent string `json:"encrypted_content"`
 		}
@@ -971,7 +971,7 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 				if !json.Valid([]byte(args)) {
 					return nil, badRequest("%s: arguments are not JSON", where)
 				}
-				add(RoleAssistant, Part{Kind: PartToolUse, ID: it.CallID, Name: it.Name, Input: json.RawMessage(args)})
+				add(RoleAssistant, Part{Kind: PartToolUse, ID: it.CallID, Name: NamespacedName(it.Namespace, it.Name), Input: json.RawMessage(args)})
 			case "custom_tool_call":
 				// A freeform tool's call: its string input becomes the one
 				// parameter of the function the tool is carried as.
@@ -979,7 +979,14 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 				if json.Unmarshal(it.Input, &in) != nil {
 					return nil, badRequest("%s: input must be a string", where)
 				}
-				add(RoleAssistant, Part{Kind: PartToolUse, ID: it.CallID, Name: it.Name, Input: mustJSON(map[string]string{FreeformParam: in})})
+				add(RoleAssistant, Part{Kind: PartToolUse, ID: it.CallID, Name: NamespacedName(it.Namespace, it.Name), Input: mustJSON(map[string]string{FreeformParam: in})})
+			case "additional_tools":
+				// Tools given in the input (Codex's way in some versions,
+				// to keep the request's prefix for the prompt cache): the
+				// other formats take tools for the whole request only.
+				if err := r.addResponsesTools(it.Tools, where+".tools"); err != nil {
+					return nil, err
+				}
 			case "function_call_output", "custom_tool_call_output":
 				// The output is text, or a list of input_text, input_image
 				// and input_file parts (a screenshot a tool took).
@@ -1039,22 +1046,8 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 			}
 		}
 	}
-	for i, t := range q.Tools {
-		switch t.Type {
-		case "function":
-			r.Tools = append(r.Tools, Tool{Name: t.Name, Description: t.Description, Schema: t.Parameters})
-		case "custom":
-			schema, err := freeformSchema(t.Format, fmt.Sprintf("tools[%d].format", i))
-			if err != nil {
-				return nil, err
-			}
-			r.Tools = append(r.Tools, Tool{Name: t.Name, Description: t.Description, Schema: schema, Freeform: true})
-		default:
-			if !hostedWebSearch[t.Type] {
-				return nil, badRequest("tool type %q cannot be translated", t.Type)
-			}
-			// Left out: see hostedWebSearch.
-		}
+	if err := r.addResponsesTools(q.Tools, "tools"); err != nil {
+		return nil, err
 	}
 	var forced struct {
 		Type string `json:"type"`
@@ -1078,6 +1071,72 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 		r.askSummary()
 	}
 	return r, nil
+}
+
+// responsesTool is a Responses tool: a function, a custom (freeform)
+// tool, a namespace of those, or a hosted tool.
+type responsesTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+	Format      json.RawMessage `json:"format"`
+	// Tools are a namespace's.
+	Tools []responsesTool `json:"tools"`
+}
+
+// addResponsesTools adds Responses tools to r (where names them for an
+// error): functions and custom tools, and those of a namespace under
+// their NamespacedName (given the namespace's description when they
+// have none). Hosted web search is left out (hostedWebSearch); any other
+// hosted tool is refused.
+func (r *Request) addResponsesTools(tools []responsesTool, where string) error {
+	for i, t := range tools {
+		w := fmt.Sprintf("%s[%d]", where, i)
+		switch t.Type {
+		case "function", "custom":
+			tool, err := t.tool(w)
+			if err != nil {
+				return err
+			}
+			r.Tools = append(r.Tools, tool)
+		case "namespace":
+			if t.Name == "" {
+				return badRequest("%s: a namespace needs a name", w)
+			}
+			for j, m := range t.Tools {
+				mw := fmt.Sprintf("%s.tools[%d]", w, j)
+				if (m.Type != "function" && m.Type != "custom") || m.Name == "" {
+					return badRequest("%s: a namespace holds named function and custom tools only", mw)
+				}
+				tool, err := m.tool(mw)
+				if err != nil {
+					return err
+				}
+				tool.Namespace, tool.Local, tool.Name = t.Name, m.Name, NamespacedName(t.Name, m.Name)
+				tool.Description = cmp.Or(tool.Description, t.Description)
+				r.Tools = append(r.Tools, tool)
+			}
+		default:
+			if !hostedWebSearch[t.Type] {
+				return badRequest("tool type %q cannot be translated", t.Type)
+			}
+			// Left out: see hostedWebSearch.
+		}
+	}
+	return nil
+}
+
+// tool is t, a function or a custom tool, as a Tool.
+func (t responsesTool) tool(where string) (Tool, error) {
+	if t.Type == "function" {
+		return Tool{Name: t.Name, Description: t.Description, Schema: t.Parameters}, nil
+	}
+	schema, err := freeformSchema(t.Format, where+".format")
+	if err != nil {
+		return Tool{}, err
+	}
+	return Tool{Name: t.Name, Description: t.Description, Schema: schema, Freeform: true}, nil
 }
 
 // freeformSchema is the JSON Schema of the function a custom tool is
