@@ -124,7 +124,11 @@
 // MCP server's tools so, and gives some of them in an additional_tools
 // input item) is carried as functions named namespace__tool
 // (llmapi.NamespacedName), and their calls come back under the
-// namespace and the tool's own name. The request is encoded for each provider
+// namespace and the tool's own name. Codex's own search of the tools it
+// deferred (a tool_search tool it runs itself) is carried as a function,
+// the model's search comes back as a tool_search_call, and the tools a
+// search loaded are offered from the next turn on; OpenAI's hosted
+// search is left out, with the tools it would search offered whole. The request is encoded for each provider
 // format of its route before it is queued, and a provider whose format
 // cannot carry it is no candidate: another of the route's providers that
 // can (one that speaks the client's format carries everything) serves it,

@@ -510,6 +510,7 @@ func renderer(req *request) (rend llmapi.Renderer, keepsText bool) {
 		if req.ir != nil {
 			r.Freeform = req.ir.FreeformTools()
 			r.Namespaced = req.ir.NamespacedTools()
+			r.ToolSearch = req.ir.SearchTool()
 			r.Seal = req.ir.SealReasoning
 			r.Compact = req.ir.Compact
 		}

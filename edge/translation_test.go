@@ -1800,6 +1800,35 @@ func TestNamespaceToolsThroughTheEdge(t *testing.T) {
 	r.settled()
 }
 
+// TestToolSearchThroughTheEdge: Codex's own tool search on a translated
+// route: the model's search reaches Codex as a tool_search_call, and the
+// tools the search loaded are offered to the model in the next turn.
+func TestToolSearchThroughTheEdge(t *testing.T) {
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{ToolCalls: []upstreamtest.ToolCall{{ID: "call_1", Name: "tool_search", Arguments: `{"query":"issues"}`}}}
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	const search = `{"type":"tool_search","execution":"client","description":"Search deferred tools.","parameters":{"type":"object","properties":{"query":{"type":"string"}}}}`
+	resp, out := r.do(t, "POST", "/v1/responses", `{"model":"via-anthropic","stream":true,"input":[{"role":"user","content":"list my issues"}],"tools":[`+search+`]}`, oa)
+	evs := llmapitest.Events(t, []byte(out))
+	if err := llmapitest.CheckResponses(evs); resp.StatusCode != 200 || err != nil || !strings.Contains(out, `"type":"tool_search_call"`) ||
+		!strings.Contains(out, `"arguments":{"query":"issues"}`) {
+		t.Fatalf("%d %v\n%s", resp.StatusCode, err, out)
+	}
+	before := len(r.upstream.Requests())
+	next := `{"model":"via-anthropic","input":[{"role":"user","content":"list my issues"},` +
+		`{"type":"tool_search_call","call_id":"call_1","execution":"client","arguments":{"query":"issues"}},` +
+		`{"type":"tool_search_output","call_id":"call_1","execution":"client","tools":[{"type":"namespace","name":"mcp__github","tools":[{"type":"function","name":"list_issues","parameters":{"type":"object"}}]}]}],` +
+		`"tools":[` + search + `]}`
+	if resp, out := r.do(t, "POST", "/v1/responses", next, oa); resp.StatusCode != 200 {
+		t.Fatalf("next turn: %d %s", resp.StatusCode, out)
+	}
+	if sent := string(r.upstream.Requests()[before].Body); strings.Count(sent, `mcp__github__list_issues`) != 2 || llmapitest.CheckAnthropicRequest([]byte(sent)) != nil {
+		t.Fatalf("the provider was sent %s", sent)
+	}
+	r.settled()
+}
+
 // TestPromptCacheThroughTheEdge: a request translated for Anthropic marks
 // its prefix for Anthropic's prompt cache, as OpenAI's clients expect of
 // a repeated prefix; a target with NoPromptCache sends it unmarked. A

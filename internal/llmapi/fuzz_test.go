@@ -241,6 +241,10 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","input":[{"type":"additional_tools","role":"developer","tools":[{"type":"namespace","name":"a","tools":[{"type":"function","name":"f"}]}]},` +
 		`{"role":"user","content":"x"},{"type":"custom_tool_call","call_id":"c","namespace":"n","name":"e","input":"1"},{"type":"custom_tool_call_output","call_id":"c","output":"r"}],` +
 		`"tools":[{"type":"namespace","name":"n","description":"d","tools":[{"type":"custom","name":"e"},{"type":"function","name":"g"}]}],"tool_choice":{"type":"function","namespace":"n","name":"g"}}`))
+	// Codex's tool search: the tool, a search and the tools it loaded.
+	f.Add([]byte(`{"model":"m","input":[{"role":"user","content":"x"},{"type":"tool_search_call","call_id":"s","execution":"client","arguments":{"query":"q"}},` +
+		`{"type":"tool_search_output","call_id":"s","execution":"client","tools":[{"type":"namespace","name":"n","tools":[{"type":"function","name":"g"}]},{"type":"function","name":"h"}]}],` +
+		`"tools":[{"type":"tool_search","execution":"client","parameters":{"type":"object"}},{"type":"tool_search"},{"type":"function","name":"h","defer_loading":true}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		compaction := func(b []byte) (*llmapi.Request, error) {
 			c, err := llmapi.DecodeCompactionRequest(b)

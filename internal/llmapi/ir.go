@@ -88,6 +88,27 @@ type Tool struct {
 	// namespaces), and its calls are rendered back to the client under
 	// the two (ResponsesRenderer.Namespaced).
 	Namespace, Local string
+	// Search marks a Responses tool_search that the client runs (Codex
+	// looks up the tools it deferred, MCP tools among them): carried as a
+	// function, its calls are rendered back as tool_search_call items
+	// (ResponsesRenderer.ToolSearch), and the tools a search loaded
+	// (a tool_search_output item) are offered with the others.
+	Search bool
+}
+
+// ToolSearchName is the name a Responses tool_search is carried under
+// (Codex's name for it).
+const ToolSearchName = "tool_search"
+
+// SearchTool is the name of r's tool_search that the client runs
+// (Tool.Search), or "" when it has none.
+func (r *Request) SearchTool() string {
+	for _, t := range r.Tools {
+		if t.Search {
+			return t.Name
+		}
+	}
+	return ""
 }
 
 // ToolRef names a tool of a Responses namespace: the namespace, and the

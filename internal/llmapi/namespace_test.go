@@ -137,3 +137,102 @@ func TestNamespaceToolsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestToolSearch: Codex's own tool search (execution client) is carried
+// as a function; a search in the history is its call, and the search's
+// output offers the tools it loaded (once, however often loaded), which
+// the model is told it can call now. The model's search is rendered back
+// as a tool_search_call. OpenAI's hosted search is left out, and the
+// tools it would have searched are offered.
+func TestToolSearch(t *testing.T) {
+	const github = `{"type":"namespace","name":"mcp__github","tools":[{"type":"function","name":"list_issues","parameters":{"type":"object"}}]}`
+	body := `{"model":"m","input":[{"role":"user","content":"list my issues"},` +
+		`{"type":"tool_search_call","call_id":"ts1","execution":"client","status":"completed","arguments":{"query":"github issues"}},` +
+		`{"type":"tool_search_output","call_id":"ts1","execution":"client","status":"completed","tools":[` + github + `]},` +
+		`{"type":"tool_search_call","call_id":"ts2","execution":"client","arguments":{"query":"issues"}},` +
+		`{"type":"tool_search_output","call_id":"ts2","execution":"client","tools":[` + github + `]},` +
+		`{"type":"function_call","call_id":"c1","namespace":"mcp__github","name":"list_issues","arguments":"{}"},` +
+		`{"type":"function_call_output","call_id":"c1","output":"#1"}],` +
+		`"tools":[{"type":"function","name":"shell","parameters":{"type":"object"}},` +
+		`{"type":"tool_search","execution":"client","description":"Search for deferred tools.","parameters":{"type":"object","properties":{"query":{"type":"string"},"limit":{"type":"number"}},"required":["query"]}}]}`
+	r, err := llmapi.DecodeResponsesRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range r.Tools {
+		names = append(names, tl.Name)
+	}
+	if d := cmp.Diff([]string{"shell", "tool_search", "mcp__github__list_issues"}, names); d != "" || r.SearchTool() != "tool_search" {
+		t.Fatalf("tools (-want +got):\n%s", d)
+	}
+	search, result := r.Messages[1].Parts[0], r.Messages[2].Parts[0]
+	if search.Name != "tool_search" || string(search.Input) != `{"query":"github issues"}` ||
+		result.ToolUseID != "ts1" || !strings.Contains(result.Content[0].Text, "mcp__github__list_issues") {
+		t.Fatalf("history: %+v", r.Messages)
+	}
+	for name, enc := range map[string]func() ([]byte, error){
+		"anthropic": func() ([]byte, error) { return llmapi.EncodeAnthropic(r, "claude-sonnet-4-5") },
+		"chat":      func() ([]byte, error) { return llmapi.EncodeChat(r, "qwen3") },
+	} {
+		b, err := enc()
+		check := map[string]func([]byte) error{"anthropic": llmapitest.CheckAnthropicRequest, "chat": llmapitest.CheckChatRequest}[name]
+		if err != nil || check(b) != nil {
+			t.Fatalf("%s: %v %v\n%s", name, err, check(b), b)
+		}
+	}
+
+	rend := &llmapi.ResponsesRenderer{ID: "r1", Model: "m", Namespaced: r.NamespacedTools(), ToolSearch: r.SearchTool()}
+	stream := render(t, rend, []llmapi.Event{
+		{Kind: llmapi.EvStart},
+		{Kind: llmapi.EvBlockStart, Index: 0, Block: llmapi.BlockToolUse, ToolID: "t1", Name: "tool_search"},
+		{Kind: llmapi.EvDelta, Index: 0, Block: llmapi.BlockToolUse, Text: `{"query":`},
+		{Kind: llmapi.EvDelta, Index: 0, Block: llmapi.BlockToolUse, Text: `"calendar"}`},
+		{Kind: llmapi.EvBlockStop, Index: 0, Block: llmapi.BlockToolUse},
+		{Kind: llmapi.EvStop, Reason: llmapi.StopToolUse},
+	})
+	evs := llmapitest.Events(t, stream)
+	if err := llmapitest.CheckResponses(evs); err != nil {
+		t.Fatalf("%v\n%s", err, stream)
+	}
+	var item struct {
+		Type, ID, CallID, Execution string
+		Arguments                   json.RawMessage
+	}
+	for _, ev := range evs {
+		if strings.HasPrefix(ev.Type, "response.function_call") {
+			t.Fatalf("%s for a tool search", ev.Type)
+		}
+		if ev.Type == "response.output_item.done" {
+			var o struct{ Item json.RawMessage }
+			json.Unmarshal(ev.Data, &o)
+			json.Unmarshal(o.Item, &item)
+			if !strings.Contains(string(o.Item), `"call_id":"t1"`) {
+				t.Fatalf("item %s", o.Item)
+			}
+		}
+	}
+	if item.Type != "tool_search_call" || item.Execution != "client" || !strings.HasPrefix(item.ID, "tsc_") || string(item.Arguments) != `{"query":"calendar"}` {
+		t.Fatalf("search call %+v", item)
+	}
+
+	// OpenAI's hosted search (the default execution) is left out with its
+	// calls, and the tools it would search are offered.
+	hosted := `{"model":"m","input":[{"role":"user","content":"x"},{"type":"tool_search_call","call_id":"s","execution":"server","arguments":{"paths":["a"]}},` +
+		`{"type":"tool_search_output","call_id":"s","execution":"server","tools":[]}],"tools":[{"type":"tool_search"},{"type":"function","name":"a","defer_loading":true,"parameters":{"type":"object"}}]}`
+	r, err = llmapi.DecodeResponsesRequest([]byte(hosted))
+	if err != nil || len(r.Tools) != 1 || r.Tools[0].Name != "a" || len(r.Messages) != 1 || r.SearchTool() != "" {
+		t.Fatalf("hosted: %v %+v", err, r)
+	}
+
+	for _, bad := range []string{
+		`{"model":"m","input":"x","tools":[{"type":"tool_search","execution":"elsewhere"}]}`,
+		`{"model":"m","input":[{"role":"user","content":"x"},{"type":"tool_search_call","call_id":"s","execution":"client","arguments":[1]}]}`,
+		`{"model":"m","input":[{"role":"user","content":"x"},{"type":"tool_search_output","call_id":"s","execution":"client","tools":[{"type":"mcp"}]}]}`,
+		`{"model":"m","input":[{"role":"user","content":"x"},{"type":"function_call","call_id":"c","name":"f","arguments":{"a":1}}]}`,
+	} {
+		if _, err := llmapi.DecodeResponsesRequest([]byte(bad)); err == nil {
+			t.Errorf("%s: decoded", bad)
+		}
+	}
+}

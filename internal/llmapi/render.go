@@ -604,6 +604,10 @@ type ResponsesRenderer struct {
 	// (Request.NamespacedTools): a call of one names the namespace and
 	// the tool's own name, as the client gave them.
 	Namespaced map[string]ToolRef
+	// ToolSearch names the tool a client's tool_search is carried as
+	// (Request.SearchTool): a call of it is a tool_search_call item,
+	// whose arguments are an object, whole in its .done event.
+	ToolSearch string
 	// Seal gives a reasoning item an encrypted_content holding its
 	// thinking block (SealedPrefix): its text, and an Anthropic model's
 	// signature. OpenAI gives its own reasoning state so to a client that
@@ -629,6 +633,15 @@ type ResponsesRenderer struct {
 
 // custom reports whether block i is a call of a freeform tool.
 func (r *ResponsesRenderer) custom(i int) bool { return r.st.custom(i, r.Freeform) }
+
+// search reports whether block i is a call of the client's tool search.
+func (r *ResponsesRenderer) search(i int) bool {
+	if r.ToolSearch == "" || i >= len(r.st.blocks) || r.st.blocks[i] == nil {
+		return false
+	}
+	b := r.st.blocks[i]
+	return b.Kind == PartToolUse && b.Name == r.ToolSearch
+}
 
 // custom reports whether block i is a call of a freeform tool.
 func (r *ChatRenderer) custom(i int) bool { return r.st.custom(i, r.Freeform) }
@@ -678,6 +691,13 @@ func (r *ResponsesRenderer) item(i int, final bool) map[string]any {
 		return it
 	case PartToolUse:
 		var it map[string]any
+		if r.search(i) {
+			var args any = map[string]any{}
+			if in := r.st.toolInput(i); final && jsonObject(in) { // the decoders end an answer whose arguments are not
+				args = in
+			}
+			return map[string]any{"type": "tool_search_call", "id": id, "call_id": b.ID, "execution": "client", "status": status, "arguments": args}
+		}
 		if r.Freeform[b.Name] {
 			args := ""
 			if final {
@@ -794,8 +814,11 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 		out = r.ev(out, "response.in_progress", map[string]any{"response": r.response("in_progress")})
 	case EvBlockStart:
 		prefix := map[BlockKind]string{BlockText: "msg", BlockThinking: "rs", BlockToolUse: "fc"}[e.Block]
-		if r.custom(e.Index) {
+		switch {
+		case r.custom(e.Index):
 			prefix = "ctc"
+		case r.search(e.Index):
+			prefix = "tsc"
 		}
 		r.itemIDs[e.Index] = fmt.Sprintf("%s_%s_%d", prefix, r.ID, e.Index)
 		out = r.ev(out, "response.output_item.added", map[string]any{"output_index": e.Index, "item": r.item(e.Index, false)})
@@ -817,7 +840,7 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 				out = r.ev(out, "response.reasoning_summary_text.delta", map[string]any{"item_id": id, "output_index": e.Index, "summary_index": 0, "delta": e.Text})
 			}
 		case BlockToolUse:
-			if !r.custom(e.Index) {
+			if !r.custom(e.Index) && !r.search(e.Index) {
 				out = r.ev(out, "response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": e.Index, "delta": e.Text})
 			}
 		}
@@ -841,7 +864,9 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 				out = r.ev(out, "response.custom_tool_call_input.done", map[string]any{"item_id": id, "output_index": e.Index, "input": in})
 				break
 			}
-			out = r.ev(out, "response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": e.Index, "arguments": r.st.toolArgs(e.Index)})
+			if !r.search(e.Index) { // a search's arguments are in its item
+				out = r.ev(out, "response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": e.Index, "arguments": r.st.toolArgs(e.Index)})
+			}
 		}
 		out = r.ev(out, "response.output_item.done", map[string]any{"output_index": e.Index, "item": r.item(e.Index, true)})
 	case EvStop:

@@ -913,6 +913,7 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 	}
 	r.SealReasoning = slices.Contains(q.Include, "reasoning.encrypted_content")
 	compact := false
+	var loaded searchOutput // the tools client tool searches loaded
 	var s string
 	if json.Unmarshal(q.Input, &s) == nil {
 		r.Messages = []Message{{Role: RoleUser, Parts: []Part{{Kind: PartText, Text: s}}}}
@@ -925,11 +926,16 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 			Name    string          `json:"name"`
 			// Namespace is a call's of a tool of a namespace.
 			Namespace string `json:"namespace"`
-			// Tools are an additional_tools item's.
-			Tools  []responsesTool `json:"tools"`
-			Args   string          `json:"arguments"`
+			// Tools are an additional_tools item's, or those a
+			// tool_search_output loaded.
+			Tools []responsesTool `json:"tools"`
+			// Args are a function call's (a string of JSON) or a tool
+			// search's (an object).
+			Args   json.RawMessage `json:"arguments"`
 			Input  json.RawMessage `json:"input"`
 			Output json.RawMessage `json:"output"`
+			// Execution is a tool search's: client or server.
+			Execution string `json:"execution"`
 			// EncryptedContent is a reasoning item's state.
 			EncryptedContent string `json:"encrypted_content"`
 		}
@@ -964,8 +970,11 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 					return nil, badRequest("%s.role %q", where, it.Role)
 				}
 			case "function_call":
-				args := strings.TrimSpace(it.Args)
-				if args == "" {
+				var args string
+				if present(it.Args) && json.Unmarshal(it.Args, &args) != nil {
+					return nil, badRequest("%s: arguments must be a string", where)
+				}
+				if args = strings.TrimSpace(args); args == "" {
 					args = "{}"
 				}
 				if !json.Valid([]byte(args)) {
@@ -980,6 +989,35 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 					return nil, badRequest("%s: input must be a string", where)
 				}
 				add(RoleAssistant, Part{Kind: PartToolUse, ID: it.CallID, Name: NamespacedName(it.Namespace, it.Name), Input: mustJSON(map[string]string{FreeformParam: in})})
+			case "tool_search_call", "tool_search_output":
+				// A search of the tools the client deferred. OpenAI's own
+				// (server) searched tools the request gives, all of which
+				// a translation offers: it is left out. The client's is a
+				// call of the tool it is carried as, and its output
+				// offers the tools it loaded (searchOutput).
+				if it.Execution != "client" {
+					continue
+				}
+				if it.Type == "tool_search_call" {
+					args := []byte(trimJSONSpace(string(it.Args)))
+					var s string
+					if json.Unmarshal(args, &s) == nil {
+						args = []byte(trimJSONSpace(s))
+					}
+					if len(args) == 0 || string(args) == "null" {
+						args = []byte("{}")
+					}
+					if args[0] != '{' || !json.Valid(args) {
+						return nil, badRequest("%s: arguments must be a JSON object", where)
+					}
+					add(RoleAssistant, Part{Kind: PartToolUse, ID: it.CallID, Name: ToolSearchName, Input: json.RawMessage(args)})
+					continue
+				}
+				text, err := loaded.add(it.Tools, where+".tools")
+				if err != nil {
+					return nil, err
+				}
+				add(RoleUser, Part{Kind: PartToolResult, ToolUseID: it.CallID, Content: []Part{{Kind: PartText, Text: text}}})
 			case "additional_tools":
 				// Tools given in the input (Codex's way in some versions,
 				// to keep the request's prefix for the prompt cache): the
@@ -1049,6 +1087,7 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 	if err := r.addResponsesTools(q.Tools, "tools"); err != nil {
 		return nil, err
 	}
+	loaded.offer(r)
 	var forced struct {
 		Type string `json:"type"`
 	}
@@ -1083,6 +1122,53 @@ type responsesTool struct {
 	Format      json.RawMessage `json:"format"`
 	// Tools are a namespace's.
 	Tools []responsesTool `json:"tools"`
+	// Execution is a tool_search's: client or server.
+	Execution string `json:"execution"`
+}
+
+// searchOutput gathers the tools that the client's tool searches loaded
+// (tool_search_output items), in their order, each once.
+type searchOutput struct {
+	tools []Tool
+	seen  map[string]bool
+}
+
+// add gathers the tools of one search's output (where names them for an
+// error) and returns the search's result as the model is told it: the
+// names of the tools it can now call.
+func (o *searchOutput) add(tools []responsesTool, where string) (string, error) {
+	var found Request
+	if err := found.addResponsesTools(tools, where); err != nil {
+		return "", err
+	}
+	if o.seen == nil {
+		o.seen = map[string]bool{}
+	}
+	names := make([]string, 0, len(found.Tools))
+	for _, t := range found.Tools {
+		names = append(names, t.Name)
+		if !o.seen[t.Name] {
+			o.seen[t.Name] = true
+			o.tools = append(o.tools, t)
+		}
+	}
+	if len(names) == 0 {
+		return "No tools matched the search.", nil
+	}
+	return "These tools were loaded and can be called now: " + strings.Join(names, ", ") + ".", nil
+}
+
+// offer adds the loaded tools to r's, but those r has already.
+func (o *searchOutput) offer(r *Request) {
+	have := make(map[string]bool, len(r.Tools))
+	for _, t := range r.Tools {
+		have[t.Name] = true
+	}
+	for _, t := range o.tools {
+		if !have[t.Name] {
+			r.Tools = append(r.Tools, t)
+		}
+	}
 }
 
 // addResponsesTools adds Responses tools to r (where names them for an
@@ -1100,6 +1186,25 @@ func (r *Request) addResponsesTools(tools []responsesTool, where string) error {
 				return err
 			}
 			r.Tools = append(r.Tools, tool)
+		case "tool_search":
+			// A search of the tools the client deferred: the client's
+			// is carried as a function (Tool.Search); OpenAI's own (the
+			// default) searches the tools the request gives
+			// (defer_loading), all of which a translation offers, and is
+			// left out.
+			switch t.Execution {
+			case "server", "": // OpenAI's default
+				continue
+			case "client":
+			default:
+				return badRequest("%s: a tool_search's execution must be client or server", w)
+			}
+			schema := t.Parameters
+			if !present(schema) {
+				schema = json.RawMessage(`{"type":"object","properties":{"query":{"type":"string"}},"required":["query"]}`)
+			}
+			desc := cmp.Or(t.Description, "Search for tools to load; the tools found can be called after it.")
+			r.Tools = append(r.Tools, Tool{Name: ToolSearchName, Description: desc, Schema: schema, Search: true})
 		case "namespace":
 			if t.Name == "" {
 				return badRequest("%s: a namespace needs a name", w)
