@@ -128,11 +128,14 @@
 // deferred (a tool_search tool it runs itself) is carried as a function,
 // the model's search comes back as a tool_search_call, and the tools a
 // search loaded are offered from the next turn on; OpenAI's hosted
-// search is left out, with the tools it would search offered whole. The request is encoded for each provider
-// format of its route before it is queued, and a provider whose format
-// cannot carry it is no candidate: another of the route's providers that
-// can (one that speaks the client's format carries everything) serves it,
-// and the 400 comes only when none can.
+// search is left out, with the tools it would search offered whole;
+// Claude Code's (ToolSearch, whose results are tool_reference blocks)
+// reaches the model as text naming the tools found, every tool offered.
+// The request is encoded for each provider format of its route before it
+// is queued, and a provider whose format cannot carry it is no
+// candidate: another of the route's providers that can (one that speaks
+// the client's format carries everything) serves it, and the 400 comes
+// only when none can.
 //
 // Errors reach the client in its own format: OpenAI's error object, or
 // Anthropic's with 529 overloaded_error when no provider has room. A

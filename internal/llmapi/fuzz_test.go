@@ -241,6 +241,10 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","input":[{"type":"additional_tools","role":"developer","tools":[{"type":"namespace","name":"a","tools":[{"type":"function","name":"f"}]}]},` +
 		`{"role":"user","content":"x"},{"type":"custom_tool_call","call_id":"c","namespace":"n","name":"e","input":"1"},{"type":"custom_tool_call_output","call_id":"c","output":"r"}],` +
 		`"tools":[{"type":"namespace","name":"n","description":"d","tools":[{"type":"custom","name":"e"},{"type":"function","name":"g"}]}],"tool_choice":{"type":"function","namespace":"n","name":"g"}}`))
+	// Claude Code's tool search: a deferred tool and a reference to it.
+	f.Add([]byte(`{"model":"m","max_tokens":9,"tools":[{"name":"ToolSearch","input_schema":{"type":"object"}},{"name":"e","input_schema":{"type":"object"},"defer_loading":true}],` +
+		`"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"ToolSearch","input":{"query":"e"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"tool_reference","tool_name":"e"}]}]}]}`))
 	// Codex's tool search: the tool, a search and the tools it loaded.
 	f.Add([]byte(`{"model":"m","input":[{"role":"user","content":"x"},{"type":"tool_search_call","call_id":"s","execution":"client","arguments":{"query":"q"}},` +
 		`{"type":"tool_search_output","call_id":"s","execution":"client","tools":[{"type":"namespace","name":"n","tools":[{"type":"function","name":"g"}]},{"type":"function","name":"h"}]}],` +

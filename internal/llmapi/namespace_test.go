@@ -236,3 +236,38 @@ func TestToolSearch(t *testing.T) {
 		}
 	}
 }
+
+// TestToolReference: Claude Code's tool search (ToolSearch, with the
+// tools it finds sent with defer_loading) answers with tool_reference
+// blocks, which load a deferred tool at Anthropic; a translation offers
+// every tool, and the model is told which the search found.
+func TestToolReference(t *testing.T) {
+	body := `{"model":"m","max_tokens":100,"tools":[{"name":"ToolSearch","input_schema":{"type":"object"}},` +
+		`{"name":"mcp__echo__echo","input_schema":{"type":"object"},"defer_loading":true}],"messages":[{"role":"user","content":"echo ping"},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"ToolSearch","input":{"query":"select:mcp__echo__echo"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"tool_reference","tool_name":"mcp__echo__echo"}]}]}]}`
+	r, err := llmapi.DecodeAnthropicRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Tools) != 2 || r.Tools[1].Name != "mcp__echo__echo" {
+		t.Fatalf("tools %+v", r.Tools)
+	}
+	res := r.Messages[2].Parts[0]
+	if len(res.Content) != 1 || res.Content[0].Text != "Tool mcp__echo__echo is loaded and can be called." {
+		t.Fatalf("result %+v", res)
+	}
+	for name, enc := range map[string]func() ([]byte, error){
+		"chat":      func() ([]byte, error) { return llmapi.EncodeChat(r, "qwen3") },
+		"responses": func() ([]byte, error) { return llmapi.EncodeResponses(r, "qwen3") },
+	} {
+		b, err := enc()
+		check := map[string]func([]byte) error{"chat": llmapitest.CheckChatRequest, "responses": llmapitest.CheckResponsesRequest}[name]
+		if err != nil || check(b) != nil || strings.Contains(string(b), "defer_loading") {
+			t.Fatalf("%s: %v %v\n%s", name, err, check(b), b)
+		}
+	}
+	if _, err := llmapi.DecodeAnthropicRequest([]byte(strings.Replace(body, `"tool_name":"mcp__echo__echo"`, `"tool_name":""`, 1))); err == nil {
+		t.Error("a reference to no tool was decoded")
+	}
+}

@@ -195,6 +195,8 @@ type anthropicBlock struct {
 	Citations *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"citations"`
+	// ToolName is a tool_reference's.
+	ToolName string `json:"tool_name"`
 }
 
 func anthropicParts(raw json.RawMessage, where string) ([]Part, error) {
@@ -247,6 +249,15 @@ func anthropicParts(raw json.RawMessage, where string) ([]Part, error) {
 			// Opaque; only Anthropic can read it back. Kept as a thinking part
 			// with its data as the signature, dropped for other providers.
 			out = append(out, Part{Kind: PartThinking, Signature: redactedPrefix + b.Data})
+		case "tool_reference":
+			// A tool search's result (Claude Code's ToolSearch): at
+			// Anthropic it loads a tool sent with defer_loading. The
+			// other formats have no deferred tools (a translation offers
+			// every tool), so the model is told the tool is there.
+			if b.ToolName == "" {
+				return nil, badRequest("%s[%d]: a tool_reference names no tool", where, i)
+			}
+			out = append(out, Part{Kind: PartText, Text: "Tool " + b.ToolName + " is loaded and can be called."})
 		default:
 			return nil, badRequest("%s[%d]: content block %q not supported", where, i, b.Type)
 		}
