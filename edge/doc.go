@@ -130,7 +130,8 @@
 // search loaded are offered from the next turn on; OpenAI's hosted
 // search is left out, with the tools it would search offered whole;
 // Claude Code's (ToolSearch, whose results are tool_reference blocks)
-// reaches the model as text naming the tools found, every tool offered.
+// reaches the model as text naming the tools found, every tool offered,
+// and Anthropic's server-side search is left out as OpenAI's is.
 // The request is encoded for each provider format of its route before it
 // is queued, and a provider whose format cannot carry it is no
 // candidate: another of the route's providers that can (one that speaks

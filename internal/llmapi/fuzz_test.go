@@ -245,6 +245,10 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","max_tokens":9,"tools":[{"name":"ToolSearch","input_schema":{"type":"object"}},{"name":"e","input_schema":{"type":"object"},"defer_loading":true}],` +
 		`"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"ToolSearch","input":{"query":"e"}}]},` +
 		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"tool_reference","tool_name":"e"}]}]}]}`))
+	// Anthropic's server-side tool search, a search and its result.
+	f.Add([]byte(`{"model":"m","max_tokens":9,"tools":[{"type":"tool_search_tool_bm25_20251119","name":"tool_search_tool_bm25"},{"name":"e","input_schema":{"type":"object"},"defer_loading":true}],` +
+		`"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"server_tool_use","id":"s","name":"tool_search_tool_bm25","input":{"query":"e"}},` +
+		`{"type":"tool_search_tool_result","tool_use_id":"s","content":{"type":"tool_search_tool_search_result","tool_references":[]}},{"type":"text","text":"ok"}]}]}`))
 	// Codex's tool search: the tool, a search and the tools it loaded.
 	f.Add([]byte(`{"model":"m","input":[{"role":"user","content":"x"},{"type":"tool_search_call","call_id":"s","execution":"client","arguments":{"query":"q"}},` +
 		`{"type":"tool_search_output","call_id":"s","execution":"client","tools":[{"type":"namespace","name":"n","tools":[{"type":"function","name":"g"}]},{"type":"function","name":"h"}]}],` +

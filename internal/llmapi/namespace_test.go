@@ -271,3 +271,30 @@ func TestToolReference(t *testing.T) {
 		t.Error("a reference to no tool was decoded")
 	}
 }
+
+// TestAnthropicToolSearch: Anthropic's own tool search (a server tool
+// over the tools sent with defer_loading) is left out of a translation
+// with its calls and results, and the deferred tools are offered; any
+// other server tool call is refused.
+func TestAnthropicToolSearch(t *testing.T) {
+	body := `{"model":"m","max_tokens":100,"tools":[{"type":"tool_search_tool_regex_20251119","name":"tool_search_tool_regex"},` +
+		`{"name":"get_weather","input_schema":{"type":"object"},"defer_loading":true}],"messages":[{"role":"user","content":"weather?"},` +
+		`{"role":"assistant","content":[{"type":"server_tool_use","id":"srvtoolu_1","name":"tool_search_tool_regex","input":{"pattern":"weather"}},` +
+		`{"type":"tool_search_tool_result","tool_use_id":"srvtoolu_1","content":{"type":"tool_search_tool_search_result","tool_references":[{"type":"tool_reference","tool_name":"get_weather"}]}},` +
+		`{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"sunny"}]}]}`
+	r, err := llmapi.DecodeAnthropicRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Tools) != 1 || r.Tools[0].Name != "get_weather" || len(r.Messages[1].Parts) != 1 || r.Messages[1].Parts[0].Name != "get_weather" {
+		t.Fatalf("tools %+v, turn %+v", r.Tools, r.Messages[1])
+	}
+	if b, err := llmapi.EncodeChat(r, "qwen3"); err != nil || llmapitest.CheckChatRequest(b) != nil {
+		t.Fatalf("%v %s", err, b)
+	}
+	web := strings.Replace(body, `"name":"tool_search_tool_regex","input"`, `"name":"web_search","input"`, 1)
+	if _, err := llmapi.DecodeAnthropicRequest([]byte(web)); err == nil {
+		t.Error("a web search call was decoded")
+	}
+}

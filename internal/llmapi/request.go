@@ -199,6 +199,14 @@ type anthropicBlock struct {
 	ToolName string `json:"tool_name"`
 }
 
+// anthropicToolSearch reports whether name (a server tool's type, such
+// as tool_search_tool_regex_20251119, or its name in a server_tool_use
+// block) is Anthropic's tool search. It searches the tools a request
+// sends with defer_loading; the other formats have no deferred tools, so
+// a translation offers every tool and leaves the search out, with its
+// calls and results in the history.
+func anthropicToolSearch(name string) bool { return strings.HasPrefix(name, "tool_search_tool_") }
+
 func anthropicParts(raw json.RawMessage, where string) ([]Part, error) {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
@@ -249,6 +257,14 @@ func anthropicParts(raw json.RawMessage, where string) ([]Part, error) {
 			// Opaque; only Anthropic can read it back. Kept as a thinking part
 			// with its data as the signature, dropped for other providers.
 			out = append(out, Part{Kind: PartThinking, Signature: redactedPrefix + b.Data})
+		case "server_tool_use", "tool_search_tool_result":
+			// Anthropic's own tool search, run at Anthropic over the
+			// tools sent with defer_loading: a translation offers them
+			// all, and leaves the search out (anthropicToolSearch). Any
+			// other server tool is Anthropic's alone.
+			if b.Type == "server_tool_use" && !anthropicToolSearch(b.Name) {
+				return nil, badRequest("%s[%d]: a call of server tool %q cannot be translated", where, i, b.Name)
+			}
 		case "tool_reference":
 			// A tool search's result (Claude Code's ToolSearch): at
 			// Anthropic it loads a tool sent with defer_loading. The
@@ -417,6 +433,9 @@ func DecodeAnthropicRequest(body []byte) (*Request, error) {
 		r.Messages = append(r.Messages, Message{Role: role, Parts: parts})
 	}
 	for _, t := range m.Tools {
+		if anthropicToolSearch(t.Type) {
+			continue // see anthropicToolSearch
+		}
 		if t.Type != "" && t.Type != "custom" {
 			return nil, badRequest("server tool %q cannot be translated", t.Type)
 		}
