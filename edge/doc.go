@@ -131,7 +131,9 @@
 // search is left out, with the tools it would search offered whole;
 // Claude Code's (ToolSearch, whose results are tool_reference blocks)
 // reaches the model as text naming the tools found, every tool offered,
-// and Anthropic's server-side search is left out as OpenAI's is.
+// and Anthropic's server-side search is left out as OpenAI's is. A
+// message between Codex's agents (an agent_message item) reaches the
+// model as a user turn that names its author and recipient.
 // The request is encoded for each provider format of its route before it
 // is queued, and a provider whose format cannot carry it is no
 // candidate: another of the route's providers that can (one that speaks

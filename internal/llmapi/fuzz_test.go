@@ -249,6 +249,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","max_tokens":9,"tools":[{"type":"tool_search_tool_bm25_20251119","name":"tool_search_tool_bm25"},{"name":"e","input_schema":{"type":"object"},"defer_loading":true}],` +
 		`"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"server_tool_use","id":"s","name":"tool_search_tool_bm25","input":{"query":"e"}},` +
 		`{"type":"tool_search_tool_result","tool_use_id":"s","content":{"type":"tool_search_tool_search_result","tool_references":[]}},{"type":"text","text":"ok"}]}]}`))
+	// A message between Codex's agents.
+	f.Add([]byte(`{"model":"m","input":[{"type":"agent_message","author":"/root","recipient":"/root/w","content":[{"type":"input_text","text":"go"}]}]}`))
 	// Codex's tool search: the tool, a search and the tools it loaded.
 	f.Add([]byte(`{"model":"m","input":[{"role":"user","content":"x"},{"type":"tool_search_call","call_id":"s","execution":"client","arguments":{"query":"q"}},` +
 		`{"type":"tool_search_output","call_id":"s","execution":"client","tools":[{"type":"namespace","name":"n","tools":[{"type":"function","name":"g"}]},{"type":"function","name":"h"}]}],` +

@@ -298,3 +298,25 @@ func TestAnthropicToolSearch(t *testing.T) {
 		t.Error("a web search call was decoded")
 	}
 }
+
+// TestAgentMessage: a message between Codex's agents reaches the model
+// as a user turn naming who sent it; an encrypted one is refused.
+func TestAgentMessage(t *testing.T) {
+	body := `{"model":"m","input":[{"type":"agent_message","author":"/root","recipient":"/root/worker","content":[{"type":"input_text","text":"Fix the tests."},{"type":"input_text","text":"Report back."}]}]}`
+	r, err := llmapi.DecodeResponsesRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Messages) != 1 || r.Messages[0].Role != llmapi.RoleUser || r.Messages[0].Parts[0].Text != "[Message from /root to /root/worker]\nFix the tests.\nReport back." {
+		t.Fatalf("%+v", r.Messages)
+	}
+	for _, bad := range []string{
+		strings.Replace(body, `{"type":"input_text","text":"Report back."}`, `{"type":"encrypted_content","encrypted_content":"gAAA"}`, 1),
+		strings.Replace(body, `[{"type":"input_text","text":"Fix the tests."},{"type":"input_text","text":"Report back."}]`, `"Fix the tests."`, 1),
+		strings.Replace(body, `"type":"input_text","text":"Report back."`, `"type":"input_image","image_url":"https://x/a.png"`, 1),
+	} {
+		if _, err := llmapi.DecodeResponsesRequest([]byte(bad)); err == nil || !strings.Contains(err.Error(), "agent message") && !strings.Contains(err.Error(), "content part") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}

@@ -968,6 +968,9 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 			Execution string `json:"execution"`
 			// EncryptedContent is a reasoning item's state.
 			EncryptedContent string `json:"encrypted_content"`
+			// Author and Recipient are an agent message's.
+			Author    string `json:"author"`
+			Recipient string `json:"recipient"`
 		}
 		if err := json.Unmarshal(q.Input, &items); err != nil {
 			return nil, badRequest("input must be a string or a list of items")
@@ -1048,6 +1051,15 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 					return nil, err
 				}
 				add(RoleUser, Part{Kind: PartToolResult, ToolUseID: it.CallID, Content: []Part{{Kind: PartText, Text: text}}})
+			case "agent_message":
+				// A message between Codex's agents (its multi-agent
+				// tools; a sub-agent gets its task so): the model reads it
+				// as a user turn that names who sent it.
+				text, err := agentMessage(it.Author, it.Recipient, it.Content, where)
+				if err != nil {
+					return nil, err
+				}
+				add(RoleUser, Part{Kind: PartText, Text: text})
 			case "additional_tools":
 				// Tools given in the input (Codex's way in some versions,
 				// to keep the request's prefix for the prompt cache): the
@@ -1140,6 +1152,32 @@ func DecodeResponsesRequest(body []byte) (*Request, error) {
 		r.askSummary()
 	}
 	return r, nil
+}
+
+// agentMessage is the text a Responses agent_message item (where) is
+// given as: a line naming its author and recipient, then its text. Its
+// content is text parts; an encrypted one only OpenAI reads.
+func agentMessage(author, recipient string, content json.RawMessage, where string) (string, error) {
+	var parts []struct {
+		Type             string `json:"type"`
+		Text             string `json:"text"`
+		EncryptedContent string `json:"encrypted_content"`
+	}
+	if err := json.Unmarshal(content, &parts); err != nil {
+		return "", badRequest("%s: an agent message's content must be a list of parts", where)
+	}
+	texts := make([]string, 0, len(parts))
+	for i, p := range parts {
+		switch p.Type {
+		case "input_text":
+			texts = append(texts, p.Text)
+		case "encrypted_content":
+			return "", untranslatable(fmt.Sprintf("%s.content[%d]: an encrypted agent message", where, i), "only OpenAI reads it")
+		default:
+			return "", badRequest("%s.content[%d]: content part %q not supported", where, i, p.Type)
+		}
+	}
+	return fmt.Sprintf("[Message from %s to %s]\n%s", cmp.Or(author, "another agent"), cmp.Or(recipient, "you"), strings.Join(texts, "\n")), nil
 }
 
 // responsesTool is a Responses tool: a function, a custom (freeform)
