@@ -12,6 +12,7 @@ import (
 
 	"github.com/iop-dev/iop/internal/llmapi"
 	"github.com/iop-dev/iop/internal/llmapi/llmapitest"
+	"github.com/iop-dev/iop/internal/sse"
 )
 
 // codexCompact is a compaction request as Codex sends it: instructions, a
@@ -102,18 +103,7 @@ func TestCompaction(t *testing.T) {
 	if n := len(last.Parts); last.Role != llmapi.RoleUser || n < 2 || last.Parts[n-2].Text != "now add a test" || !strings.Contains(last.Parts[n-1].Text, "summary") {
 		t.Fatalf("the summary is not asked for after the user's last words: %+v", last)
 	}
-	for name, enc := range map[string]func() ([]byte, error){
-		"anthropic": func() ([]byte, error) {
-			return llmapi.EncodeAnthropicWith(s, "claude-sonnet-4-5", llmapi.AnthropicModel{MaxTokens: 8192, PromptCache: true})
-		},
-		"chat":      func() ([]byte, error) { return llmapi.EncodeChat(s, "qwen3") },
-		"responses": func() ([]byte, error) { return llmapi.EncodeResponses(s, "qwen3") },
-	} {
-		b, err := enc()
-		check := map[string]func([]byte) error{"anthropic": llmapitest.CheckAnthropicRequest, "chat": llmapitest.CheckChatRequest, "responses": llmapitest.CheckResponsesRequest}[name]
-		if err != nil || check(b) != nil {
-			t.Fatalf("%s: %v %v\n%s", name, err, check(b), b)
-		}
+	for name, b := range encodesFor(t, s, "anthropic", "chat", "responses") {
 		if !strings.Contains(string(b), `"none"`) || !strings.Contains(string(b), `"shell"`) {
 			t.Errorf("%s: the tools are not offered with none to be called: %s", name, b)
 		}
@@ -149,10 +139,7 @@ func TestCompaction(t *testing.T) {
 	if last.Role != llmapi.RoleUser || len(last.Parts) != 2 || last.Parts[0].Kind != llmapi.PartToolResult || last.Parts[1].Kind != llmapi.PartText {
 		t.Fatalf("mid-turn: %+v", last)
 	}
-	b, err := llmapi.EncodeAnthropicWith(c.Summarize, "claude-sonnet-4-5", llmapi.AnthropicModel{MaxTokens: 8192})
-	if err != nil || llmapitest.CheckAnthropicRequest(b) != nil {
-		t.Fatalf("mid-turn to Anthropic: %v %s", err, b)
-	}
+	encodesFor(t, c.Summarize, "anthropic")
 }
 
 // TestCompactionFailures: an answer with no summary in it compacts
@@ -290,11 +277,7 @@ func TestCompactionTrigger(t *testing.T) {
 	}
 
 	const summary = "## Task\nFix a.go <now>."
-	stream := render(t, &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Compact: true}, textAnswer(summary))
-	evs := llmapitest.Events(t, stream)
-	if err := llmapitest.CheckResponses(evs); err != nil {
-		t.Fatalf("%v\n%s", err, stream)
-	}
+	stream, evs := responsesStream(t, &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Compact: true}, textAnswer(summary))
 	var item json.RawMessage
 	for _, ev := range evs {
 		var o struct {
@@ -383,10 +366,9 @@ func TestCompactionTrigger(t *testing.T) {
 // TestCompactionTriggerNoSummary: an answer with no summary fails the
 // compaction, streamed and whole.
 func TestCompactionTriggerNoSummary(t *testing.T) {
-	stream := render(t, &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Compact: true}, textAnswer("  "))
-	evs := llmapitest.Events(t, stream)
-	if err := llmapitest.CheckResponses(evs); err != nil || evs[len(evs)-1].Type != "response.failed" || !strings.Contains(string(stream), "no summary") {
-		t.Fatalf("%v\n%s", err, stream)
+	stream, evs := responsesStream(t, &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Compact: true}, textAnswer("  "))
+	if evs[len(evs)-1].Type != "response.failed" || !strings.Contains(string(stream), "no summary") {
+		t.Fatalf("%s", stream)
 	}
 	whole := &llmapi.ResponsesRenderer{ID: "resp_1", Model: "m", Compact: true}
 	for _, e := range textAnswer("") {
@@ -397,12 +379,18 @@ func TestCompactionTriggerNoSummary(t *testing.T) {
 	}
 }
 
-// render renders evs through r as a stream.
-func render(t *testing.T, r llmapi.Renderer, evs []llmapi.Event) []byte {
+// responsesStream renders evs through r as a stream, fails t unless the
+// stream keeps the Responses stream grammar, and returns it and its
+// events.
+func responsesStream(t *testing.T, r *llmapi.ResponsesRenderer, evs []llmapi.Event) ([]byte, []sse.Event) {
 	t.Helper()
 	var out []byte
 	for _, e := range evs {
 		out = append(out, r.Event(e)...)
 	}
-	return out
+	got := llmapitest.Events(t, out)
+	if err := llmapitest.CheckResponses(got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return out, got
 }

@@ -59,20 +59,15 @@ func TestNamespaceTools(t *testing.T) {
 	if ff := r.FreeformTools(); !ff["functions__exec"] || len(ff) != 1 {
 		t.Fatalf("freeform %v", ff)
 	}
-	for name, enc := range map[string]func() ([]byte, error){
-		"anthropic": func() ([]byte, error) { return llmapi.EncodeAnthropic(r, "claude-sonnet-4-5") },
-		"chat":      func() ([]byte, error) { return llmapi.EncodeChat(r, "qwen3") },
-	} {
-		b, err := enc()
-		check := map[string]func([]byte) error{"anthropic": llmapitest.CheckAnthropicRequest, "chat": llmapitest.CheckChatRequest}[name]
-		if err != nil || check(b) != nil || strings.Count(string(b), "mcp__github__get_me") != 2 || !strings.Contains(string(b), `"functions__exec"`) {
-			t.Fatalf("%s: %v %v\n%s", name, err, check(b), b)
+	for name, b := range encodesFor(t, r, "anthropic", "chat") {
+		if strings.Count(string(b), "mcp__github__get_me") != 2 || !strings.Contains(string(b), `"functions__exec"`) {
+			t.Fatalf("%s: %s", name, b)
 		}
 	}
 
 	// The model calls a namespace's function and its custom tool.
 	rend := &llmapi.ResponsesRenderer{ID: "r1", Model: "m", Freeform: r.FreeformTools(), Namespaced: r.NamespacedTools()}
-	stream := render(t, rend, []llmapi.Event{
+	_, evs := responsesStream(t, rend, []llmapi.Event{
 		{Kind: llmapi.EvStart},
 		{Kind: llmapi.EvBlockStart, Index: 0, Block: llmapi.BlockToolUse, ToolID: "t1", Name: "mcp__github__list_issues"},
 		{Kind: llmapi.EvDelta, Index: 0, Block: llmapi.BlockToolUse, Text: `{"repo":"iop"}`},
@@ -84,10 +79,6 @@ func TestNamespaceTools(t *testing.T) {
 		{Kind: llmapi.EvBlockStop, Index: 2, Block: llmapi.BlockToolUse},
 		{Kind: llmapi.EvStop, Reason: llmapi.StopToolUse},
 	})
-	evs := llmapitest.Events(t, stream)
-	if err := llmapitest.CheckResponses(evs); err != nil {
-		t.Fatalf("%v\n%s", err, stream)
-	}
 	type item struct {
 		Type, Name, Namespace, Arguments, Input string
 	}
@@ -171,19 +162,10 @@ func TestToolSearch(t *testing.T) {
 		result.ToolUseID != "ts1" || !strings.Contains(result.Content[0].Text, "mcp__github__list_issues") {
 		t.Fatalf("history: %+v", r.Messages)
 	}
-	for name, enc := range map[string]func() ([]byte, error){
-		"anthropic": func() ([]byte, error) { return llmapi.EncodeAnthropic(r, "claude-sonnet-4-5") },
-		"chat":      func() ([]byte, error) { return llmapi.EncodeChat(r, "qwen3") },
-	} {
-		b, err := enc()
-		check := map[string]func([]byte) error{"anthropic": llmapitest.CheckAnthropicRequest, "chat": llmapitest.CheckChatRequest}[name]
-		if err != nil || check(b) != nil {
-			t.Fatalf("%s: %v %v\n%s", name, err, check(b), b)
-		}
-	}
+	encodesFor(t, r, "anthropic", "chat")
 
 	rend := &llmapi.ResponsesRenderer{ID: "r1", Model: "m", Namespaced: r.NamespacedTools(), ToolSearch: r.SearchTool()}
-	stream := render(t, rend, []llmapi.Event{
+	_, evs := responsesStream(t, rend, []llmapi.Event{
 		{Kind: llmapi.EvStart},
 		{Kind: llmapi.EvBlockStart, Index: 0, Block: llmapi.BlockToolUse, ToolID: "t1", Name: "tool_search"},
 		{Kind: llmapi.EvDelta, Index: 0, Block: llmapi.BlockToolUse, Text: `{"query":`},
@@ -191,10 +173,6 @@ func TestToolSearch(t *testing.T) {
 		{Kind: llmapi.EvBlockStop, Index: 0, Block: llmapi.BlockToolUse},
 		{Kind: llmapi.EvStop, Reason: llmapi.StopToolUse},
 	})
-	evs := llmapitest.Events(t, stream)
-	if err := llmapitest.CheckResponses(evs); err != nil {
-		t.Fatalf("%v\n%s", err, stream)
-	}
 	var item struct {
 		Type, ID, CallID, Execution string
 		Arguments                   json.RawMessage
@@ -257,14 +235,9 @@ func TestToolReference(t *testing.T) {
 	if len(res.Content) != 1 || res.Content[0].Text != "Tool mcp__echo__echo is loaded and can be called." {
 		t.Fatalf("result %+v", res)
 	}
-	for name, enc := range map[string]func() ([]byte, error){
-		"chat":      func() ([]byte, error) { return llmapi.EncodeChat(r, "qwen3") },
-		"responses": func() ([]byte, error) { return llmapi.EncodeResponses(r, "qwen3") },
-	} {
-		b, err := enc()
-		check := map[string]func([]byte) error{"chat": llmapitest.CheckChatRequest, "responses": llmapitest.CheckResponsesRequest}[name]
-		if err != nil || check(b) != nil || strings.Contains(string(b), "defer_loading") {
-			t.Fatalf("%s: %v %v\n%s", name, err, check(b), b)
+	for name, b := range encodesFor(t, r, "chat", "responses") {
+		if strings.Contains(string(b), "defer_loading") {
+			t.Fatalf("%s: %s", name, b)
 		}
 	}
 	if _, err := llmapi.DecodeAnthropicRequest([]byte(strings.Replace(body, `"tool_name":"mcp__echo__echo"`, `"tool_name":""`, 1))); err == nil {
@@ -290,9 +263,7 @@ func TestAnthropicToolSearch(t *testing.T) {
 	if len(r.Tools) != 1 || r.Tools[0].Name != "get_weather" || len(r.Messages[1].Parts) != 1 || r.Messages[1].Parts[0].Name != "get_weather" {
 		t.Fatalf("tools %+v, turn %+v", r.Tools, r.Messages[1])
 	}
-	if b, err := llmapi.EncodeChat(r, "qwen3"); err != nil || llmapitest.CheckChatRequest(b) != nil {
-		t.Fatalf("%v %s", err, b)
-	}
+	encodesFor(t, r, "chat")
 	web := strings.Replace(body, `"name":"tool_search_tool_regex","input"`, `"name":"web_search","input"`, 1)
 	if _, err := llmapi.DecodeAnthropicRequest([]byte(web)); err == nil {
 		t.Error("a web search call was decoded")
@@ -319,4 +290,38 @@ func TestAgentMessage(t *testing.T) {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}
+}
+
+// encodesFor encodes r for each format named (anthropic, chat,
+// responses), fails t unless that format's API would take it, and
+// returns the bodies by format.
+func encodesFor(t *testing.T, r *llmapi.Request, formats ...string) map[string][]byte {
+	t.Helper()
+	out := make(map[string][]byte, len(formats))
+	for _, f := range formats {
+		var b []byte
+		var err error
+		var check func([]byte) error
+		switch f {
+		case "anthropic":
+			b, err = llmapi.EncodeAnthropicWith(r, "claude-sonnet-4-5", llmapi.AnthropicModel{MaxTokens: 8192, PromptCache: true})
+			check = llmapitest.CheckAnthropicRequest
+		case "chat":
+			b, err = llmapi.EncodeChat(r, "qwen3")
+			check = llmapitest.CheckChatRequest
+		case "responses":
+			b, err = llmapi.EncodeResponses(r, "qwen3")
+			check = llmapitest.CheckResponsesRequest
+		default:
+			t.Fatalf("no format %q", f)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if err := check(b); err != nil {
+			t.Fatalf("%s would refuse it: %v\n%s", f, err, b)
+		}
+		out[f] = b
+	}
+	return out
 }
