@@ -181,7 +181,9 @@
 // instead (a compaction_trigger item ends the input; streamed), and wait
 // for one compaction item: the same summary is its encrypted_content,
 // which the Edge reads back as the user message of the summary, whether
-// the next turn is translated or relayed to a Responses provider.
+// the next turn is translated or relayed to a Responses provider. While
+// the model writes the summary the client is shown nothing; keep-alive
+// comments go, as on any silent stream.
 // Codex so configured also asks for Responses over a WebSocket first: the
 // Edge serves Responses over HTTP only and answers the upgrade 426, the
 // status Codex falls back to HTTP on at once.

@@ -596,6 +596,9 @@ type emitter struct {
 	// reached its successful end, for chargeEstimate.
 	out   int
 	ended bool
+	// quiet is when the stream's events began to render to nothing (a
+	// compaction's answer is gathered whole), zero while they render.
+	quiet time.Time
 }
 
 // newEmitter returns the emitter of req's answer, rendered in its
@@ -655,6 +658,7 @@ func (e *emitter) idle() bool {
 		}
 		e.early = nil
 	}
+	e.quiet = time.Time{} // the comment below is the stream's latest word
 	return e.head.idle()
 }
 
@@ -717,6 +721,9 @@ func (e *emitter) event(ev llmapi.Event) bool {
 				return false
 			}
 			e.unflushed = true
+			e.quiet = time.Time{}
+		} else if !end && !e.quietKept() {
+			return false
 		}
 		// The first event and the last leave at once, and so does a
 		// burst's last: nothing waits on the provider's next bytes.
@@ -738,6 +745,24 @@ func (e *emitter) event(ev llmapi.Event) bool {
 	e.w.WriteHeader(status)
 	e.w.Write(body)
 	return false
+}
+
+// quietKept keeps a stream whose events render to nothing (the
+// provider is busy, the client is shown nothing yet) from going silent:
+// once its events have rendered to nothing for the keep-alive interval,
+// a keep-alive comment goes, as between events, so that a client or a
+// proxy that drops a silent connection keeps it. It reports whether the
+// client is still there. The clock is read only for such events.
+func (e *emitter) quietKept() bool {
+	now := time.Now()
+	switch {
+	case e.quiet.IsZero():
+		e.quiet = now
+	case now.Sub(e.quiet) >= e.req.snap.keepAlive:
+		e.quiet = now
+		return e.head.idle()
+	}
+	return true
 }
 
 // relayRun answers from a normalized run through the client format's

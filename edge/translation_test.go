@@ -1762,6 +1762,27 @@ func TestCompactionTriggerByTranslation(t *testing.T) {
 	r.settled()
 }
 
+// TestQuietCompactionKeptAlive: a streamed compaction shows the client
+// nothing while the model writes the summary; once its events have
+// rendered to nothing for the keep-alive interval, keep-alive comments
+// go, as between events, so that a proxy or client that drops a silent
+// connection keeps it.
+func TestQuietCompactionKeptAlive(t *testing.T) {
+	words := make([]string, 12)
+	for i := range words {
+		words[i] = "word "
+	}
+	r := newRig(t, rigOpts{keepAlive: 40 * time.Millisecond, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{Text: words, ChunkDelay: 25 * time.Millisecond} // 300 ms of chunks, none 40 ms apart
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	resp, out := r.do(t, "POST", "/v1/responses", `{"model":"via-anthropic","stream":true,"input":[{"role":"user","content":"x"},{"type":"compaction_trigger"}]}`, oa)
+	if resp.StatusCode != 200 || !strings.Contains(out, `"type":"compaction"`) || strings.Count(out, ": keep-alive") < 2 {
+		t.Fatalf("%d, %d keep-alive comments:\n%s", resp.StatusCode, strings.Count(out, ": keep-alive"), out)
+	}
+	r.settled()
+}
+
 // TestNamespaceToolsThroughTheEdge: Codex's namespace tools (its MCP
 // servers') reach Anthropic and a Chat Completions server as flat
 // functions, and the model's call comes back to Codex under the
