@@ -62,65 +62,75 @@ var sealedMark = []byte("~iop.")
 // summary, which the provider reads. A body that holds none is returned
 // as it is.
 func UnsealResponses(body []byte) ([]byte, error) {
-	if !bytes.Contains(body, sealedMark) {
-		return body, nil
-	}
-	f, err := Scan(body, "input")
+	f, items, err := markedArray(body, "input", sealedMark)
 	if err != nil {
 		return nil, err
 	}
-	raw := f.Raw("input")
-	if len(raw) == 0 || raw[0] != '[' {
+	if items == nil {
 		return body, nil
 	}
-	items := arrayElems(raw)
-	changed := false
-	out := items[:0]
-	for _, it := range items {
-		if !bytes.Contains(it, sealedMark) {
-			out = append(out, it)
-			continue
-		}
+	items, changed, err := editElems(items, sealedMark, func(it []byte) ([]byte, bool, error) {
 		var r struct {
 			Type             string `json:"type"`
 			EncryptedContent string `json:"encrypted_content"`
 		}
-		if json.Unmarshal(it, &r) != nil {
-			out = append(out, it)
-			continue
-		}
 		switch {
+		case json.Unmarshal(it, &r) != nil:
 		case r.Type == "reasoning" && strings.HasPrefix(r.EncryptedContent, SealedPrefix):
-			changed = true
+			return nil, true, nil
 		case r.Type == "compaction" && strings.HasPrefix(r.EncryptedContent, sealedCompactionPrefix):
 			text, err := openCompaction(r.EncryptedContent, "input")
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, mustJSON(userItem(text)))
-			changed = true
-		default:
-			out = append(out, it)
+			return mustJSON(userItem(text)), true, err
 		}
+		return it, false, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if !changed {
 		return body, nil
 	}
-	return f.Splice("input", joinArray(out)), nil
+	return f.Splice("input", joinArray(items)), nil
 }
 
-// dropElems returns elems without those that hold mark and match says
-// are to go; only an element that holds mark is decoded. It reuses
-// elems' array.
-func dropElems(elems [][]byte, mark []byte, match func([]byte) bool) [][]byte {
-	kept := elems[:0]
-	for _, e := range elems {
-		if bytes.Contains(e, mark) && match(e) {
-			continue
-		}
-		kept = append(kept, e)
+// markedArray returns body's fields and the elements of its JSON array
+// field key, when body holds mark and key is an array; otherwise nil
+// elements (and an error only for a body that is no JSON object).
+func markedArray(body []byte, key string, mark []byte) (Fields, [][]byte, error) {
+	if !bytes.Contains(body, mark) {
+		return Fields{}, nil, nil
 	}
-	return kept
+	f, err := Scan(body, key)
+	if err != nil {
+		return Fields{}, nil, err
+	}
+	raw := f.Raw(key)
+	if len(raw) == 0 || raw[0] != '[' {
+		return f, nil, nil
+	}
+	return f, arrayElems(raw), nil
+}
+
+// editElems passes each of elems that holds mark to edit, which returns
+// what takes its place (nil: nothing) and whether that differs from it;
+// an element without mark is not decoded. It reuses elems' array and
+// reports whether any element changed.
+func editElems(elems [][]byte, mark []byte, edit func([]byte) ([]byte, bool, error)) ([][]byte, bool, error) {
+	out, changed := elems[:0], false
+	for _, e := range elems {
+		if bytes.Contains(e, mark) {
+			repl, ch, err := edit(e)
+			if err != nil {
+				return nil, false, err
+			}
+			changed = changed || ch
+			if e = repl; e == nil {
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out, changed, nil
 }
 
 // foreignThinkingMark opens the signature of a thinking block that holds
@@ -140,45 +150,37 @@ var foreignThinkingMark = []byte(openAIReasoningPrefix)
 // (toolLoopWithoutThinking). A body that holds no such block is returned
 // as it is.
 func DropForeignThinking(body []byte) ([]byte, error) {
-	if !bytes.Contains(body, foreignThinkingMark) {
-		return body, nil
-	}
-	f, err := Scan(body, "messages")
+	f, msgs, err := markedArray(body, "messages", foreignThinkingMark)
 	if err != nil {
 		return nil, err
 	}
-	raw := f.Raw("messages")
-	if len(raw) == 0 || raw[0] != '[' {
+	if msgs == nil {
 		return body, nil
 	}
-	msgs := arrayElems(raw)
-	dropped := false
-	for i, m := range msgs {
-		if !bytes.Contains(m, foreignThinkingMark) {
-			continue // most messages: not decoded
-		}
+	msgs, dropped, err := editElems(msgs, foreignThinkingMark, func(m []byte) ([]byte, bool, error) {
 		var msg map[string]json.RawMessage
 		if json.Unmarshal(m, &msg) != nil || len(msg["content"]) == 0 || msg["content"][0] != '[' {
-			continue // a string content, or a shape Anthropic will refuse itself
+			return m, false, nil // a string content, or a shape Anthropic will refuse itself
 		}
-		blocks := arrayElems(msg["content"])
-		kept := dropElems(blocks, foreignThinkingMark, func(b []byte) bool {
+		blocks, changed, _ := editElems(arrayElems(msg["content"]), foreignThinkingMark, func(b []byte) ([]byte, bool, error) {
 			var t struct {
 				Type      string `json:"type"`
 				Signature string `json:"signature"`
 			}
-			return json.Unmarshal(b, &t) == nil && t.Type == "thinking" && strings.HasPrefix(t.Signature, openAIReasoningPrefix)
+			if json.Unmarshal(b, &t) == nil && t.Type == "thinking" && strings.HasPrefix(t.Signature, openAIReasoningPrefix) {
+				return nil, true, nil
+			}
+			return b, false, nil
 		})
-		if len(kept) == len(blocks) {
-			continue
+		if !changed {
+			return m, false, nil
 		}
-		dropped = true
-		msg["content"] = joinArray(kept)
+		msg["content"] = joinArray(blocks)
 		b, err := json.Marshal(msg)
-		if err != nil {
-			return nil, err
-		}
-		msgs[i] = b
+		return b, true, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	if !dropped {
 		return body, nil
