@@ -266,7 +266,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 					if p.IsError && !strings.HasPrefix(text, "Error") {
 						text = "Error: " + text
 					}
-					msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": openAICallID(providerCallID(p.ToolUseID), maxChatCallID), "content": text})
+					msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": openAICallID(p.ToolUseID, maxChatCallID), "content": text})
 					// A tool message holds text only: a result's images and
 					// documents (a screenshot, a PDF read) follow in the
 					// user message that comes after the turn's tool
@@ -279,7 +279,7 @@ func EncodeChatAs(r *Request, model string, c ModelClass) ([]byte, error) {
 						if err != nil {
 							return nil, err
 						}
-						content = append(content, map[string]any{"type": "text", "text": fmt.Sprintf("%s from the result of tool call %s:", map[PartKind]string{PartImage: "Image", PartDocument: "Document"}[c.Kind], openAICallID(providerCallID(p.ToolUseID), maxChatCallID))}, part)
+						content = append(content, map[string]any{"type": "text", "text": fmt.Sprintf("%s from the result of tool call %s:", map[PartKind]string{PartImage: "Image", PartDocument: "Document"}[c.Kind], openAICallID(p.ToolUseID, maxChatCallID))}, part)
 					}
 				case PartText, PartImage, PartDocument:
 					part, err := chatPart(p, i)
@@ -554,7 +554,7 @@ func EncodeAnthropicWith(r *Request, model string, am AnthropicModel) ([]byte, e
 				if err != nil {
 					return nil, badRequest("messages[%d]: %v", i, err)
 				}
-				blocks = append(blocks, map[string]any{"type": "tool_use", "id": anthropicToolID(providerCallID(p.ID)), "name": ProviderToolName(p.Name), "input": input})
+				blocks = append(blocks, map[string]any{"type": "tool_use", "id": anthropicToolID(p.ID), "name": ProviderToolName(p.Name), "input": input})
 			case PartToolResult:
 				var content []any
 				for _, c := range p.Content {
@@ -569,7 +569,7 @@ func EncodeAnthropicWith(r *Request, model string, am AnthropicModel) ([]byte, e
 						content = append(content, anthropicDocumentBlock(c))
 					}
 				}
-				b := map[string]any{"type": "tool_result", "tool_use_id": anthropicToolID(providerCallID(p.ToolUseID))}
+				b := map[string]any{"type": "tool_result", "tool_use_id": anthropicToolID(p.ToolUseID)}
 				if content != nil {
 					b["content"] = content
 				}
@@ -799,10 +799,10 @@ func EncodeResponsesAs(r *Request, model string, c ModelClass) ([]byte, error) {
 				if strings.TrimSpace(args) == "" {
 					args = "{}"
 				}
-				input = append(input, map[string]any{"type": "function_call", "call_id": openAICallID(providerCallID(p.ID), maxResponsesCallID), "name": ProviderToolName(p.Name), "arguments": args})
+				input = append(input, map[string]any{"type": "function_call", "call_id": openAICallID(p.ID, maxResponsesCallID), "name": ProviderToolName(p.Name), "arguments": args})
 			case p.Kind == PartToolResult && m.Role == RoleUser:
 				flush()
-				input = append(input, map[string]any{"type": "function_call_output", "call_id": openAICallID(providerCallID(p.ToolUseID), maxResponsesCallID), "output": responsesToolOutput(p)})
+				input = append(input, map[string]any{"type": "function_call_output", "call_id": openAICallID(p.ToolUseID, maxResponsesCallID), "output": responsesToolOutput(p)})
 			case p.Kind == PartThinking && m.Role == RoleAssistant && c == ClassOpenAIReasoning && strings.HasPrefix(p.Signature, openAIReasoningPrefix):
 				// An OpenAI reasoning model's own state goes back to it
 				// (no id: at store false the item is its content), so it

@@ -97,12 +97,14 @@ const (
 )
 
 // openAICallID is a tool call's id as an OpenAI API takes it, in a call
-// and its result alike: the id itself when it is at most limit bytes,
-// otherwise cut to make room for a hash of the whole (idSafe). A
+// and its result alike: the provider's own id (providerCallID), itself
+// when it is at most limit bytes, otherwise cut to make room for a hash
+// of the whole (idSafe). A
 // conversation another provider began (its ids can run to hundreds of
 // bytes) may go on at OpenAI, a route's next provider; the model's new
 // calls have OpenAI's own ids, so nothing is mapped back.
 func openAICallID(id string, limit int) string {
+	id = providerCallID(id)
 	if len(id) <= limit {
 		return id
 	}
@@ -124,14 +126,16 @@ func openAIUser(user string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// anthropicToolID is a tool call's id as Anthropic takes one: letters,
-// digits, _ and - only. Other providers' ids may hold more (Kimi's
+// anthropicToolID is a tool call's id as Anthropic takes one: the
+// provider's own id (providerCallID), in letters, digits, _ and - only.
+// Other providers' ids may hold more (Kimi's
 // "functions.bash:0"), and a conversation one of them began may go on at
 // Anthropic (a route's next provider). Such an id is rewritten the same
 // way wherever it appears, the call's and its result's alike, so they
 // still pair: its other bytes become _, and a hash of the whole id keeps
 // apart ids that differ only in those bytes.
 func anthropicToolID(id string) string {
+	id = providerCallID(id)
 	if id != "" && !strings.ContainsFunc(id, notIDRune) {
 		return id
 	}
