@@ -103,9 +103,10 @@ func TestCompaction(t *testing.T) {
 	if n := len(last.Parts); last.Role != llmapi.RoleUser || n < 2 || last.Parts[n-2].Text != "now add a test" || !strings.Contains(last.Parts[n-1].Text, "summary") {
 		t.Fatalf("the summary is not asked for after the user's last words: %+v", last)
 	}
-	for name, b := range encodesFor(t, s, "anthropic", "chat", "responses") {
+	for _, to := range []target{toAnthropicCached, toChat, toResponses} {
+		b := encoded(t, s, to)
 		if !strings.Contains(string(b), `"none"`) || !strings.Contains(string(b), `"shell"`) {
-			t.Errorf("%s: the tools are not offered with none to be called: %s", name, b)
+			t.Errorf("the tools are not offered with none to be called: %s", b)
 		}
 	}
 
@@ -139,7 +140,7 @@ func TestCompaction(t *testing.T) {
 	if last.Role != llmapi.RoleUser || len(last.Parts) != 2 || last.Parts[0].Kind != llmapi.PartToolResult || last.Parts[1].Kind != llmapi.PartText {
 		t.Fatalf("mid-turn: %+v", last)
 	}
-	encodesFor(t, c.Summarize, "anthropic")
+	encoded(t, c.Summarize, toAnthropicCached)
 }
 
 // TestCompactionFailures: an answer with no summary in it compacts

@@ -297,14 +297,9 @@ func TestGeminiThoughtSignature(t *testing.T) {
 				`{"type":"function_call","call_id":"fc_b","name":"read","arguments":"{}"},` +
 				`{"type":"function_call_output","call_id":"` + o.Output[0].CallID + `","output":"package a"},` +
 				`{"type":"function_call_output","call_id":"fc_b","output":"package b"}],"tools":[{"type":"function","name":"read"}]}`
-			req, err := llmapi.DecodeResponsesRequest([]byte(next))
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := llmapi.EncodeChat(req, "gemini-3-pro-preview")
-			if err != nil {
-				t.Fatal(err)
-			}
+			req, out := translated(t, llmapi.DecodeResponsesRequest, next, target{func(r *llmapi.Request) ([]byte, error) {
+				return llmapi.EncodeChat(r, "gemini-3-pro-preview")
+			}, llmapitest.CheckChatRequest})
 			var chat struct {
 				Messages []struct {
 					ToolCallID string `json:"tool_call_id"`

@@ -8,7 +8,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/iop-dev/iop/internal/llmapi"
-	"github.com/iop-dev/iop/internal/llmapi/llmapitest"
 )
 
 // codexNamespaces is a Codex request whose tools come in namespaces (an
@@ -59,9 +58,9 @@ func TestNamespaceTools(t *testing.T) {
 	if ff := r.FreeformTools(); !ff["functions__exec"] || len(ff) != 1 {
 		t.Fatalf("freeform %v", ff)
 	}
-	for name, b := range encodesFor(t, r, "anthropic", "chat") {
-		if strings.Count(string(b), "mcp__github__get_me") != 2 || !strings.Contains(string(b), `"functions__exec"`) {
-			t.Fatalf("%s: %s", name, b)
+	for _, to := range []target{toAnthropicCached, toChat} {
+		if b := encoded(t, r, to); strings.Count(string(b), "mcp__github__get_me") != 2 || !strings.Contains(string(b), `"functions__exec"`) {
+			t.Fatalf("%s", b)
 		}
 	}
 
@@ -162,7 +161,8 @@ func TestToolSearch(t *testing.T) {
 		result.ToolUseID != "ts1" || !strings.Contains(result.Content[0].Text, "mcp__github__list_issues") {
 		t.Fatalf("history: %+v", r.Messages)
 	}
-	encodesFor(t, r, "anthropic", "chat")
+	encoded(t, r, toAnthropicCached)
+	encoded(t, r, toChat)
 
 	rend := &llmapi.ResponsesRenderer{ID: "r1", Model: "m", Namespaced: r.NamespacedTools(), ToolSearch: r.SearchTool()}
 	_, evs := responsesStream(t, rend, []llmapi.Event{
@@ -235,9 +235,9 @@ func TestToolReference(t *testing.T) {
 	if len(res.Content) != 1 || res.Content[0].Text != "Tool mcp__echo__echo is loaded and can be called." {
 		t.Fatalf("result %+v", res)
 	}
-	for name, b := range encodesFor(t, r, "chat", "responses") {
-		if strings.Contains(string(b), "defer_loading") {
-			t.Fatalf("%s: %s", name, b)
+	for _, to := range []target{toChat, toResponses} {
+		if b := encoded(t, r, to); strings.Contains(string(b), "defer_loading") {
+			t.Fatalf("%s", b)
 		}
 	}
 	if _, err := llmapi.DecodeAnthropicRequest([]byte(strings.Replace(body, `"tool_name":"mcp__echo__echo"`, `"tool_name":""`, 1))); err == nil {
@@ -263,7 +263,7 @@ func TestAnthropicToolSearch(t *testing.T) {
 	if len(r.Tools) != 1 || r.Tools[0].Name != "get_weather" || len(r.Messages[1].Parts) != 1 || r.Messages[1].Parts[0].Name != "get_weather" {
 		t.Fatalf("tools %+v, turn %+v", r.Tools, r.Messages[1])
 	}
-	encodesFor(t, r, "chat")
+	encoded(t, r, toChat)
 	web := strings.Replace(body, `"name":"tool_search_tool_regex","input"`, `"name":"web_search","input"`, 1)
 	if _, err := llmapi.DecodeAnthropicRequest([]byte(web)); err == nil {
 		t.Error("a web search call was decoded")
@@ -290,38 +290,4 @@ func TestAgentMessage(t *testing.T) {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}
-}
-
-// encodesFor encodes r for each format named (anthropic, chat,
-// responses), fails t unless that format's API would take it, and
-// returns the bodies by format.
-func encodesFor(t *testing.T, r *llmapi.Request, formats ...string) map[string][]byte {
-	t.Helper()
-	out := make(map[string][]byte, len(formats))
-	for _, f := range formats {
-		var b []byte
-		var err error
-		var check func([]byte) error
-		switch f {
-		case "anthropic":
-			b, err = llmapi.EncodeAnthropicWith(r, "claude-sonnet-4-5", llmapi.AnthropicModel{MaxTokens: 8192, PromptCache: true})
-			check = llmapitest.CheckAnthropicRequest
-		case "chat":
-			b, err = llmapi.EncodeChat(r, "qwen3")
-			check = llmapitest.CheckChatRequest
-		case "responses":
-			b, err = llmapi.EncodeResponses(r, "qwen3")
-			check = llmapitest.CheckResponsesRequest
-		default:
-			t.Fatalf("no format %q", f)
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if err := check(b); err != nil {
-			t.Fatalf("%s would refuse it: %v\n%s", f, err, b)
-		}
-		out[f] = b
-	}
-	return out
 }

@@ -104,8 +104,17 @@ type target struct {
 	check  func([]byte) error
 }
 
-// toAnthropic translates for a Claude model that thinks with a budget.
-var toAnthropic = target{func(r *llmapi.Request) ([]byte, error) { return llmapi.EncodeAnthropic(r, "claude-sonnet-4-5") }, llmapitest.CheckAnthropicRequest}
+// The targets most tests translate to: a Claude model that thinks with a
+// budget (with its prompt cache marked, toAnthropicCached), and an open
+// model behind Chat Completions or Responses.
+var (
+	toAnthropic       = target{func(r *llmapi.Request) ([]byte, error) { return llmapi.EncodeAnthropic(r, "claude-sonnet-4-5") }, llmapitest.CheckAnthropicRequest}
+	toAnthropicCached = target{func(r *llmapi.Request) ([]byte, error) {
+		return llmapi.EncodeAnthropicWith(r, "claude-sonnet-4-5", llmapi.AnthropicModel{MaxTokens: 8192, PromptCache: true})
+	}, llmapitest.CheckAnthropicRequest}
+	toChat      = target{func(r *llmapi.Request) ([]byte, error) { return llmapi.EncodeChat(r, "qwen3") }, llmapitest.CheckChatRequest}
+	toResponses = target{func(r *llmapi.Request) ([]byte, error) { return llmapi.EncodeResponses(r, "qwen3") }, llmapitest.CheckResponsesRequest}
+)
 
 // translated decodes a client's body and encodes it for to, failing the
 // test unless both succeed and the provider would take the result.
@@ -115,14 +124,21 @@ func translated(t *testing.T, decode func([]byte) (*llmapi.Request, error), body
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := to.encode(req)
+	return req, encoded(t, req, to)
+}
+
+// encoded encodes r for to, failing the test unless it succeeds and the
+// provider would take the result.
+func encoded(t *testing.T, r *llmapi.Request, to target) []byte {
+	t.Helper()
+	out, err := to.encode(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := to.check(out); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	return req, out
+	return out
 }
 
 func mustMarshal(t *testing.T, v any) string {

@@ -1676,15 +1676,8 @@ func TestAnthropicToolIDs(t *testing.T) {
 		calls = append(calls, `{"id":`+strconv.Quote(id)+`,"type":"function","function":{"name":"bash","arguments":"{}"}}`)
 		results = append(results, `{"role":"tool","tool_call_id":`+strconv.Quote(id)+`,"content":"ok"}`)
 	}
-	req, err := llmapi.DecodeChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"go"},` +
-		`{"role":"assistant","tool_calls":[` + strings.Join(calls, ",") + `]},` + strings.Join(results, ",") + `]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := llmapi.EncodeAnthropic(req, "claude")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, out := translated(t, llmapi.DecodeChatRequest, `{"model":"m","messages":[{"role":"user","content":"go"},`+
+		`{"role":"assistant","tool_calls":[`+strings.Join(calls, ",")+`]},`+strings.Join(results, ",")+`]}`, toAnthropic)
 	var body struct {
 		Messages []struct {
 			Content []struct {
@@ -2205,17 +2198,10 @@ func TestPromptCacheMarks(t *testing.T) {
 		`{"type":"function_call","call_id":"c3","name":"shell","arguments":"{\"cmd\":\"ls\"}"},` +
 		`{"type":"function_call_output","call_id":"c2","output":"package a"},{"type":"function_call_output","call_id":"c3","output":"a.go"}],` +
 		`"tools":[{"type":"function","name":"shell","parameters":{"type":"object"}},{"type":"function","name":"plan","parameters":{"type":"object"}}],"reasoning":{"effort":"low"}}`
-	req, err := llmapi.DecodeResponsesRequest([]byte(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := llmapi.EncodeAnthropicWith(req, "claude-sonnet-4-5", llmapi.AnthropicModel{PromptCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := llmapitest.CheckAnthropicRequest(out); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	cached := target{func(r *llmapi.Request) ([]byte, error) {
+		return llmapi.EncodeAnthropicWith(r, "claude-sonnet-4-5", llmapi.AnthropicModel{PromptCache: true})
+	}, llmapitest.CheckAnthropicRequest}
+	_, out := translated(t, llmapi.DecodeResponsesRequest, body, cached)
 	type block struct {
 		Type         string
 		Text         string
@@ -2261,13 +2247,9 @@ func TestPromptCacheMarks(t *testing.T) {
 	}
 
 	// A conversation of one message, no tools, a blank system: one mark.
-	req, err = llmapi.DecodeChatRequest([]byte(`{"model":"m","messages":[{"role":"system","content":" "},{"role":"user","content":"hi"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err = llmapi.EncodeAnthropicWith(req, "claude", llmapi.AnthropicModel{PromptCache: true})
-	if err != nil || strings.Count(string(out), "cache_control") != 1 || llmapitest.CheckAnthropicRequest(out) != nil {
-		t.Fatalf("%v %s", err, out)
+	req, out := translated(t, llmapi.DecodeChatRequest, `{"model":"m","messages":[{"role":"system","content":" "},{"role":"user","content":"hi"}]}`, cached)
+	if strings.Count(string(out), "cache_control") != 1 {
+		t.Fatalf("%s", out)
 	}
 	if out, _ := llmapi.EncodeAnthropic(req, "claude"); strings.Contains(string(out), "cache_control") {
 		t.Fatalf("marked without the prompt cache: %s", out)
