@@ -1259,6 +1259,22 @@ func tunnelBody(req *request, upstreamModel string) ([]byte, error) {
 // keepAliveComment keeps proxies from cutting a silent stream.
 var keepAliveComment = []byte(": keep-alive\n\n")
 
+// anthropicPing keeps a silent Anthropic stream alive for its client as
+// well: Anthropic's own API sends it, and a client that watches the
+// stream for events, not bytes, counts it where it counts no comment.
+var anthropicPing = []byte(llmapi.AnthropicPing)
+
+// keepAliveFor is what a silent stream relayed untranslated to a client
+// of a is sent: Anthropic's ping, a comment otherwise (the OpenAI formats
+// have no event that says nothing; a translated Responses answer has one
+// of its own, the renderer's heartbeat).
+func keepAliveFor(a api) []byte {
+	if a == apiMessages {
+		return anthropicPing
+	}
+	return keepAliveComment
+}
+
 func flush(w http.ResponseWriter) {
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()

@@ -160,8 +160,18 @@
 // provider's stream breaks off or sends a malformed event); a Responses
 // stream whose response was created ends with response.failed, carrying
 // the error, the terminal Codex and the SDKs read. A client that
-// disconnects cancels the upstream call; a silent stream gets a
-// keep-alive comment every 15 s; silence is never a terminal.
+// disconnects cancels the upstream call; silence is never a terminal. A
+// silent stream gets a keep-alive every 15 s (Config.KeepAlive), an
+// event where the client's format has one, since some clients count
+// events, not bytes (Codex's idle timeout, which retries the request
+// after 300 s without an event; Claude Code's stall watchdog): an
+// Anthropic client a ping, relayed or translated; a Responses client of
+// a translated answer a response.in_progress event (the response as it
+// stands), the response started by the first where the provider had
+// not started its answer (a slow prefill on a local model says nothing
+// until its first token); others an SSE comment. A Responses answer
+// relayed untranslated is numbered by its provider, and gets comments:
+// an event of the Edge's would break its sequence.
 //
 // Responses' compaction (POST /v1/responses/compact, which Codex calls
 // when its built-in OpenAI provider is pointed at the Edge and a
@@ -182,8 +192,8 @@
 // for one compaction item: the same summary is its encrypted_content,
 // which the Edge reads back as the user message of the summary, whether
 // the next turn is translated or relayed to a Responses provider. While
-// the model writes the summary the client is shown nothing; keep-alive
-// comments go, as on any silent stream.
+// the model writes the summary the client is shown nothing;
+// response.in_progress keep-alives go, as on any silent stream.
 // Codex so configured also asks for Responses over a WebSocket first: the
 // Edge serves Responses over HTTP only and answers the upgrade 426, the
 // status Codex falls back to HTTP on at once.

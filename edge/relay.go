@@ -64,7 +64,7 @@ func putAnswerBuf(b *bytes.Buffer) {
 
 // relayTunnel answers from the provider's own HTTP answer: status, allowed
 // headers and body as they come. For streams it passes events through
-// unchanged (only re-framed), keeps a silent stream alive with comments,
+// unchanged (only re-framed), keeps a silent stream alive (keepAliveFor),
 // reads usage for the books, and drops the usage chunk the client did not
 // ask for. A successful answer of the other kind than asked (a provider
 // that ignores the stream flag) is decoded and rendered as asked.
@@ -195,7 +195,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		}
 		ev, err := r.NextShared() // nothing below keeps ev past this turn
 		if errors.Is(err, wire.ErrDeadlineExceeded) {
-			if !head.idle() {
+			if !head.idle(keepAliveFor(req.api)) {
 				return
 			}
 			continue
@@ -527,7 +527,7 @@ func renderer(req *request) (rend llmapi.Renderer, keepsText bool) {
 // event. A provider sends its first event right after its head as a rule;
 // the two then leave in one write, one wake-up for the client instead of
 // two. A provider slow to its first event still has the head passed on
-// promptly, and keep-alive comments follow it.
+// promptly, and keep-alives follow it.
 const headHold = 20 * time.Millisecond
 
 // streamHead flushes a streamed answer, holding its head (written, not
@@ -553,11 +553,11 @@ func (h *streamHead) flush() {
 }
 
 // idle is called when a wait ended without an event: the head leaves
-// alone if it has not left, otherwise a keep-alive comment does. It
+// alone if it has not left, otherwise keep (a keep-alive) does. It
 // reports whether the client is still there.
-func (h *streamHead) idle() bool {
+func (h *streamHead) idle(keep []byte) bool {
 	if !h.pending {
-		if _, err := h.w.Write(keepAliveComment); err != nil {
+		if _, err := h.w.Write(keep); err != nil {
 			return false
 		}
 	}
@@ -566,7 +566,7 @@ func (h *streamHead) idle() bool {
 }
 
 // emitter writes a rendered answer: stream events as they come (with
-// keep-alive comments between them), or one buffered body at the
+// keep-alives between them), or one buffered body at the
 // terminal. Buffered and streamed answers come from the same renderer.
 type emitter struct {
 	s     *Server
@@ -658,8 +658,29 @@ func (e *emitter) idle() bool {
 		}
 		e.early = nil
 	}
-	e.quiet = time.Time{} // the comment below is the stream's latest word
-	return e.head.idle()
+	e.quiet = time.Time{} // the keep-alive below is the stream's latest word
+	var keep []byte
+	if !e.head.pending {
+		keep = e.keepAlive()
+	}
+	return e.head.idle(keep)
+}
+
+// keepAlive is what the silent stream is sent: an event of the client's
+// format that says the answer goes on where the renderer has one (an
+// Anthropic ping; a Responses response.in_progress, which Codex's idle
+// timeout counts where it counts no comment), the answer's start in its
+// place when it has not started; a comment otherwise (Chat Completions
+// has no such event). An answer that keeps the provider's id
+// (relayDecoded's ownID) is never silent before its start: such a stream
+// is rendered from a whole body, read first.
+func (e *emitter) keepAlive() []byte {
+	if h, ok := e.rend.(interface{ Heartbeat() []byte }); ok {
+		if b := h.Heartbeat(); b != nil {
+			return b
+		}
+	}
+	return keepAliveComment
 }
 
 // event renders one canonical event; it reports whether to go on.
@@ -750,8 +771,8 @@ func (e *emitter) event(ev llmapi.Event) bool {
 // quietKept keeps a stream whose events render to nothing (the
 // provider is busy, the client is shown nothing yet) from going silent:
 // once its events have rendered to nothing for the keep-alive interval,
-// a keep-alive comment goes, as between events, so that a client or a
-// proxy that drops a silent connection keeps it. It reports whether the
+// a keep-alive goes, as between events, so that a client or a proxy that
+// drops a silent connection keeps it. It reports whether the
 // client is still there. The clock is read only for such events.
 func (e *emitter) quietKept() bool {
 	now := time.Now()
@@ -760,7 +781,7 @@ func (e *emitter) quietKept() bool {
 		e.quiet = now
 	case now.Sub(e.quiet) >= e.req.snap.keepAlive:
 		e.quiet = now
-		return e.head.idle()
+		return e.idle()
 	}
 	return true
 }
@@ -824,7 +845,7 @@ func (s *Server) relayRun(ctx context.Context, w http.ResponseWriter, req *reque
 
 // holdRun holds a run's answer back until the run's first event after
 // Started (a stream's for at most the keep-alive interval, after which its
-// head leaves alone and comments follow), so that a run the Node refuses,
+// head leaves alone and keep-alives follow), so that a run the Node refuses,
 // or one that fails before any output, is answered with its failure's
 // HTTP status (and Retry-After where a retry may succeed), as a refused
 // tunnel is: clients' retry rules look at the status, not at an error

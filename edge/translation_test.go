@@ -1764,9 +1764,10 @@ func TestCompactionTriggerByTranslation(t *testing.T) {
 
 // TestQuietCompactionKeptAlive: a streamed compaction shows the client
 // nothing while the model writes the summary; once its events have
-// rendered to nothing for the keep-alive interval, keep-alive comments
-// go, as between events, so that a proxy or client that drops a silent
-// connection keeps it.
+// rendered to nothing for the keep-alive interval, a keep-alive goes, as
+// between events, so that a proxy or client that drops a silent
+// connection keeps it: a response.in_progress event, which Codex's idle
+// timeout counts (it counts no comment).
 func TestQuietCompactionKeptAlive(t *testing.T) {
 	words := make([]string, 12)
 	for i := range words {
@@ -1777,8 +1778,74 @@ func TestQuietCompactionKeptAlive(t *testing.T) {
 	}})
 	oa := map[string]string{"Authorization": "Bearer " + apiKey}
 	resp, out := r.do(t, "POST", "/v1/responses", `{"model":"via-anthropic","stream":true,"input":[{"role":"user","content":"x"},{"type":"compaction_trigger"}]}`, oa)
-	if resp.StatusCode != 200 || !strings.Contains(out, `"type":"compaction"`) || strings.Count(out, ": keep-alive") < 2 {
-		t.Fatalf("%d, %d keep-alive comments:\n%s", resp.StatusCode, strings.Count(out, ": keep-alive"), out)
+	beats := strings.Count(out, "event: response.in_progress") - 1 // the first starts the answer
+	if resp.StatusCode != 200 || !strings.Contains(out, `"type":"compaction"`) || beats < 2 || strings.Contains(out, ": keep-alive") {
+		t.Fatalf("%d, %d heartbeats:\n%s", resp.StatusCode, beats, out)
+	}
+	if err := llmapitest.CheckResponses(llmapitest.Events(t, []byte(out))); err != nil {
+		t.Fatalf("%v in\n%s", err, out)
+	}
+	r.settled()
+}
+
+// TestSilentStreamHeartbeat: a stream silent for the keep-alive interval
+// is sent an event of the client's format where it has one, so that a
+// client that gives up on a stream without events keeps it (Codex's idle
+// timeout counts no comment; Claude Code's stall watchdog looks for
+// events): an Anthropic client a ping, relayed untranslated or
+// translated; a Responses client of a translated answer a
+// response.in_progress, the response started by the first where the
+// provider had not started its answer (a Chat Completions provider says
+// nothing before its first token). A Responses answer relayed
+// untranslated is the provider's own, numbered by it: it gets comments,
+// as Chat Completions clients do. Each stream holds to its grammar.
+func TestSilentStreamHeartbeat(t *testing.T) {
+	r := newRig(t, rigOpts{keepAlive: 20 * time.Millisecond, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		sc := upstreamtest.Echo(q)
+		sc.TTFT = 200 * time.Millisecond
+		return sc
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
+	for _, c := range []struct {
+		path, model string
+		header      map[string]string
+		beat        string // the heartbeat's event type; "" for comments
+		check       func([]sse.Event) error
+	}{
+		{"/v1/messages", "via-anthropic", an, "ping", nil}, // the provider's own stream
+		{"/v1/messages", "via-chat", an, "ping", llmapitest.CheckAnthropic},
+		{"/v1/responses", "via-chat", oa, "response.in_progress", llmapitest.CheckResponses},
+		{"/v1/responses", "via-anthropic", oa, "response.in_progress", llmapitest.CheckResponses},
+		{"/v1/responses", "via-responses", oa, "", llmapitest.CheckResponses},
+	} {
+		body := `{"model":"` + c.model + `","stream":true,"input":"wait"}`
+		if c.path == "/v1/messages" {
+			body = `{"model":"` + c.model + `","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"wait"}]}`
+		}
+		resp, out := r.do(t, "POST", c.path, body, c.header)
+		name := c.path + " from " + c.model
+		evs := llmapitest.Events(t, []byte(out))
+		beats := 0
+		for _, ev := range evs {
+			if ev.Type == c.beat {
+				beats++
+			}
+		}
+		comments := strings.Count(out, ": keep-alive")
+		switch {
+		case resp.StatusCode != 200 || !strings.Contains(out, "wait"):
+			t.Fatalf("%s: %d\n%s", name, resp.StatusCode, out)
+		case c.beat != "" && (beats < 3 || comments > 0):
+			t.Fatalf("%s: %d %s events, %d comments:\n%s", name, beats, c.beat, comments, out)
+		case c.beat == "" && comments < 3:
+			t.Fatalf("%s: %d comments:\n%s", name, comments, out)
+		}
+		if c.check != nil {
+			if err := c.check(evs); err != nil {
+				t.Fatalf("%s: %v in\n%s", name, err, out)
+			}
+		}
 	}
 	r.settled()
 }

@@ -41,10 +41,18 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 		&llmapi.ResponsesRenderer{ID: "resp_2", Model: "m", Freeform: map[string]bool{"f": true, "get_weather": true, "apply_patch": true}, Seal: true},
 		&llmapi.ChatRenderer{ID: "c_2", Model: "m", Freeform: map[string]bool{"f": true, "get_weather": true, "apply_patch": true}},
 	}
-	// render runs a fresh decoder into r and returns the stream it wrote.
-	render := func(r llmapi.Renderer) []byte {
+	// render runs a fresh decoder into r and returns the stream it wrote;
+	// with beat, r's heartbeat goes before the answer and after each of
+	// its events, as if the stream fell silent at every point.
+	render := func(r llmapi.Renderer, beat bool) []byte {
 		dec := mk()
 		var stream []byte
+		heartbeat := func() {
+			if beat {
+				stream = append(stream, r.(interface{ Heartbeat() []byte }).Heartbeat()...)
+			}
+		}
+		heartbeat()
 		terminals := 0
 		for i := 0; ; i++ {
 			if i > 1<<16 {
@@ -61,6 +69,7 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 				terminals++
 			}
 			stream = append(stream, r.Event(ev)...)
+			heartbeat()
 		}
 		if terminals != 1 {
 			t.Fatalf("%d terminals", terminals)
@@ -68,7 +77,7 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 		return stream
 	}
 	for _, r := range renderers {
-		stream := render(r)
+		stream := render(r, false)
 		checkGrammar(t, r, stream)
 		rd := sse.NewReader(bytes.NewReader(stream), 0)
 		for {
@@ -98,10 +107,37 @@ func drain(t *testing.T, mk func() llmapi.Decoder) {
 	}
 	for _, tw := range twins {
 		// Ids made for calls the provider gave none are random.
-		kept := madeID.ReplaceAll(render(tw[0]), []byte("call_*"))
-		streamed := madeID.ReplaceAll(render(tw[1]), []byte("call_*"))
+		kept := madeID.ReplaceAll(render(tw[0], false), []byte("call_*"))
+		streamed := madeID.ReplaceAll(render(tw[1], false), []byte("call_*"))
 		if !bytes.Equal(kept, streamed) {
 			t.Fatalf("a Streamed renderer wrote other events:\n%s\nfor\n%s", streamed, kept)
+		}
+	}
+	// Heartbeats in every silence leave the stream in its grammar and
+	// the answer as it was.
+	for _, mkr := range []func() llmapi.Renderer{
+		func() llmapi.Renderer { return &llmapi.AnthropicRenderer{ID: "msg_1", Model: "m", Streamed: true} },
+		func() llmapi.Renderer {
+			return &llmapi.ResponsesRenderer{ID: "resp_2", Model: "m", Freeform: map[string]bool{"f": true, "get_weather": true}, Seal: true}
+		},
+	} {
+		plain, beating := render(mkr(), false), render(mkr(), true)
+		r := mkr()
+		checkGrammar(t, r, beating)
+		format := llmapitest.FormatAnthropic
+		if _, ok := r.(*llmapi.ResponsesRenderer); ok {
+			format = llmapitest.FormatResponses
+		}
+		want, err := llmapitest.StreamAnswer(format, llmapitest.Events(t, madeID.ReplaceAll(plain, []byte("call_*"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := llmapitest.StreamAnswer(format, llmapitest.Events(t, madeID.ReplaceAll(beating, []byte("call_*"))))
+		if err != nil {
+			t.Fatalf("%T: %v in\n%s", r, err, beating)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("%T: heartbeats changed the answer (-without +with):\n%s", r, diff)
 		}
 	}
 }

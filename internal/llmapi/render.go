@@ -19,6 +19,13 @@ type Renderer interface {
 	Body() (status int, body []byte)
 }
 
+// AnthropicPing is the event Anthropic's API sends to say a stream goes
+// on. Its clients skip it wherever it comes; a client that watches a
+// stream for events, not bytes, counts it.
+const AnthropicPing = "event: ping\ndata: {\"type\":\"ping\"}\n\n"
+
+var anthropicPing = []byte(AnthropicPing)
+
 // adoptID is the renderers' AdoptID: field (their ID) takes id until the
 // answer has started.
 func adoptID(field *string, started bool, id string) bool {
@@ -215,6 +222,22 @@ func (r *AnthropicRenderer) ev(out []byte, typ string, v map[string]any) []byte 
 // start was rendered already (the id is fixed from then on); it reports
 // whether it did.
 func (r *AnthropicRenderer) AdoptID(id string) bool { return adoptID(&r.ID, r.started, id) }
+
+// Heartbeat returns what a stream silent for a while is sent, in place
+// of a comment, so that a client that gives up on a stream without events
+// (as Claude Code's stall watchdog does) waits on: a ping once the
+// message has started, the message_start itself before (the answer's id
+// is then r.ID: AdoptID takes no other). It returns nil after the
+// answer's end. The bytes returned must not be modified.
+func (r *AnthropicRenderer) Heartbeat() []byte {
+	switch {
+	case r.st.done:
+		return nil
+	case r.started:
+		return anthropicPing
+	}
+	return r.Event(Event{Kind: EvStart})
+}
 
 // Event implements Renderer.
 func (r *AnthropicRenderer) Event(e Event) []byte {
@@ -629,6 +652,7 @@ type ResponsesRenderer struct {
 	seq     int
 	started bool
 	itemIDs map[int]string
+	closed  map[int]bool // the blocks stopped (their items done)
 }
 
 // custom reports whether block i is a call of a freeform tool.
@@ -733,11 +757,14 @@ func (r *ResponsesRenderer) compaction() (item map[string]any, ok bool) {
 	return map[string]any{"type": "compaction", "id": "cmp_" + r.ID, "encrypted_content": sealCompaction(summary)}, true
 }
 
+// response is the response object with status. An in_progress one lists
+// the items as they stand (those done in full, an open one as it was
+// added), a finished one all of them in full.
 func (r *ResponsesRenderer) response(status string) map[string]any {
 	out := []any{}
 	for i, b := range r.st.blocks {
 		if b != nil && !r.Compact {
-			out = append(out, r.item(i, true))
+			out = append(out, r.item(i, status != "in_progress" || r.closed[i]))
 		}
 	}
 	if it, ok := r.compaction(); r.Compact && ok && status == "completed" {
@@ -782,11 +809,29 @@ func responsesStatus(s StopReason) string {
 // whether it did.
 func (r *ResponsesRenderer) AdoptID(id string) bool { return adoptID(&r.ID, r.started, id) }
 
+// Heartbeat returns what a stream silent for a while is sent, in place
+// of a comment: a response.in_progress event (the response as it stands),
+// which Codex counts as the stream's activity where it counts no comment
+// (its idle timeout waits for an event), and which the SDKs' stream
+// helpers pass over; before the answer's start, the response.created and
+// response.in_progress that start it (its id is then r.ID: AdoptID takes
+// no other). It returns nil after the terminal.
+func (r *ResponsesRenderer) Heartbeat() []byte {
+	switch {
+	case r.st.done:
+		return nil
+	case r.started:
+		return r.ev(nil, "response.in_progress", map[string]any{"response": r.response("in_progress")})
+	}
+	return r.Event(Event{Kind: EvStart})
+}
+
 // Event implements Renderer.
 func (r *ResponsesRenderer) Event(e Event) []byte {
 	r.st.apply(e)
 	if r.itemIDs == nil {
 		r.itemIDs = map[int]string{}
+		r.closed = map[int]bool{}
 	}
 	var out []byte
 	if r.Compact {
@@ -846,6 +891,7 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 		}
 	case EvBlockStop:
 		id, b := r.itemIDs[e.Index], r.st.blocks[e.Index]
+		r.closed[e.Index] = true
 		switch e.Block {
 		case BlockText:
 			part := map[string]any{"type": "output_text", "text": b.Text, "annotations": []any{}}

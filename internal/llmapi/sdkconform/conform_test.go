@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/iop-dev/iop/internal/llmapi"
 	"github.com/iop-dev/iop/internal/llmapi/llmapitest"
+	"github.com/iop-dev/iop/internal/sse"
 )
 
 // accumulateAnthropic feeds a rendered stream to the Anthropic SDK's own
@@ -463,5 +466,118 @@ func TestResponsesFailedMidStream(t *testing.T) {
 	if failed.Type != "response.failed" || failed.Response.ID != "resp_1" || failed.Response.Status != responses.ResponseStatusFailed ||
 		failed.Response.Error.Code != "rate_limit_exceeded" || failed.Response.Error.Message == "" || int(failed.SequenceNumber) != len(evs)-1 {
 		t.Fatalf("last event %s", evs[len(evs)-1].Data)
+	}
+}
+
+// heartbeater is a renderer with a heartbeat: what the Edge sends a
+// silent stream in place of a comment.
+type heartbeater interface {
+	llmapi.Renderer
+	Heartbeat() []byte
+}
+
+// renderBeating renders dec through r with a heartbeat before the
+// answer's start and after each of its events, as if the stream fell
+// silent at every point; it checks that nothing beats after the terminal.
+func renderBeating(t *testing.T, dec llmapi.Decoder, r heartbeater) []byte {
+	t.Helper()
+	stream := r.Heartbeat()
+	for {
+		ev, err := dec.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream = append(stream, r.Event(ev)...)
+		stream = append(stream, r.Heartbeat()...)
+	}
+	if b := r.Heartbeat(); b != nil {
+		t.Fatalf("a heartbeat after the terminal: %s", b)
+	}
+	return stream
+}
+
+// TestHeartbeats: a stream that falls silent anywhere, heartbeats in
+// its silences (the answer started by the first: the provider's start,
+// later, adds nothing), is the same answer to the SDKs' accumulators, and
+// holds to its format's grammar. An Anthropic heartbeat is a ping; a
+// Responses one a response.in_progress whose response lists the items as
+// the stream stood: those done in full, an open one as it was added.
+func TestHeartbeats(t *testing.T) {
+	fx := llmapitest.Fixture(t, "anthropic_stream_thinking_tools.sse")
+
+	plain, _, _ := llmapitest.Render(t, llmapi.DecodeAnthropicStream(bytes.NewReader(fx)), &llmapi.AnthropicRenderer{ID: "m", Model: "pub"})
+	ar := &llmapi.AnthropicRenderer{ID: "m", Model: "pub", Streamed: true}
+	stream := renderBeating(t, llmapi.DecodeAnthropicStream(bytes.NewReader(fx)), ar)
+	if ar.AdoptID("msg_provider") {
+		t.Error("the provider's id was taken after a heartbeat started the message")
+	}
+	evs := llmapitest.Events(t, stream)
+	if err := llmapitest.CheckAnthropic(evs); err != nil {
+		t.Fatal(err)
+	}
+	pings := 0
+	var kept []byte
+	for _, ev := range evs {
+		if ev.Type == "ping" {
+			pings++
+			continue
+		}
+		kept = sse.AppendEvent(kept, ev.Type, ev.Data)
+	}
+	if pings < 10 || !bytes.Equal(kept, plain) {
+		t.Fatalf("%d pings; without them the stream is\n%s\nwant\n%s", pings, kept, plain)
+	}
+	if got, want := accumulateAnthropic(t, stream), accumulateAnthropic(t, plain); !reflect.DeepEqual(got.Content, want.Content) || got.Usage.OutputTokens != want.Usage.OutputTokens {
+		t.Fatalf("accumulated %+v, want %+v", got, want)
+	}
+
+	rr := &llmapi.ResponsesRenderer{ID: "r1", Model: "pub", Created: 1}
+	stream = renderBeating(t, llmapi.DecodeAnthropicStream(bytes.NewReader(fx)), rr)
+	if rr.AdoptID("resp_provider") {
+		t.Error("the provider's id was taken after a heartbeat started the response")
+	}
+	evs = llmapitest.Events(t, stream)
+	if err := llmapitest.CheckResponses(evs); err != nil {
+		t.Fatal(err)
+	}
+	final := checkResponses(t, stream)
+	if final.OutputText() != "Checking." || len(final.Output) != 3 || final.Output[2].Arguments.OfString != `{"city": "San Francisco", "unit": "c"}` {
+		t.Fatalf("final response %+v", final.Output)
+	}
+	status := map[string]string{} // each item's, as the stream stands
+	beats := 0
+	for _, ev := range evs {
+		var u responses.ResponseStreamEventUnion
+		if err := json.Unmarshal(ev.Data, &u); err != nil {
+			t.Fatal(err)
+		}
+		switch u.Type {
+		case "response.output_item.added":
+			status[u.Item.ID] = "in_progress"
+		case "response.output_item.done":
+			status[u.Item.ID] = "completed"
+		case "response.in_progress":
+			beats++
+			listed := 0
+			for _, it := range u.Response.Output {
+				var o struct{ ID, Status string }
+				if err := json.Unmarshal([]byte(it.RawJSON()), &o); err != nil {
+					t.Fatal(err)
+				}
+				listed++
+				if want := status[o.ID]; want == "" || (o.Status != "" && o.Status != want) {
+					t.Fatalf("a heartbeat lists %s as %q, the stream had it %q", o.ID, o.Status, want)
+				}
+			}
+			if listed != len(status) {
+				t.Fatalf("a heartbeat lists %d items of %d", listed, len(status))
+			}
+		}
+	}
+	if beats < 10 {
+		t.Fatalf("%d response.in_progress events", beats)
 	}
 }
