@@ -1265,9 +1265,10 @@ var keepAliveComment = []byte(": keep-alive\n\n")
 var anthropicPing = []byte(llmapi.AnthropicPing)
 
 // keepAliveFor is what a silent stream relayed untranslated to a client
-// of a is sent: Anthropic's ping, a comment otherwise (the OpenAI formats
-// have no event that says nothing; a translated Responses answer has one
-// of its own, the renderer's heartbeat).
+// of a is sent: Anthropic's ping, a comment otherwise (Chat Completions
+// has no event that says nothing; a Responses stream's keep-alive is a
+// response.in_progress of its response, once created: see
+// createdResponse.heartbeat and the renderer's Heartbeat).
 func keepAliveFor(a api) []byte {
 	if a == apiMessages {
 		return anthropicPing

@@ -71,9 +71,9 @@ type Config struct {
 	RequestTimeout time.Duration
 	// KeepAlive is how often a silent stream gets a keep-alive, so that
 	// proxies and clients keep it open: an Anthropic client a ping event,
-	// a Responses client of a translated answer a response.in_progress
-	// event (clients such as Codex count events, not comments), others an
-	// SSE comment. Zero means DefaultKeepAlive (reloadable).
+	// a Responses client a response.in_progress event (clients such as
+	// Codex count events, not comments), a Chat Completions client an SSE
+	// comment. Zero means DefaultKeepAlive (reloadable).
 	KeepAlive time.Duration
 	// LongContextTokens is the estimated prompt size from which a request
 	// needs one of its provider's long-context slots. The estimate is

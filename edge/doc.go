@@ -165,13 +165,15 @@
 // event where the client's format has one, since some clients count
 // events, not bytes (Codex's idle timeout, which retries the request
 // after 300 s without an event; Claude Code's stall watchdog): an
-// Anthropic client a ping, relayed or translated; a Responses client of
-// a translated answer a response.in_progress event (the response as it
-// stands), the response started by the first where the provider had
-// not started its answer (a slow prefill on a local model says nothing
-// until its first token); others an SSE comment. A Responses answer
-// relayed untranslated is numbered by its provider, and gets comments:
-// an event of the Edge's would break its sequence.
+// Anthropic client a ping, relayed or translated; a Responses client a
+// response.in_progress event: in a translated answer the response as it
+// stands, started by the first where the provider had not started its
+// answer (a slow prefill on a local model says nothing until its first
+// token); in one relayed untranslated, once the provider created the
+// response, that response as created, the provider's later events
+// renumbered to follow (their sequence_number alone is rewritten, and
+// only in a stream that fell silent); Chat Completions clients an SSE
+// comment (the format has no such event).
 //
 // Responses' compaction (POST /v1/responses/compact, which Codex calls
 // when its built-in OpenAI provider is pointed at the Edge and a

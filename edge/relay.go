@@ -195,7 +195,11 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		}
 		ev, err := r.NextShared() // nothing below keeps ev past this turn
 		if errors.Is(err, wire.ErrDeadlineExceeded) {
-			if !head.idle(keepAliveFor(req.api)) {
+			keep := keepAliveFor(req.api)
+			if created.created && !terminated && !head.pending {
+				keep = created.heartbeat()
+			}
+			if !head.idle(keep) {
 				return
 			}
 			continue
@@ -245,7 +249,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			}
 		}
 		if pass {
-			out = sse.AppendEvent(out, ev.Type, ev.Data)
+			out = sse.AppendEvent(out, ev.Type, created.renumber(ev.Data))
 		}
 		more = r.Ready()
 		if head.pending || !more || len(out) >= maxBurst {
@@ -287,11 +291,20 @@ var burstBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return 
 // createdResponse follows a Responses stream passed through: the
 // response its response.created event named, and the sequence number the
 // next event takes, so that a stream the provider breaks off ends with
-// that response's failure.
+// that response's failure, and a silent one is kept alive with
+// response.in_progress events (heartbeat), which Codex's idle timeout
+// counts where it counts no comment. The provider's events after a
+// heartbeat are renumbered to follow it: the sequence stays one.
 type createdResponse struct {
 	id      string
 	created bool
 	next    int // the sequence number after the last event passed
+	// model and createdAt are the created response's, for heartbeats.
+	model     string
+	createdAt int64
+	// shift is how many heartbeats the stream holds: each later event's
+	// sequence_number is the provider's plus shift.
+	shift int
 }
 
 // note follows ev, an event passed on; it reports whether ev created the
@@ -304,14 +317,52 @@ func (c *createdResponse) note(ev sse.Event) bool {
 	var m struct {
 		Seq      int `json:"sequence_number"`
 		Response struct {
-			ID string `json:"id"`
+			ID        string `json:"id"`
+			Model     string `json:"model"`
+			CreatedAt int64  `json:"created_at"`
 		} `json:"response"`
 	}
 	if json.Unmarshal(ev.Data, &m) != nil {
 		return false
 	}
 	c.id, c.created, c.next = m.Response.ID, true, m.Seq+1
+	c.model, c.createdAt = m.Response.Model, m.Response.CreatedAt
 	return true
+}
+
+// heartbeat returns a response.in_progress event for the created
+// response, as it was created (no output), numbered next; the events
+// after it are renumbered to follow it.
+func (c *createdResponse) heartbeat() []byte {
+	// The map holds strings and numbers only: Marshal cannot fail.
+	b, _ := json.Marshal(map[string]any{
+		"type": "response.in_progress", "sequence_number": c.next,
+		"response": map[string]any{
+			"id": c.id, "object": "response", "created_at": c.createdAt, "status": "in_progress", "model": c.model,
+			"output": []any{}, "error": nil, "incomplete_details": nil, "usage": nil,
+		},
+	})
+	c.next++
+	c.shift++
+	return sse.AppendEvent(nil, "response.in_progress", b)
+}
+
+// renumber returns data, a provider's event passed on, with its
+// sequence_number moved past the heartbeats before it; data itself when
+// there were none (no cost on a stream never silent) or it has no number.
+func (c *createdResponse) renumber(data []byte) []byte {
+	if c.shift == 0 {
+		return data
+	}
+	f, err := llmapi.Scan(data, "sequence_number")
+	if err != nil {
+		return data
+	}
+	n, err := strconv.ParseInt(string(f.Raw("sequence_number")), 10, 64)
+	if err != nil {
+		return data
+	}
+	return f.Splice("sequence_number", strconv.AppendInt(nil, n+int64(c.shift), 10))
 }
 
 // bookFields records the usage (and a Responses id) found in a scanned

@@ -1,8 +1,12 @@
 package edge
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/iop-dev/iop/internal/llmapi/llmapitest"
+	"github.com/iop-dev/iop/internal/sse"
 )
 
 // TestResponseIdIsNotTakenOver: a provider that hands out an id another
@@ -33,5 +37,54 @@ func TestResponseIdIsNotTakenOver(t *testing.T) {
 	}
 	if node, _, _ := x.lookup("resp_1", "alice"); node != "n3" || len(x.order) != 1 {
 		t.Fatalf("after the owner's update: node %q, %d ids", node, len(x.order))
+	}
+}
+
+// TestPassedThroughHeartbeat: a Responses stream relayed untranslated
+// gets, in a silence after its response was created, a
+// response.in_progress event numbered next, for that response as
+// created; the provider's later events are renumbered to follow it (the
+// top-level sequence_number only), and an event without a number, or
+// with one that is not an integer, passes as it came. Before any
+// heartbeat nothing is rewritten.
+func TestPassedThroughHeartbeat(t *testing.T) {
+	var c createdResponse
+	for _, ev := range []sse.Event{
+		{Type: "response.created", Data: []byte(`{"type":"response.created","sequence_number":0,"response":{"id":"resp_up","object":"response","created_at":7,"model":"up-model","status":"in_progress","output":[]}}`)},
+		{Type: "response.in_progress", Data: []byte(`{"type":"response.in_progress","sequence_number":1,"response":{"id":"resp_up"}}`)},
+	} {
+		c.note(ev)
+	}
+	same := []byte(`{"type":"x","sequence_number":2}`)
+	if got := c.renumber(same); &got[0] != &same[0] {
+		t.Fatal("an event was rewritten before any heartbeat")
+	}
+	var hb struct {
+		Type     string `json:"type"`
+		Seq      int    `json:"sequence_number"`
+		Response struct {
+			ID, Object, Status, Model string
+			CreatedAt                 int64 `json:"created_at"`
+			Output                    []any
+		}
+	}
+	evs := llmapitest.Events(t, append(c.heartbeat(), c.heartbeat()...))
+	for i, ev := range evs {
+		if err := json.Unmarshal(ev.Data, &hb); err != nil || ev.Type != "response.in_progress" || hb.Type != ev.Type || hb.Seq != 2+i {
+			t.Fatalf("heartbeat %d: %s %s (%v)", i, ev.Type, ev.Data, err)
+		}
+		if r := hb.Response; r.ID != "resp_up" || r.Object != "response" || r.Status != "in_progress" || r.Model != "up-model" || r.CreatedAt != 7 || r.Output == nil {
+			t.Fatalf("heartbeat %d's response: %s", i, ev.Data)
+		}
+	}
+	for in, want := range map[string]string{
+		`{"type":"response.output_item.added","sequence_number":2,"item":{"sequence_number":9}}`: `{"type":"response.output_item.added","sequence_number":4,"item":{"sequence_number":9}}`,
+		`{"sequence_number": 10 ,"type":"y"}`:                                                    `{"sequence_number": 12 ,"type":"y"}`,
+		`{"type":"z"}`:                                                                           `{"type":"z"}`,
+		`{"type":"z","sequence_number":2.5}`:                                                     `{"type":"z","sequence_number":2.5}`,
+	} {
+		if got := string(c.renumber([]byte(in))); got != want {
+			t.Errorf("renumber(%s) = %s, want %s", in, got, want)
+		}
 	}
 }
