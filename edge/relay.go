@@ -249,7 +249,11 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 			}
 		}
 		if pass {
-			out = sse.AppendEvent(out, ev.Type, created.renumber(ev.Data))
+			data := ev.Data
+			if created.shift > 0 { // heartbeats went: the provider's numbers move on
+				data = created.renumber(data)
+			}
+			out = sse.AppendEvent(out, ev.Type, data)
 		}
 		more = r.Ready()
 		if head.pending || !more || len(out) >= maxBurst {
@@ -347,13 +351,10 @@ func (c *createdResponse) heartbeat() []byte {
 	return sse.AppendEvent(nil, "response.in_progress", b)
 }
 
-// renumber returns data, a provider's event passed on, with its
-// sequence_number moved past the heartbeats before it; data itself when
-// there were none (no cost on a stream never silent) or it has no number.
+// renumber returns data, a provider's event passed on after a
+// heartbeat, with its sequence_number moved past the heartbeats before
+// it; data itself when it has no number.
 func (c *createdResponse) renumber(data []byte) []byte {
-	if c.shift == 0 {
-		return data
-	}
 	f, err := llmapi.Scan(data, "sequence_number")
 	if err != nil {
 		return data
