@@ -1352,13 +1352,24 @@ func usageCount(v []byte) (int64, error) {
 }
 
 // readRequestBody reads r's body, at most limit bytes, before ctx's
-// deadline: the request timeout bounds the upload too. When it cannot, it
-// answers the client itself (413, or 408 once the deadline passed) and
-// reports false; a client that went away gets nothing.
+// deadline: the request timeout bounds the upload too. A body sent with
+// gzip or deflate (Content-Encoding) is decoded, and limit bounds what it
+// decodes to as well. When it cannot, it answers the client itself (413;
+// 415 for another content coding; 400 for a body that does not decode;
+// 408 once the deadline passed) and reports false; a client that went
+// away gets nothing.
 func readRequestBody(ctx context.Context, w http.ResponseWriter, r *http.Request, limit int64, a api) ([]byte, bool) {
+	coding, err := contentCoding(r.Header.Values("Content-Encoding"))
+	if err != nil {
+		fail(w, a, http.StatusUnsupportedMediaType, "invalid_request", "The request body's "+err.Error()+": send it uncompressed, or with gzip or deflate.", "unsupported_content_encoding")
+		return nil, false
+	}
 	stop := context.AfterFunc(ctx, func() { http.NewResponseController(w).SetReadDeadline(aLongTimeAgo) })
 	body, err := readBody(w, r, limit)
 	stop()
+	if err == nil && coding != "" {
+		body, err = decodeBody(coding, body, limit)
+	}
 	if err == nil {
 		return body, true
 	}
@@ -1366,6 +1377,8 @@ func readRequestBody(ctx context.Context, w http.ResponseWriter, r *http.Request
 	switch {
 	case errors.As(err, &mbe):
 		fail(w, a, http.StatusRequestEntityTooLarge, "invalid_request", fmt.Sprintf("Request body larger than %d bytes.", limit), "request_too_large")
+	case errors.Is(err, errCorruptBody):
+		fail(w, a, http.StatusBadRequest, "invalid_request", "The request body does not decode as its Content-Encoding says.", nil)
 	case errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		fail(w, a, http.StatusRequestTimeout, "timeout", "The request body did not all arrive within the request timeout.", nil)
 	}

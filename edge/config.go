@@ -44,8 +44,10 @@ type Config struct {
 	APIKeys []APIKey
 	// Routes map public model names to provider targets (reloadable).
 	Routes []Route
-	// MaxBodyBytes bounds request bodies; larger ones get 413. Zero means
-	// DefaultMaxBodyBytes (reloadable).
+	// MaxBodyBytes bounds request bodies; larger ones get 413. It bounds
+	// a body sent compressed (Content-Encoding gzip or deflate, which the
+	// Edge decodes; another coding gets 415) both as it came and as it
+	// decodes. Zero means DefaultMaxBodyBytes (reloadable).
 	MaxBodyBytes int64
 	// QueueTimeout bounds how long a request waits for a free slot before
 	// 503. Zero means DefaultQueueTimeout (reloadable).

@@ -140,6 +140,12 @@
 // the client's format carries everything) serves it, and the 400 comes
 // only when none can.
 //
+// A request body sent compressed (Content-Encoding gzip or deflate) is
+// decoded before anything reads it, and the provider is sent plain JSON;
+// Config.MaxBodyBytes bounds it as it came and as it decodes (413). A
+// body in another coding (zstd, which some agents send to OpenAI's own
+// backend) is refused with 415, one that does not decode with 400.
+//
 // Errors reach the client in its own format: OpenAI's error object, or
 // Anthropic's with 529 overloaded_error when no provider has room. A
 // provider that fails before its answer begins (an upstream error status;
