@@ -73,6 +73,10 @@ type Script struct {
 	// HangBeforeHeaders makes the server send nothing until the client
 	// gives up.
 	HangBeforeHeaders bool
+	// HeadDelay delays the answer's head (status and headers), whatever
+	// it is: Ollama sends none until its first token, after a model load
+	// and the prompt's prefill.
+	HeadDelay time.Duration
 	// Status, when not 0 or 200, answers with the API's error body and this
 	// status.
 	Status int
@@ -460,6 +464,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func prelude(w http.ResponseWriter, r *http.Request, api string, sc *Script) bool {
 	if sc.HangBeforeHeaders {
 		<-r.Context().Done()
+		return false
+	}
+	if !sleep(r.Context(), sc.HeadDelay) {
 		return false
 	}
 	if sc.RequestID != "" {
