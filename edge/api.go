@@ -951,8 +951,17 @@ func (s *Server) open(ctx context.Context, req *request, lease *pool.Lease) (*ex
 		}
 		// The head is awaited here rather than by the relay (which reads
 		// it again from the tunnel, at no cost): a Node that refused the
-		// stream unopened sends the request back to admission.
-		if _, _, err := tn.Response(ctx); notStarted(err) {
+		// stream unopened sends the request back to admission. A refusal
+		// comes within a round trip; a translated stream's head is awaited
+		// for the keep-alive interval at most, after which the relay keeps
+		// the client's stream alive while it waits on (relayTranslate).
+		wait := ctx
+		if req.stream && path == pathTranslate {
+			var cancel context.CancelFunc
+			wait, cancel = context.WithTimeout(ctx, req.snap.keepAlive)
+			defer cancel()
+		}
+		if _, _, err := tn.Response(wait); notStarted(err) {
 			tn.Close()
 			lease.Release()
 			return nil, http.StatusServiceUnavailable, err

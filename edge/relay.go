@@ -92,7 +92,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		// instead of passed on in a shape the client cannot read (what
 		// the canonical form does not carry is lost; the answer keeps the
 		// provider's id, as a tunnelled one does).
-		s.relayDecoded(ctx, w, req, x, !req.stream, f, true)
+		s.relayDecoded(ctx, w, req, x, !req.stream, f, true, nil)
 		return
 	}
 	for k, vs := range hdr {
@@ -459,27 +459,34 @@ func streamUsage(req *request, ev sse.Event, prev *execution.Usage) (*execution.
 
 // tunnelRefused answers a tunnel that failed before the upstream's head.
 func (s *Server) tunnelRefused(ctx context.Context, w http.ResponseWriter, req *request, err error) {
+	if ae, ok := s.tunnelFailure(ctx, req, err); ok {
+		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
+	}
+}
+
+// tunnelFailure is the error a tunnel that failed before its answer's
+// head is answered with; ok is false when no one is there to answer (the
+// client went away or cancelled).
+func (s *Server) tunnelFailure(ctx context.Context, req *request, err error) (ae *llmapi.APIError, ok bool) {
 	if deadlinePassed(ctx) {
 		// The request's hard deadline closed the tunnel: the client is
 		// still there and gets its one answer.
-		fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
-		return
+		return timeoutEvent.Err, true
 	}
 	var te *nodes.TunnelError
 	if !errors.As(err, &te) {
-		return // the client went away
+		return nil, false // the client went away
 	}
 	s.log.Warn("tunnel failed before the answer", "request_id", req.rid, "code", te.Code.String())
 	switch te.Code {
 	case nodes.TunnelCanceled:
-		return
+		return nil, false
 	case nodes.TunnelDeadline:
-		fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
+		return timeoutEvent.Err, true
 	case nodes.TunnelUpstreamUnreachable, nodes.TunnelTransport, nodes.TunnelStaleGeneration, nodes.TunnelAtCapacity, nodes.TunnelNotStarted:
-		fail(w, req.api, http.StatusServiceUnavailable, "overloaded", "The model provider is unavailable.", nil)
-	default:
-		fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider could not serve the request.", nil)
+		return &llmapi.APIError{Status: http.StatusServiceUnavailable, Type: "overloaded", Message: "The model provider is unavailable."}, true
 	}
+	return &llmapi.APIError{Status: http.StatusBadGateway, Type: "api_error", Message: "The model provider could not serve the request."}, true
 }
 
 // deadlinePassed reports whether the request's own hard deadline ended
@@ -971,9 +978,27 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 	tn := x.tunnel
 	stop := context.AfterFunc(ctx, func() { tn.Close() })
 	defer stop()
-	status, hdr, err := tn.Response(ctx)
-	if err != nil {
-		s.tunnelRefused(ctx, w, req, err)
+	status, hdr, em, err := s.awaitHead(ctx, w, req, tn)
+	if em != nil {
+		defer em.finish()
+	}
+	// refuse answers a provider that failed before its answer: with the
+	// failure's status, or, once the client's stream began, its error
+	// event.
+	refuse := func(ae *llmapi.APIError) {
+		if em != nil {
+			em.event(llmapi.Event{Kind: llmapi.EvError, Err: ae})
+			return
+		}
+		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
+	}
+	switch {
+	case errors.Is(err, errClientLeft):
+		return
+	case err != nil:
+		if ae, ok := s.tunnelFailure(ctx, req, err); ok {
+			refuse(ae)
+		}
 		return
 	}
 	s.noteRefusal(req, x, status, hdr)
@@ -981,13 +1006,52 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 	if status != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(tn, 64<<10))
 		ae := providerError(status, b)
-		if v := hdr.Get("Retry-After"); v != "" && (ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable) {
+		if v := hdr.Get("Retry-After"); v != "" && em == nil && (ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable) {
 			w.Header().Set("Retry-After", retryAfter(v))
 		}
-		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
+		refuse(ae)
 		return
 	}
-	s.relayDecoded(ctx, w, req, x, sse.Streamed(hdr.Get("Content-Type"), req.stream), x.format, false)
+	s.relayDecoded(ctx, w, req, x, sse.Streamed(hdr.Get("Content-Type"), req.stream), x.format, false, em)
+}
+
+// errClientLeft says the client went away while its answer waited.
+var errClientLeft = errors.New("edge: the client went away")
+
+// awaitHead waits for the provider's head (status and headers). A stream
+// whose head is slow (Ollama sends none until its first token: after a
+// model load and the prompt's prefill) begins without it once open has
+// waited the keep-alive interval: the client is sent its stream's head and
+// a keep-alive in its format (llmapi's heartbeats: Anthropic's
+// message_start, Responses' response.created; a comment to Chat clients),
+// and another every keep-alive interval while the wait goes on, so that
+// neither a proxy nor a client that gives up on a silent request (Claude
+// Code resends one that sends no byte for minutes) cuts it. The emitter
+// that began it is returned (nil while nothing was written); a failure
+// the head then brings is answered in the stream, as an error event.
+func (s *Server) awaitHead(ctx context.Context, w http.ResponseWriter, req *request, tn *nodes.Tunnel) (status int, hdr http.Header, em *emitter, err error) {
+	if !req.stream {
+		status, hdr, err = tn.Response(ctx)
+		return status, hdr, nil, err
+	}
+	wait := time.Duration(0) // open waited the interval: a head not here yet is slow
+	for {
+		hctx, cancel := context.WithTimeout(ctx, wait)
+		status, hdr, err = tn.Response(hctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || hctx.Err() == nil {
+			return status, hdr, em, err
+		}
+		if em == nil {
+			em = newEmitter(s, w, req)
+			em.start()
+			em.idle() // the stream's head leaves
+		}
+		if !em.idle() {
+			return 0, nil, em, errClientLeft
+		}
+		wait = req.snap.keepAlive
+	}
 }
 
 // relayDecoded answers from a provider's successful answer in format:
@@ -999,9 +1063,21 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 // the provider's answer id in place of the Edge's, and remembers a
 // Responses one for GET and previous_response_id, as the tunnel does; a
 // translated answer's ids are the Edge's (nothing at the provider answers
-// to them). A refusal before any output cools x's provider.
-func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *request, x *exchange, streamed bool, format wireFormat, ownID bool) {
+// to them). A refusal before any output cools x's provider. em, when not
+// nil, is the emitter that began the client's stream while the
+// provider's head was awaited (awaitHead); its caller finishes it.
+func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *request, x *exchange, streamed bool, format wireFormat, ownID bool, em *emitter) {
 	tn := x.tunnel
+	// refuse answers a provider's answer that cannot be read: with the
+	// failure's status, or, once the client's stream began (em, from
+	// awaitHead), its error event.
+	refuse := func(ae *llmapi.APIError) {
+		if em != nil {
+			em.event(llmapi.Event{Kind: llmapi.EvError, Err: ae})
+			return
+		}
+		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
+	}
 	var dec llmapi.Decoder
 	switch {
 	case streamed && format == formatChat:
@@ -1014,16 +1090,15 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 		b, err := io.ReadAll(io.LimitReader(tn, int64(s.maxDecoded)+1))
 		if err != nil {
 			if deadlinePassed(ctx) {
-				fail(w, req.api, http.StatusGatewayTimeout, "timeout", "The request exceeded its deadline.", nil)
+				refuse(timeoutEvent.Err)
 			} else if ctx.Err() == nil {
-				fail(w, req.api, http.StatusBadGateway, "api_error", "The model provider's answer broke off.", nil)
+				refuse(&llmapi.APIError{Status: http.StatusBadGateway, Type: "api_error", Message: "The model provider's answer broke off."})
 			}
 			return
 		}
 		if len(b) > s.maxDecoded {
 			s.log.Warn("provider answer beyond the decoded limit", "request_id", req.rid, "limit_bytes", s.maxDecoded)
-			ae := s.tooLarge()
-			fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
+			refuse(s.tooLarge())
 			return
 		}
 		switch format {
@@ -1044,9 +1119,11 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 	if !ownID && req.ir != nil {
 		toolNames = req.ir.ToolNames()
 	}
-	em := newEmitter(s, w, req)
-	defer em.finish()
-	em.start()
+	if em == nil {
+		em = newEmitter(s, w, req)
+		defer em.finish()
+		em.start()
+	}
 	for {
 		tn.SetReadDeadline(time.Now().Add(em.wait()))
 		ev, err := dec.Next()

@@ -2016,3 +2016,106 @@ func TestForeignThinkingToAnthropic(t *testing.T) {
 	}
 	r.settled()
 }
+
+// TestSlowHeadKeptAlive: a provider that sends no head for a while
+// (Ollama sends none until its first token: after a model load and the
+// prompt's prefill) does not leave a translated stream's client without
+// a byte: once the keep-alive interval has passed, the client's stream
+// begins (its head, then its format's start: message_start,
+// response.created) and keep-alives follow until the provider answers.
+// The answer then comes as usual, and each stream holds to its grammar.
+// A failure the late head brings (here a 429) ends the begun stream with
+// the format's error event; the provider still cools. A whole answer
+// just waits.
+func TestSlowHeadKeptAlive(t *testing.T) {
+	var status atomic.Int32
+	r := newRig(t, rigOpts{keepAlive: 40 * time.Millisecond, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		sc := upstreamtest.Echo(q)
+		sc.HeadDelay = 300 * time.Millisecond
+		sc.Status = int(status.Load())
+		return sc
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
+	cases := []struct {
+		path, model string
+		header      map[string]string
+		first       string // the stream's first event
+		beat        string // a keep-alive
+		check       func([]sse.Event) error
+	}{
+		{"/v1/messages", "via-chat", an, "message_start", "event: ping", llmapitest.CheckAnthropic},
+		{"/v1/responses", "via-chat", oa, "response.created", "event: response.in_progress", llmapitest.CheckResponses},
+		{"/v1/responses", "via-anthropic", oa, "response.created", "event: response.in_progress", llmapitest.CheckResponses},
+		{"/v1/chat/completions", "via-anthropic", oa, "", ": keep-alive", func(evs []sse.Event) error { return llmapitest.CheckChat(evs, false) }},
+	}
+	body := func(path, model string, stream bool) string {
+		switch path {
+		case "/v1/messages":
+			return fmt.Sprintf(`{"model":%q,"max_tokens":50,"stream":%t,"messages":[{"role":"user","content":"slow start"}]}`, model, stream)
+		case "/v1/responses":
+			return fmt.Sprintf(`{"model":%q,"stream":%t,"input":"slow start"}`, model, stream)
+		}
+		return fmt.Sprintf(`{"model":%q,"stream":%t,"messages":[{"role":"user","content":"slow start"}]}`, model, stream)
+	}
+	for _, c := range cases {
+		name := c.path + " from " + c.model
+		resp, out := r.do(t, "POST", c.path, body(c.path, c.model, true), c.header)
+		evs := llmapitest.Events(t, []byte(out))
+		content := strings.Index(out, "echo:") // the answer's first words
+		if resp.StatusCode != 200 || content < 0 || !strings.Contains(out, " start") || len(evs) == 0 {
+			t.Fatalf("%s: %d\n%s", name, resp.StatusCode, out)
+		}
+		// Before the answer's content: keep-alives, in the format's
+		// events where it has them.
+		if beats := strings.Count(out[:content], c.beat); beats < 3 || (c.first != "" && evs[0].Type != c.first) {
+			t.Fatalf("%s: the stream opens with %q, %d keep-alives before the content:\n%s", name, evs[0].Type, beats, out)
+		}
+		if err := c.check(evs); err != nil {
+			t.Fatalf("%s: %v in\n%s", name, err, out)
+		}
+	}
+
+	// A whole answer waits for the head, and is the answer.
+	resp, out := r.do(t, "POST", "/v1/messages", body("/v1/messages", "via-chat", false), an)
+	if resp.StatusCode != 200 || !strings.Contains(out, `"text":"echo: slow start"`) || strings.Contains(out, "keep-alive") {
+		t.Fatalf("whole: %d %s", resp.StatusCode, out)
+	}
+
+	// A late refusal ends the begun stream with its error event.
+	status.Store(http.StatusTooManyRequests)
+	for _, c := range cases {
+		name := c.path + " from " + c.model + " refused"
+		resp, out := r.do(t, "POST", c.path, body(c.path, c.model, true), c.header)
+		evs := llmapitest.Events(t, []byte(out))
+		if resp.StatusCode != 200 || len(evs) == 0 {
+			t.Fatalf("%s: %d\n%s", name, resp.StatusCode, out)
+		}
+		last := evs[len(evs)-1]
+		if !strings.Contains(string(last.Data), "rate_limit") || (last.Type != "error" && last.Type != "response.failed" && last.Type != "") {
+			t.Fatalf("%s: the stream ends with %s %s:\n%s", name, last.Type, last.Data, out)
+		}
+		if err := c.check(evs); err != nil {
+			t.Fatalf("%s: %v in\n%s", name, err, out)
+		}
+		// The provider's model cools (for a second), as for a refusal
+		// made in time; the next case waits it out.
+		provider := map[string]string{"via-chat": "chat-only", "via-anthropic": "claude"}[c.model]
+		cooling := func() int {
+			for _, p := range r.srv.Status().Nodes[0].Providers {
+				if p.ID == provider {
+					return len(p.CoolingModels)
+				}
+			}
+			t.Fatalf("no provider %s", provider)
+			return 0
+		}
+		if cooling() != 1 {
+			t.Fatalf("%s: %s does not cool", name, provider)
+		}
+		for deadline := time.Now().Add(5 * time.Second); cooling() != 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	r.settled()
+}
