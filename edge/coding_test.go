@@ -6,7 +6,6 @@ import (
 	"compress/zlib"
 	"encoding/json"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 )
@@ -35,21 +34,15 @@ func TestCompressedRequestBody(t *testing.T) {
 	r := newRig(t, rigOpts{maxBody: 4 << 10})
 	oa := map[string]string{"Authorization": "Bearer " + apiKey}
 	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
+	// post sends body with Content-Encoding coding.
 	post := func(path, coding string, body []byte, header map[string]string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", r.url+path, bytes.NewReader(body))
+		h := map[string]string{"Content-Type": "application/json", "Content-Encoding": coding}
 		for k, v := range header {
-			req.Header.Set(k, v)
+			h[k] = v
 		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Content-Encoding", coding)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		resp, out := r.do(t, "POST", path, string(body), h)
+		return resp.StatusCode, out
 	}
 	chat := `{"model":"gpt-local","messages":[{"role":"user","content":"squeezed"}]}`
 	messages := `{"model":"via-chat","max_tokens":20,"messages":[{"role":"user","content":"squeezed"}]}`
