@@ -952,11 +952,11 @@ func (s *Server) open(ctx context.Context, req *request, lease *pool.Lease) (*ex
 		// The head is awaited here rather than by the relay (which reads
 		// it again from the tunnel, at no cost): a Node that refused the
 		// stream unopened sends the request back to admission. A refusal
-		// comes within a round trip; a translated stream's head is awaited
-		// for the keep-alive interval at most, after which the relay keeps
-		// the client's stream alive while it waits on (relayTranslate).
+		// comes within a round trip; a stream's head is awaited for the
+		// keep-alive interval at most, after which the relay keeps the
+		// client's stream alive while it waits on (awaitHead).
 		wait := ctx
-		if req.stream && path == pathTranslate {
+		if req.stream {
 			var cancel context.CancelFunc
 			wait, cancel = context.WithTimeout(ctx, req.snap.keepAlive)
 			defer cancel()

@@ -155,8 +155,8 @@
 // up to the keep-alive interval, since a run's head says nothing until
 // output comes) is answered with an HTTP error status (429 for a rate
 // limit, 503 or 529 for an overload), streamed request or not, so that
-// clients' retry rules see it; except where a translated stream began
-// without the provider's head (below), when the error event ends it.
+// clients' retry rules see it; except where a stream began without the
+// provider's head (below), when the error event ends it.
 // Every 429 and 503 (529) the Edge writes carries Retry-After: a key
 // limit's time to its next slot, a translated provider refusal's own
 // delay (at most an hour), the queue timeout and a second for a request
@@ -183,12 +183,15 @@
 // only in a stream that fell silent); Chat Completions clients an SSE
 // comment (the format has no such event). A provider may also be slow to
 // send its head (status and headers): Ollama sends none until its first
-// token, after a model load and the prompt's prefill. A translated stream
-// does not wait for it past the keep-alive interval: the client is sent
-// its stream's head and start (message_start, response.created), then
-// keep-alives, until the provider answers; a failure that head brings
-// ends the stream with its error event. A stream relayed untranslated
-// passes the provider's own head on, and waits for it.
+// token, after a model load and the prompt's prefill. A stream does not
+// wait for it past the keep-alive interval: the client is sent a head of
+// the Edge's (200, an event stream) and keep-alives until the provider
+// answers: a translated stream begins with its format's start
+// (message_start, response.created) and heartbeats; one relayed
+// untranslated gets keep-alives that fit before the provider's own start
+// (Anthropic's ping, a comment), and the provider's headers (its request
+// id, its rate-limit figures) are not passed on. A failure that head
+// brings ends the stream with the format's error event.
 //
 // Responses' compaction (POST /v1/responses/compact, which Codex calls
 // when its built-in OpenAI provider is pointed at the Edge and a

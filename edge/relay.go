@@ -67,7 +67,10 @@ func putAnswerBuf(b *bytes.Buffer) {
 // unchanged (only re-framed), keeps a silent stream alive (keepAliveFor),
 // reads usage for the books, and drops the usage chunk the client did not
 // ask for. A successful answer of the other kind than asked (a provider
-// that ignores the stream flag) is decoded and rendered as asked.
+// that ignores the stream flag) is decoded and rendered as asked. A
+// stream whose provider is slow to send its head begins with a head of
+// the Edge's instead (awaitHead), and a failure that head brings is the
+// stream's error event (failBegun).
 func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *request, x *exchange) {
 	tn := x.tunnel
 	s.metrics.upstreamBytes().Add(float64(len(req.body)))
@@ -77,8 +80,31 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 	}
 	stop := context.AfterFunc(ctx, func() { tn.Close() }) // a client that leaves cancels the upstream
 	defer stop()
-	status, hdr, err := tn.Response(ctx)
-	if err != nil {
+	// begun: the client's stream began before the provider's head came
+	// (awaitHead), with a head of the Edge's (200, an event stream) and
+	// keep-alives that fit anywhere in it (Anthropic's ping, a comment):
+	// the provider's own start comes later, as its stream's first event.
+	begun := false
+	status, hdr, err := awaitHead(ctx, req, tn, func() bool {
+		if !begun {
+			begun = true
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Cache-Control", "no-cache")
+			w.WriteHeader(http.StatusOK)
+		}
+		_, err := w.Write(keepAliveFor(req.api))
+		flush(w)
+		return err == nil
+	})
+	switch {
+	case errors.Is(err, errClientLeft):
+		return
+	case err != nil && begun:
+		if ae, ok := s.tunnelFailure(ctx, req, err); ok {
+			s.failBegun(w, req, ae)
+		}
+		return
+	case err != nil:
 		s.tunnelRefused(ctx, w, req, err)
 		return
 	}
@@ -86,17 +112,30 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 	req.providerRID = providerRequestID(hdr)
 	ct := hdr.Get("Content-Type")
 	isSSE := sse.Streamed(ct, false)
+	if begun && status != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(tn, 64<<10))
+		s.failBegun(w, req, providerError(status, b))
+		return
+	}
 	if f, ok := clientFormat(req.api); ok && status == http.StatusOK && sse.Streamed(ct, req.stream) != req.stream {
 		// The provider ignored the stream flag: its answer is of the
 		// client's own format, so it is decoded and rendered as asked
 		// instead of passed on in a shape the client cannot read (what
 		// the canonical form does not carry is lost; the answer keeps the
 		// provider's id, as a tunnelled one does).
-		s.relayDecoded(ctx, w, req, x, !req.stream, f, true, nil)
+		var em *emitter
+		if begun {
+			em = newEmitter(s, w, req)
+			em.resume()
+			defer em.finish()
+		}
+		s.relayDecoded(ctx, w, req, x, !req.stream, f, true, em)
 		return
 	}
-	for k, vs := range hdr {
-		w.Header()[k] = vs
+	if !begun {
+		for k, vs := range hdr {
+			w.Header()[k] = vs
+		}
 	}
 	if !req.stream || status != http.StatusOK || !isSSE {
 		if !isSSE {
@@ -156,9 +195,11 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		req.passedThrough(status, n)
 		return
 	}
-	w.WriteHeader(status)
+	if !begun {
+		w.WriteHeader(status)
+	}
 	req.answered = true
-	head := streamHead{w: w, pending: true}
+	head := streamHead{w: w, pending: !begun}
 	r := sse.NewReader(tn, 0)
 	defer r.Release()
 	keep := req.snap.keepAlive
@@ -464,6 +505,17 @@ func (s *Server) tunnelRefused(ctx context.Context, w http.ResponseWriter, req *
 	}
 }
 
+// failBegun ends a stream relayed untranslated, begun before the
+// provider's head came (awaitHead), with ae, the failure that head
+// brought: as the client format's error event (the provider's own start
+// never came).
+func (s *Server) failBegun(w http.ResponseWriter, req *request, ae *llmapi.APIError) {
+	s.log.Warn("provider failed after its client's stream began", "request_id", req.rid, "status", ae.Status, "type", ae.Type)
+	rend, _ := renderer(req)
+	w.Write(rend.Event(llmapi.Event{Kind: llmapi.EvError, Err: ae}))
+	flush(w)
+}
+
 // tunnelFailure is the error a tunnel that failed before its answer's
 // head is answered with; ok is false when no one is there to answer (the
 // client went away or cancelled).
@@ -691,6 +743,13 @@ func (e *emitter) start() {
 		e.w.Header().Set("Cache-Control", "no-cache")
 		e.head = streamHead{w: e.w, pending: true}
 	}
+}
+
+// resume takes over a stream whose head was written already (relayTunnel's,
+// begun before the provider's head came).
+func (e *emitter) resume() {
+	e.head = streamHead{w: e.w}
+	e.begun = true
 }
 
 // begin writes a stream's status, once.
@@ -978,7 +1037,18 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 	tn := x.tunnel
 	stop := context.AfterFunc(ctx, func() { tn.Close() })
 	defer stop()
-	status, hdr, em, err := s.awaitHead(ctx, w, req, tn)
+	// em begins the client's stream when the provider's head is slow:
+	// its head, its format's start (message_start, response.created),
+	// then keep-alives (llmapi's heartbeats; a comment to Chat clients).
+	var em *emitter
+	status, hdr, err := awaitHead(ctx, req, tn, func() bool {
+		if em == nil {
+			em = newEmitter(s, w, req)
+			em.start()
+			em.idle() // the stream's head leaves
+		}
+		return em.idle()
+	})
 	if em != nil {
 		defer em.finish()
 	}
@@ -1018,21 +1088,18 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 // errClientLeft says the client went away while its answer waited.
 var errClientLeft = errors.New("edge: the client went away")
 
-// awaitHead waits for the provider's head (status and headers). A stream
-// whose head is slow (Ollama sends none until its first token: after a
-// model load and the prompt's prefill) begins without it once open has
-// waited the keep-alive interval: the client is sent its stream's head and
-// a keep-alive in its format (llmapi's heartbeats: Anthropic's
-// message_start, Responses' response.created; a comment to Chat clients),
-// and another every keep-alive interval while the wait goes on, so that
-// neither a proxy nor a client that gives up on a silent request (Claude
-// Code resends one that sends no byte for minutes) cuts it. The emitter
-// that began it is returned (nil while nothing was written); a failure
-// the head then brings is answered in the stream, as an error event.
-func (s *Server) awaitHead(ctx context.Context, w http.ResponseWriter, req *request, tn *nodes.Tunnel) (status int, hdr http.Header, em *emitter, err error) {
+// awaitHead waits for the provider's head (status and headers). A
+// stream's head may be slow (Ollama sends none until its first token:
+// after a model load and the prompt's prefill): once open has waited the
+// keep-alive interval for it, keepAlive is called at once and then every
+// interval while the wait goes on, so that the client's stream begins
+// without it and neither a proxy nor a client that gives up on a silent
+// request (Claude Code resends one that sent no byte for minutes) cuts
+// it. keepAlive reports whether the client is still there; when it is
+// not, awaitHead fails with errClientLeft.
+func awaitHead(ctx context.Context, req *request, tn *nodes.Tunnel, keepAlive func() bool) (status int, hdr http.Header, err error) {
 	if !req.stream {
-		status, hdr, err = tn.Response(ctx)
-		return status, hdr, nil, err
+		return tn.Response(ctx)
 	}
 	wait := time.Duration(0) // open waited the interval: a head not here yet is slow
 	for {
@@ -1040,15 +1107,10 @@ func (s *Server) awaitHead(ctx context.Context, w http.ResponseWriter, req *requ
 		status, hdr, err = tn.Response(hctx)
 		cancel()
 		if err == nil || ctx.Err() != nil || hctx.Err() == nil {
-			return status, hdr, em, err
+			return status, hdr, err
 		}
-		if em == nil {
-			em = newEmitter(s, w, req)
-			em.start()
-			em.idle() // the stream's head leaves
-		}
-		if !em.idle() {
-			return 0, nil, em, errClientLeft
+		if !keepAlive() {
+			return 0, nil, errClientLeft
 		}
 		wait = req.snap.keepAlive
 	}

@@ -2019,16 +2019,27 @@ func TestForeignThinkingToAnthropic(t *testing.T) {
 
 // TestSlowHeadKeptAlive: a provider that sends no head for a while
 // (Ollama sends none until its first token: after a model load and the
-// prompt's prefill) does not leave a translated stream's client without
-// a byte: once the keep-alive interval has passed, the client's stream
-// begins (its head, then its format's start: message_start,
-// response.created) and keep-alives follow until the provider answers.
-// The answer then comes as usual, and each stream holds to its grammar.
-// A failure the late head brings (here a 429) ends the begun stream with
-// the format's error event; the provider still cools. A whole answer
-// just waits.
+// prompt's prefill) does not leave a stream's client without a byte:
+// once the keep-alive interval has passed, the client's stream begins and
+// keep-alives follow until the provider answers. A translated stream
+// begins with its format's start (message_start, response.created) and
+// heartbeats; one relayed untranslated with keep-alives that fit anywhere
+// before the provider's own start (Anthropic's ping, a comment). The
+// answer then comes as usual, and each stream holds to its grammar (a
+// relayed Anthropic stream's leading pings aside). A failure the late
+// head brings (here a 429) ends the begun stream with the format's error
+// event; the provider still cools. A whole answer just waits.
 func TestSlowHeadKeptAlive(t *testing.T) {
 	var status atomic.Int32
+	chatGrammar := func(evs []sse.Event) error { return llmapitest.CheckChat(evs, false) }
+	// afterPings checks a relayed Anthropic stream past the pings the
+	// Edge sent before the provider's own message_start.
+	afterPings := func(evs []sse.Event) error {
+		for len(evs) > 0 && evs[0].Type == "ping" {
+			evs = evs[1:]
+		}
+		return llmapitest.CheckAnthropic(evs)
+	}
 	r := newRig(t, rigOpts{keepAlive: 40 * time.Millisecond, reply: func(q *upstreamtest.Request) upstreamtest.Script {
 		sc := upstreamtest.Echo(q)
 		sc.HeadDelay = 300 * time.Millisecond
@@ -2044,10 +2055,15 @@ func TestSlowHeadKeptAlive(t *testing.T) {
 		beat        string // a keep-alive
 		check       func([]sse.Event) error
 	}{
+		// Translated.
 		{"/v1/messages", "via-chat", an, "message_start", "event: ping", llmapitest.CheckAnthropic},
 		{"/v1/responses", "via-chat", oa, "response.created", "event: response.in_progress", llmapitest.CheckResponses},
 		{"/v1/responses", "via-anthropic", oa, "response.created", "event: response.in_progress", llmapitest.CheckResponses},
-		{"/v1/chat/completions", "via-anthropic", oa, "", ": keep-alive", func(evs []sse.Event) error { return llmapitest.CheckChat(evs, false) }},
+		{"/v1/chat/completions", "via-anthropic", oa, "", ": keep-alive", chatGrammar},
+		// Relayed untranslated.
+		{"/v1/messages", "via-anthropic", an, "ping", "event: ping", afterPings},
+		{"/v1/chat/completions", "gpt-local", oa, "", ": keep-alive", chatGrammar},
+		{"/v1/responses", "via-responses", oa, "", ": keep-alive", llmapitest.CheckResponses},
 	}
 	body := func(path, model string, stream bool) string {
 		switch path {
@@ -2082,39 +2098,34 @@ func TestSlowHeadKeptAlive(t *testing.T) {
 		t.Fatalf("whole: %d %s", resp.StatusCode, out)
 	}
 
-	// A late refusal ends the begun stream with its error event.
-	status.Store(http.StatusTooManyRequests)
-	for _, c := range cases {
-		name := c.path + " from " + c.model + " refused"
-		resp, out := r.do(t, "POST", c.path, body(c.path, c.model, true), c.header)
+	// A late failure ends the begun stream with its error event: a 500,
+	// which cools nothing, on every path; then a 429, whose provider still
+	// cools (its model, for a second), as for a refusal made in time.
+	status.Store(http.StatusInternalServerError)
+	refused := func(c int, want string) {
+		t.Helper()
+		name := cases[c].path + " from " + cases[c].model + " refused"
+		resp, out := r.do(t, "POST", cases[c].path, body(cases[c].path, cases[c].model, true), cases[c].header)
 		evs := llmapitest.Events(t, []byte(out))
 		if resp.StatusCode != 200 || len(evs) == 0 {
 			t.Fatalf("%s: %d\n%s", name, resp.StatusCode, out)
 		}
 		last := evs[len(evs)-1]
-		if !strings.Contains(string(last.Data), "rate_limit") || (last.Type != "error" && last.Type != "response.failed" && last.Type != "") {
+		if !strings.Contains(string(last.Data), want) || (last.Type != "error" && last.Type != "response.failed" && last.Type != "") {
 			t.Fatalf("%s: the stream ends with %s %s:\n%s", name, last.Type, last.Data, out)
 		}
-		if err := c.check(evs); err != nil {
+		if err := cases[c].check(evs); err != nil {
 			t.Fatalf("%s: %v in\n%s", name, err, out)
 		}
-		// The provider's model cools (for a second), as for a refusal
-		// made in time; the next case waits it out.
-		provider := map[string]string{"via-chat": "chat-only", "via-anthropic": "claude"}[c.model]
-		cooling := func() int {
-			for _, p := range r.srv.Status().Nodes[0].Providers {
-				if p.ID == provider {
-					return len(p.CoolingModels)
-				}
-			}
-			t.Fatalf("no provider %s", provider)
-			return 0
-		}
-		if cooling() != 1 {
-			t.Fatalf("%s: %s does not cool", name, provider)
-		}
-		for deadline := time.Now().Add(5 * time.Second); cooling() != 0 && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
+	}
+	for c := range cases {
+		refused(c, "answered 500")
+	}
+	status.Store(http.StatusTooManyRequests)
+	refused(0, "rate_limit")
+	for _, p := range r.srv.Status().Nodes[0].Providers {
+		if p.ID == "chat-only" && len(p.CoolingModels) != 1 {
+			t.Fatalf("chat-only cools %d models after a late 429", len(p.CoolingModels))
 		}
 	}
 	r.settled()
