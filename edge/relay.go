@@ -1105,8 +1105,9 @@ func awaitHead(ctx context.Context, req *request, tn *nodes.Tunnel, keepAlive fu
 	for {
 		hctx, cancel := context.WithTimeout(ctx, wait)
 		status, hdr, err = tn.Response(hctx)
+		timedOut := err != nil && ctx.Err() == nil && hctx.Err() != nil && errors.Is(err, hctx.Err())
 		cancel()
-		if err == nil || ctx.Err() != nil || hctx.Err() == nil {
+		if !timedOut { // the head, the tunnel's failure, or the request's end
 			return status, hdr, err
 		}
 		if !keepAlive() {

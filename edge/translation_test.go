@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -2129,4 +2131,57 @@ func TestSlowHeadKeptAlive(t *testing.T) {
 		}
 	}
 	r.settled()
+}
+
+// TestSlowHeadNodeLost: a stream begun while its provider's head was
+// awaited ends with its format's error event as soon as the Node's link
+// is lost, relayed untranslated or translated; it does not keep the
+// client waiting with keep-alives until the request's deadline.
+func TestSlowHeadNodeLost(t *testing.T) {
+	r := newRig(t, rigOpts{keepAlive: 30 * time.Millisecond, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		sc := upstreamtest.Echo(q)
+		sc.HeadDelay = time.Minute
+		return sc
+	}})
+	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	cases := []struct {
+		path, body string
+		header     map[string]string
+		end        string // the stream's error event
+	}{
+		{"/v1/messages", `{"model":"via-chat","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"x"}]}`, an, "event: error"},
+		{"/v1/messages", `{"model":"via-anthropic","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"x"}]}`, an, "event: error"},
+		{"/v1/chat/completions", `{"model":"gpt-local","stream":true,"messages":[{"role":"user","content":"x"}]}`, oa, `data: {"error"`},
+	}
+	outs := make([]string, len(cases))
+	var wg sync.WaitGroup
+	for i, c := range cases {
+		wg.Go(func() {
+			req, _ := http.NewRequest("POST", r.url+c.path, strings.NewReader(c.body))
+			for k, v := range c.header {
+				req.Header.Set(k, v)
+			}
+			client := &http.Client{Timeout: 20 * time.Second}
+			resp, err := client.Do(req)
+			if err != nil {
+				outs[i] = err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			outs[i] = fmt.Sprintf("%d %s %v", resp.StatusCode, b, err)
+		})
+	}
+	for n := 0; n < len(cases); time.Sleep(10 * time.Millisecond) {
+		n = len(r.upstream.Requests())
+	}
+	time.Sleep(200 * time.Millisecond) // the streams begun, keep-alives going
+	r.stopNode()
+	wg.Wait()
+	for i, c := range cases {
+		if !strings.HasPrefix(outs[i], "200 ") || !strings.Contains(outs[i], c.end) || !strings.Contains(outs[i], "unavailable") {
+			t.Errorf("%s %s: %s", c.path, c.body[:25], outs[i])
+		}
+	}
 }
