@@ -269,7 +269,14 @@ func (r *recorder) outcomeOf() string {
 	if r.outcome != "" {
 		return r.outcome
 	}
-	switch s := r.status; {
+	return statusOutcome(r.status)
+}
+
+// statusOutcome names the outcome of a request answered with status s.
+// A stream that began before its provider's head came and then failed
+// is named as its failure's status would be (failedBegun).
+func statusOutcome(s int) string {
+	switch {
 	case s == 0:
 		return "canceled"
 	case s < 300:

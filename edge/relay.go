@@ -511,9 +511,19 @@ func (s *Server) tunnelRefused(ctx context.Context, w http.ResponseWriter, req *
 // never came).
 func (s *Server) failBegun(w http.ResponseWriter, req *request, ae *llmapi.APIError) {
 	s.log.Warn("provider failed after its client's stream began", "request_id", req.rid, "status", ae.Status, "type", ae.Type)
+	failedBegun(w, ae)
 	rend, _ := renderer(req)
 	w.Write(rend.Event(llmapi.Event{Kind: llmapi.EvError, Err: ae}))
 	flush(w)
+}
+
+// failedBegun books a stream that began before its provider's head came
+// and then failed with ae under the outcome ae's status would have had
+// (the 200 it was answered with says nothing of it).
+func failedBegun(w http.ResponseWriter, ae *llmapi.APIError) {
+	if rec, ok := w.(*recorder); ok {
+		rec.outcome = statusOutcome(ae.Status)
+	}
 }
 
 // tunnelFailure is the error a tunnel that failed before its answer's
@@ -1057,6 +1067,7 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 	// event.
 	refuse := func(ae *llmapi.APIError) {
 		if em != nil {
+			failedBegun(w, ae)
 			em.event(llmapi.Event{Kind: llmapi.EvError, Err: ae})
 			return
 		}

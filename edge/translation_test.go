@@ -20,6 +20,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/iop-dev/iop/edge"
 	"github.com/iop-dev/iop/execution/upstreamtest"
@@ -2042,7 +2043,7 @@ func TestSlowHeadKeptAlive(t *testing.T) {
 		}
 		return llmapitest.CheckAnthropic(evs)
 	}
-	r := newRig(t, rigOpts{keepAlive: 40 * time.Millisecond, reply: func(q *upstreamtest.Request) upstreamtest.Script {
+	r := newRig(t, rigOpts{keepAlive: 40 * time.Millisecond, mutate: func(c *edge.Config) { c.Metrics = prometheus.NewRegistry() }, reply: func(q *upstreamtest.Request) upstreamtest.Script {
 		sc := upstreamtest.Echo(q)
 		sc.HeadDelay = 300 * time.Millisecond
 		sc.Status = int(status.Load())
@@ -2128,6 +2129,19 @@ func TestSlowHeadKeptAlive(t *testing.T) {
 	for _, p := range r.srv.Status().Nodes[0].Providers {
 		if p.ID == "chat-only" && len(p.CoolingModels) != 1 {
 			t.Fatalf("chat-only cools %d models after a late 429", len(p.CoolingModels))
+		}
+	}
+	// The metrics name each late failure as its status would have: not
+	// ok, though it was answered 200.
+	_, text := r.get(t, "/metrics", nil)
+	for _, line := range []string{
+		`iop_edge_requests_total{api="messages",outcome="upstream_error",route="via-chat"} 1`,
+		`iop_edge_requests_total{api="messages",outcome="rate_limited",route="via-chat"} 1`,
+		`iop_edge_requests_total{api="chat",outcome="upstream_error",route="gpt-local"} 1`,
+		`iop_edge_requests_total{api="responses",outcome="upstream_error",route="via-responses"} 1`,
+	} {
+		if !strings.Contains(text, line+"\n") {
+			t.Errorf("metrics lack %s", line)
 		}
 	}
 	r.settled()
