@@ -191,7 +191,10 @@
 // untranslated gets keep-alives that fit before the provider's own start
 // (Anthropic's ping, a comment), and the provider's headers (its request
 // id, its rate-limit figures) are not passed on. A failure that head
-// brings ends the stream with the format's error event.
+// brings ends the stream with the format's error event. A Responses
+// stream relayed untranslated waits for the provider's head, as before:
+// nothing of the format may precede the provider's response.created, and
+// Codex, which waits for a head, counts no comment once it has one.
 //
 // Responses' compaction (POST /v1/responses/compact, which Codex calls
 // when its built-in OpenAI provider is pointed at the Edge and a

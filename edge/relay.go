@@ -84,18 +84,26 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 	// (awaitHead), with a head of the Edge's (200, an event stream) and
 	// keep-alives that fit anywhere in it (Anthropic's ping, a comment):
 	// the provider's own start comes later, as its stream's first event.
+	// A Responses stream waits for the provider's head instead: nothing
+	// of the format may come before the provider's response.created, and
+	// its head would start Codex's idle timeout, which counts no comment
+	// (Codex waits for a head without one).
 	begun := false
-	status, hdr, err := awaitHead(ctx, req, tn, func() bool {
-		if !begun {
-			begun = true
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.Header().Set("Cache-Control", "no-cache")
-			w.WriteHeader(http.StatusOK)
+	var keepAlive func() bool
+	if req.api != apiResponses {
+		keepAlive = func() bool {
+			if !begun {
+				begun = true
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.Header().Set("Cache-Control", "no-cache")
+				w.WriteHeader(http.StatusOK)
+			}
+			_, err := w.Write(keepAliveFor(req.api))
+			flush(w)
+			return err == nil
 		}
-		_, err := w.Write(keepAliveFor(req.api))
-		flush(w)
-		return err == nil
-	})
+	}
+	status, hdr, err := awaitHead(ctx, req, tn, keepAlive)
 	switch {
 	case errors.Is(err, errClientLeft):
 		return
@@ -1107,9 +1115,10 @@ var errClientLeft = errors.New("edge: the client went away")
 // without it and neither a proxy nor a client that gives up on a silent
 // request (Claude Code resends one that sent no byte for minutes) cuts
 // it. keepAlive reports whether the client is still there; when it is
-// not, awaitHead fails with errClientLeft.
+// not, awaitHead fails with errClientLeft. A nil keepAlive waits for the
+// head as a whole answer does.
 func awaitHead(ctx context.Context, req *request, tn *nodes.Tunnel, keepAlive func() bool) (status int, hdr http.Header, err error) {
-	if !req.stream {
+	if !req.stream || keepAlive == nil {
 		return tn.Response(ctx)
 	}
 	wait := time.Duration(0) // open waited the interval: a head not here yet is slow
