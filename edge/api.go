@@ -953,8 +953,9 @@ func (s *Server) open(ctx context.Context, req *request, lease *pool.Lease) (*ex
 		// it again from the tunnel, at no cost): a Node that refused the
 		// stream unopened sends the request back to admission. A refusal
 		// comes within a round trip; a stream's head is awaited for the
-		// keep-alive interval at most, after which the relay keeps the
-		// client's stream alive while it waits on (awaitHead).
+		// keep-alive interval at most, after which the relay waits on,
+		// the client's stream begun and kept alive meanwhile but for a
+		// Responses stream relayed untranslated (awaitHead).
 		wait := ctx
 		if req.stream {
 			var cancel context.CancelFunc
