@@ -274,7 +274,7 @@ func (r *recorder) outcomeOf() string {
 
 // statusOutcome names the outcome of a request answered with status s.
 // A stream that began before its provider's head came and then failed
-// is named as its failure's status would be (failedBegun).
+// is named as its failure's status would be (failHead).
 func statusOutcome(s int) string {
 	switch {
 	case s == 0:

@@ -70,7 +70,7 @@ func putAnswerBuf(b *bytes.Buffer) {
 // that ignores the stream flag) is decoded and rendered as asked. A
 // stream whose provider is slow to send its head begins with a head of
 // the Edge's instead (awaitHead), and a failure that head brings is the
-// stream's error event (failBegun).
+// stream's error event (failHead).
 func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *request, x *exchange) {
 	tn := x.tunnel
 	s.metrics.upstreamBytes().Add(float64(len(req.body)))
@@ -104,16 +104,21 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		}
 	}
 	status, hdr, err := awaitHead(ctx, req, tn, keepAlive)
+	// em renders what the Edge itself says in a begun stream (a failure,
+	// or the answer of a provider that ignored the stream flag).
+	var em *emitter
+	if begun {
+		em = newEmitter(s, w, req)
+		em.resume()
+		defer em.finish()
+	}
 	switch {
 	case errors.Is(err, errClientLeft):
 		return
-	case err != nil && begun:
-		if ae, ok := s.tunnelFailure(ctx, req, err); ok {
-			s.failBegun(w, req, ae)
-		}
-		return
 	case err != nil:
-		s.tunnelRefused(ctx, w, req, err)
+		if ae, ok := s.tunnelFailure(ctx, req, err); ok {
+			failHead(w, req, em, ae)
+		}
 		return
 	}
 	s.noteRefusal(req, x, status, hdr)
@@ -122,7 +127,7 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 	isSSE := sse.Streamed(ct, false)
 	if begun && status != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(tn, 64<<10))
-		s.failBegun(w, req, providerError(status, b))
+		failHead(w, req, em, providerError(status, b))
 		return
 	}
 	if f, ok := clientFormat(req.api); ok && status == http.StatusOK && sse.Streamed(ct, req.stream) != req.stream {
@@ -131,12 +136,6 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		// instead of passed on in a shape the client cannot read (what
 		// the canonical form does not carry is lost; the answer keeps the
 		// provider's id, as a tunnelled one does).
-		var em *emitter
-		if begun {
-			em = newEmitter(s, w, req)
-			em.resume()
-			defer em.finish()
-		}
 		s.relayDecoded(ctx, w, req, x, !req.stream, f, true, em)
 		return
 	}
@@ -513,25 +512,19 @@ func (s *Server) tunnelRefused(ctx context.Context, w http.ResponseWriter, req *
 	}
 }
 
-// failBegun ends a stream relayed untranslated, begun before the
-// provider's head came (awaitHead), with ae, the failure that head
-// brought: as the client format's error event (the provider's own start
-// never came).
-func (s *Server) failBegun(w http.ResponseWriter, req *request, ae *llmapi.APIError) {
-	s.log.Warn("provider failed after its client's stream began", "request_id", req.rid, "status", ae.Status, "type", ae.Type)
-	failedBegun(w, ae)
-	rend, _ := renderer(req)
-	w.Write(rend.Event(llmapi.Event{Kind: llmapi.EvError, Err: ae}))
-	flush(w)
-}
-
-// failedBegun books a stream that began before its provider's head came
-// and then failed with ae under the outcome ae's status would have had
-// (the 200 it was answered with says nothing of it).
-func failedBegun(w http.ResponseWriter, ae *llmapi.APIError) {
+// failHead answers ae, a provider's failure before its answer could be
+// read: with ae's status, or, when em began the client's stream already
+// (awaitHead), as the stream's error event, the request counted under
+// the outcome that status would have had (the 200 says nothing of it).
+func failHead(w http.ResponseWriter, req *request, em *emitter, ae *llmapi.APIError) {
+	if em == nil {
+		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
+		return
+	}
 	if rec, ok := w.(*recorder); ok {
 		rec.outcome = statusOutcome(ae.Status)
 	}
+	em.event(llmapi.Event{Kind: llmapi.EvError, Err: ae})
 }
 
 // tunnelFailure is the error a tunnel that failed before its answer's
@@ -1070,23 +1063,12 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 	if em != nil {
 		defer em.finish()
 	}
-	// refuse answers a provider that failed before its answer: with the
-	// failure's status, or, once the client's stream began, its error
-	// event.
-	refuse := func(ae *llmapi.APIError) {
-		if em != nil {
-			failedBegun(w, ae)
-			em.event(llmapi.Event{Kind: llmapi.EvError, Err: ae})
-			return
-		}
-		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
-	}
 	switch {
 	case errors.Is(err, errClientLeft):
 		return
 	case err != nil:
 		if ae, ok := s.tunnelFailure(ctx, req, err); ok {
-			refuse(ae)
+			failHead(w, req, em, ae)
 		}
 		return
 	}
@@ -1098,7 +1080,7 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 		if v := hdr.Get("Retry-After"); v != "" && em == nil && (ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable) {
 			w.Header().Set("Retry-After", retryAfter(v))
 		}
-		refuse(ae)
+		failHead(w, req, em, ae)
 		return
 	}
 	s.relayDecoded(ctx, w, req, x, sse.Streamed(hdr.Get("Content-Type"), req.stream), x.format, false, em)
@@ -1121,21 +1103,34 @@ func awaitHead(ctx context.Context, req *request, tn *nodes.Tunnel, keepAlive fu
 	if !req.stream || keepAlive == nil {
 		return tn.Response(ctx)
 	}
-	wait := time.Duration(0) // open waited the interval: a head not here yet is slow
-	for {
-		hctx, cancel := context.WithTimeout(ctx, wait)
-		status, hdr, err = tn.Response(hctx)
-		timedOut := err != nil && ctx.Err() == nil && hctx.Err() != nil && errors.Is(err, hctx.Err())
-		cancel()
-		if !timedOut { // the head, the tunnel's failure, or the request's end
-			return status, hdr, err
+	// wait waits up to d for the head, or only takes what is there (d 0:
+	// open waited the interval already, and most heads are there); it
+	// reports whether its own time ran out first.
+	wait := func(d time.Duration) bool {
+		hctx := doneCtx
+		if d > 0 {
+			var cancel context.CancelFunc
+			hctx, cancel = context.WithTimeout(ctx, d)
+			defer cancel()
 		}
+		status, hdr, err = tn.Response(hctx)
+		return err != nil && ctx.Err() == nil && hctx.Err() != nil && errors.Is(err, hctx.Err())
+	}
+	for d := time.Duration(0); wait(d); d = req.snap.keepAlive {
 		if !keepAlive() {
 			return 0, nil, errClientLeft
 		}
-		wait = req.snap.keepAlive
 	}
+	return status, hdr, err // the head, the tunnel's failure, or the request's end
 }
+
+// doneCtx is a context already done: a wait on it takes only what is
+// there.
+var doneCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // relayDecoded answers from a provider's successful answer in format:
 // decoded into canonical events as what it is (streamed or whole) and
@@ -1151,16 +1146,6 @@ func awaitHead(ctx context.Context, req *request, tn *nodes.Tunnel, keepAlive fu
 // provider's head was awaited (awaitHead); its caller finishes it.
 func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *request, x *exchange, streamed bool, format wireFormat, ownID bool, em *emitter) {
 	tn := x.tunnel
-	// refuse answers a provider's answer that cannot be read: with the
-	// failure's status, or, once the client's stream began (em, from
-	// awaitHead), its error event.
-	refuse := func(ae *llmapi.APIError) {
-		if em != nil {
-			em.event(llmapi.Event{Kind: llmapi.EvError, Err: ae})
-			return
-		}
-		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
-	}
 	var dec llmapi.Decoder
 	switch {
 	case streamed && format == formatChat:
@@ -1173,15 +1158,15 @@ func (s *Server) relayDecoded(ctx context.Context, w http.ResponseWriter, req *r
 		b, err := io.ReadAll(io.LimitReader(tn, int64(s.maxDecoded)+1))
 		if err != nil {
 			if deadlinePassed(ctx) {
-				refuse(timeoutEvent.Err)
+				failHead(w, req, em, timeoutEvent.Err)
 			} else if ctx.Err() == nil {
-				refuse(&llmapi.APIError{Status: http.StatusBadGateway, Type: "api_error", Message: "The model provider's answer broke off."})
+				failHead(w, req, em, &llmapi.APIError{Status: http.StatusBadGateway, Type: "api_error", Message: "The model provider's answer broke off."})
 			}
 			return
 		}
 		if len(b) > s.maxDecoded {
 			s.log.Warn("provider answer beyond the decoded limit", "request_id", req.rid, "limit_bytes", s.maxDecoded)
-			refuse(s.tooLarge())
+			failHead(w, req, em, s.tooLarge())
 			return
 		}
 		switch format {
