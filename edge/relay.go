@@ -505,13 +505,6 @@ func streamUsage(req *request, ev sse.Event, prev *execution.Usage) (*execution.
 	return readUsage(c.Usage), len(c.Choices) == 0
 }
 
-// tunnelRefused answers a tunnel that failed before the upstream's head.
-func (s *Server) tunnelRefused(ctx context.Context, w http.ResponseWriter, req *request, err error) {
-	if ae, ok := s.tunnelFailure(ctx, req, err); ok {
-		fail(w, req.api, ae.Status, ae.Type, ae.Message, nil)
-	}
-}
-
 // failHead answers ae, a provider's failure before its answer could be
 // read: with ae's status, or, when em began the client's stream already
 // (awaitHead), as the stream's error event, the request counted under
