@@ -423,12 +423,29 @@ func DecodeAnthropicRequest(body []byte) (*Request, error) {
 	}
 	for i, msg := range m.Messages {
 		role := Role(msg.Role)
-		if role != RoleUser && role != RoleAssistant {
-			return nil, badRequest("messages[%d].role %q", i, msg.Role)
+		if role != RoleUser && role != RoleAssistant && msg.Role != "system" {
+			return nil, badRequest("messages[%d].role %q is not user, assistant or system", i, msg.Role)
 		}
-		parts, err := anthropicParts(msg.Content, fmt.Sprintf("messages[%d].content", i))
+		where := fmt.Sprintf("messages[%d].content", i)
+		parts, err := anthropicParts(msg.Content, where)
 		if err != nil {
 			return nil, err
+		}
+		if msg.Role == "system" {
+			// A system message among the others: Anthropic takes one
+			// where it stands, and Claude Code (2.1.154 and later) sends
+			// its environment and reminders so. It joins the system
+			// prompt, as a Chat Completions or Responses system or
+			// developer message anywhere in the list does: local models'
+			// chat templates often refuse a system message after the
+			// first, so the other formats get one system prompt.
+			for _, p := range parts {
+				if p.Kind != PartText {
+					return nil, badRequest("%s: a system message holds only text blocks", where)
+				}
+				r.System = append(r.System, p.Text)
+			}
+			continue
 		}
 		r.Messages = append(r.Messages, Message{Role: role, Parts: parts})
 	}

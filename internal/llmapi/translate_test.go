@@ -247,6 +247,66 @@ func TestRequestToResponses(t *testing.T) {
 	}
 }
 
+// TestAnthropicSystemMessage: a system message among an Anthropic
+// request's messages, as Claude Code (2.1.154 and later) sends its
+// environment, joins the system prompt of a translation, after the
+// top-level one and in its place among any others; the turns around it
+// keep their order. Before, every such request was refused.
+func TestAnthropicSystemMessage(t *testing.T) {
+	ir, err := llmapi.DecodeAnthropicRequest([]byte(`{"model":"m","max_tokens":9,
+		"system":[{"type":"text","text":"S"}],
+		"messages":[
+		{"role":"user","content":[{"type":"text","text":"<system-reminder>r</system-reminder>"},{"type":"text","text":"hi"}]},
+		{"role":"system","content":[{"type":"text","text":"# Environment","cache_control":{"type":"ephemeral"}}]},
+		{"role":"assistant","content":"hello"},
+		{"role":"system","content":"later"},
+		{"role":"user","content":"bye"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := llmapi.EncodeChat(ir, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chat struct {
+		Messages []map[string]any `json:"messages"`
+	}
+	if err := json.Unmarshal(b, &chat); err != nil {
+		t.Fatal(err)
+	}
+	want := []map[string]any{
+		{"role": "system", "content": "S\n\n# Environment\n\nlater"},
+		{"role": "user", "content": []any{
+			map[string]any{"type": "text", "text": "<system-reminder>r</system-reminder>"},
+			map[string]any{"type": "text", "text": "hi"},
+		}},
+		{"role": "assistant", "content": "hello"},
+		{"role": "user", "content": "bye"},
+	}
+	if d := cmp.Diff(want, chat.Messages); d != "" {
+		t.Errorf("to chat (-want +got):\n%s", d)
+	}
+	b, err = llmapi.EncodeResponses(ir, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp struct {
+		Instructions string           `json:"instructions"`
+		Input        []map[string]any `json:"input"`
+	}
+	if err := json.Unmarshal(b, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Instructions != "S\n\n# Environment\n\nlater" || len(resp.Input) != 3 {
+		t.Errorf("to responses: %s", b)
+	}
+	for _, it := range resp.Input {
+		if it["role"] == "system" || it["role"] == "developer" {
+			t.Errorf("to responses: a system item left among the input: %s", b)
+		}
+	}
+}
+
 // TestTranslationLinearInLength: translating a stream costs the same per
 // chunk whatever its length, for every renderer. Each renderer keeps the
 // answer's text (for its buffered body and for terminal events that
@@ -501,6 +561,9 @@ func TestUntranslatableRefused(t *testing.T) {
 		// No turn to answer.
 		{llmapi.DecodeChatRequest, `{"model":"m","messages":[{"role":"developer","content":"x"}]}`, "at least one user or assistant message"},
 		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,"system":"x","messages":[]}`, "at least one message"},
+		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,"messages":[{"role":"system","content":"x"}]}`, "at least one message"},
+		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,"messages":[{"role":"tool","content":"x"}]}`, `messages[0].role "tool" is not user, assistant or system`},
+		{llmapi.DecodeAnthropicRequest, `{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"x"},{"role":"system","content":[{"type":"image","source":{"type":"url","url":"https://x/a.png"}}]}]}`, "messages[1].content: a system message holds only text blocks"},
 		{llmapi.DecodeResponsesRequest, `{"model":"m","input":[{"role":"system","content":"x"}]}`, "at least one user or assistant item"},
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"response_format":{"type":"grammar"}}`, `response_format.type "grammar"`},
 		{llmapi.DecodeChatRequest, `{"model":"m",` + msgs + `,"response_format":{"type":"json_schema"}}`, "json_schema without a schema"},
