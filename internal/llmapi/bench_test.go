@@ -164,3 +164,24 @@ func BenchmarkDropForeignThinking(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDropBillingHeader: what an Anthropic request relayed
+// untranslated to a provider not of category api pays for Claude Code's
+// billing header: a search of the body where it has none, and where it
+// has one, its system prompt's blocks split and the header's left out.
+func BenchmarkDropBillingHeader(b *testing.B) {
+	text := relayedText
+	msgs := `"messages":[{"role":"user","content":"` + text + `"}]`
+	for _, c := range []struct{ name, body string }{
+		{"none_200KB", `{"model":"m","max_tokens":9,"system":[{"type":"text","text":"S"}],` + msgs + `}`},
+		{"one_200KB", `{"model":"m","max_tokens":9,` + msgs + `,"system":[` + billing + `,{"type":"text","text":"S","cache_control":{"type":"ephemeral"}}]}`},
+	} {
+		body := []byte(c.body)
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				llmapi.DropBillingHeader(body)
+			}
+		})
+	}
+}

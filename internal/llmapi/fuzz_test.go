@@ -254,6 +254,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"p","input":"*** Begin Patch"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}],"tools":[{"type":"custom","custom":{"name":"p","format":{"type":"grammar","grammar":{"syntax":"lark","definition":"start: x"}}}},{"type":"custom","custom":{"name":"q","format":{"type":"text"}}}],"tool_choice":{"type":"custom","custom":{"name":"p"}}}`))
 	// Claude Code's tool loop after an OpenAI reasoning model answered it.
 	f.Add([]byte(`{"model":"m","max_tokens":9,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"thinking","thinking":"r","signature":"~openai-reasoning:gAAA"},{"type":"tool_use","id":"c","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"c","content":"r"}]}]}`))
+	// Claude Code's billing header, a block of its own and a block's first line, and a system message.
+	f.Add([]byte(`{"model":"m","max_tokens":9,"system":[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.337.a23; cch=1f0e2;"},{"type":"text","text":"x-anthropic-billing-header: a\nS","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"x"},{"role":"system","content":"e"}]}`))
 	// A call whose id carries a provider's signature (withCallSignature).
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"a_iopsig_eyJnb29nbGUiOnsidGhvdWdodF9zaWduYXR1cmUiOiJzIn19","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"a_iopsig_eyJnb29nbGUiOnsidGhvdWdodF9zaWduYXR1cmUiOiJzIn19","content":"r"}]}`))
 	// Codex's hosted web search, left out in translation, and a search
@@ -378,6 +380,19 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 			if again, _ := llmapi.DropForeignThinking(out); !bytes.Equal(again, out) {
 				t.Fatalf("foreign thinking is left in %q", out)
+			}
+		}
+		// And one without Claude Code's billing header, which is left
+		// out of nothing but the system prompt.
+		if out, err := llmapi.DropBillingHeader(body); err == nil && json.Valid(body) {
+			if !json.Valid(out) {
+				t.Fatalf("dropping the billing header made %q of %q", out, body)
+			}
+			if again, _ := llmapi.DropBillingHeader(out); !bytes.Equal(again, out) {
+				t.Fatalf("a billing header is left in %q", out)
+			}
+			if !bytes.Equal(out, body) && !bytes.Contains(body, []byte("x-anthropic-billing-header:")) {
+				t.Fatalf("%q changed to %q without a billing header", body, out)
 			}
 		}
 	})

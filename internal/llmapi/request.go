@@ -418,7 +418,13 @@ func DecodeAnthropicRequest(body []byte) (*Request, error) {
 			if p.Kind != PartText {
 				return nil, badRequest("system: only text blocks are allowed")
 			}
-			r.System = append(r.System, p.Text)
+			// Claude Code's billing header is Anthropic's alone, and
+			// changes with every request (see billingPrefix).
+			text, ok := stripBillingHeader(p.Text)
+			if ok && strings.TrimSpace(text) == "" {
+				continue
+			}
+			r.System = append(r.System, text)
 		}
 	}
 	for i, msg := range m.Messages {
