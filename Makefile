@@ -6,7 +6,13 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PROTO_DIR := wire/proto
 PROTO_FILES := $(wildcard $(PROTO_DIR)/iop/v1/*.proto)
 
-.PHONY: proto test lint ci
+# The agent clients internal/agentconform runs, pinned: the builds users
+# install from npm, into .cache/clients (make clients; .ci/run does).
+CLAUDE_CODE := @anthropic-ai/claude-code@2.1.337
+CODEX := @openai/codex@0.171.0
+CLIENTS_DIR := .cache/clients
+
+.PHONY: proto test lint ci clients
 
 proto:
 	@command -v protoc >/dev/null || { echo "protoc missing: run .ci/run or apt-get install protobuf-compiler" >&2; exit 1; }
@@ -26,6 +32,12 @@ test:
 # staticcheck step). No file depends on the race build tag.
 lint:
 	GOFLAGS="$$GOFLAGS -race" go run -race=false $(STATICCHECK) ./...
+
+# npm links each client's command into $(CLIENTS_DIR)/node_modules/.bin;
+# the test finds them through IOP_CLAUDE and IOP_CODEX.
+clients:
+	@command -v npm >/dev/null || { echo "npm missing: run .ci/run or apt-get install npm" >&2; exit 1; }
+	npm install --prefix $(CLIENTS_DIR) --no-save --no-audit --no-fund --loglevel=error $(CLAUDE_CODE) $(CODEX) </dev/null
 
 ci:
 	bash .ci/run

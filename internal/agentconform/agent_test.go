@@ -1,0 +1,310 @@
+package agentconform_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/iop-dev/iop/edge"
+	"github.com/iop-dev/iop/edge/nodes"
+	"github.com/iop-dev/iop/execution"
+	"github.com/iop-dev/iop/execution/adapters/anthropic"
+	oaadapter "github.com/iop-dev/iop/execution/adapters/openai"
+	"github.com/iop-dev/iop/execution/upstreamtest"
+	"github.com/iop-dev/iop/node"
+)
+
+const (
+	apiKey    = "sk-agent-0123456789abcdef0123456789abcdef"
+	nodeToken = "node-token-0123456789abcdef0123"
+
+	// command is what the model asks the client's shell to run, and
+	// output what it prints: the command does not hold its output, so a
+	// request that does holds the tool's result.
+	command = "printf 'iop-tool-%s' ran > out.txt && cat out.txt"
+	output  = "iop-tool-ran"
+	answer  = "The tool said " + output + "."
+
+	// billing begins Claude Code's system prompt; no local provider may
+	// be sent it (llmapi.DropBillingHeader).
+	billing = "x-anthropic-billing-header"
+)
+
+// The routes, one per format the provider behind it speaks, and the API
+// each one's provider is called with.
+var routes = []struct{ model, api string }{
+	{"via-anthropic", "messages"},
+	{"via-chat", "chat"},
+	{"via-responses", "responses"},
+}
+
+// TestClaudeCode: Claude Code, given a task, calls its Bash tool as the
+// model asks, runs the command, and prints the model's answer, through
+// every route: relayed untranslated to an Anthropic-format provider, and
+// translated to Chat Completions and to Responses. No provider (all are
+// local) is sent the billing line.
+func TestClaudeCode(t *testing.T) {
+	bin := client(t, "IOP_CLAUDE", "claude")
+	g := newGateway(t)
+	for _, rt := range routes {
+		t.Run(rt.model, func(t *testing.T) {
+			home, dir := t.TempDir(), t.TempDir()
+			before := len(g.up.Requests())
+			out := run(t, bin, dir, environ(home,
+				"ANTHROPIC_BASE_URL="+g.url,
+				"ANTHROPIC_AUTH_TOKEN="+apiKey,
+				"ANTHROPIC_MODEL="+rt.model,
+				"ANTHROPIC_DEFAULT_HAIKU_MODEL="+rt.model,
+				"CLAUDE_CODE_MAX_RETRIES=0",
+				"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+				"DISABLE_AUTOUPDATER=1",
+				"DISABLE_TELEMETRY=1",
+				"DISABLE_ERROR_REPORTING=1",
+			), "-p", "Run the check.", "--output-format", "json", "--allowedTools", "Bash")
+			var res struct {
+				IsError bool   `json:"is_error"`
+				Result  string `json:"result"`
+			}
+			if err := json.Unmarshal([]byte(out), &res); err != nil || res.IsError || !strings.Contains(res.Result, answer) {
+				t.Fatalf("Claude Code printed %s", out)
+			}
+			ran(t, dir)
+			calls := g.calls(t, before, rt.api)
+			for _, q := range calls {
+				if bytes.Contains(q.Body, []byte(billing)) {
+					t.Errorf("the provider was sent Claude Code's billing line: %.300s", q.Body)
+				}
+			}
+		})
+	}
+}
+
+// TestCodex: Codex, given a task, calls its shell tool as the model asks,
+// runs the command, and prints the model's answer, through every route:
+// relayed untranslated to a Responses provider, and translated to Chat
+// Completions and to Anthropic Messages.
+func TestCodex(t *testing.T) {
+	bin := client(t, "IOP_CODEX", "codex")
+	g := newGateway(t)
+	for _, rt := range routes {
+		t.Run(rt.model, func(t *testing.T) {
+			home, dir := t.TempDir(), t.TempDir()
+			codexHome := filepath.Join(home, ".codex")
+			config := fmt.Sprintf("model = %q\nmodel_provider = \"iop\"\n\n[model_providers.iop]\nname = \"IOP\"\nbase_url = %q\nenv_key = \"IOP_API_KEY\"\nwire_api = \"responses\"\n",
+				rt.model, g.url+"/v1")
+			if err := os.MkdirAll(codexHome, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			before := len(g.up.Requests())
+			out := run(t, bin, dir, environ(home, "CODEX_HOME="+codexHome, "IOP_API_KEY="+apiKey),
+				"exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "Run the check.")
+			if !strings.Contains(out, answer) {
+				t.Fatalf("Codex printed %s", out)
+			}
+			ran(t, dir)
+			g.calls(t, before, rt.api)
+		})
+	}
+}
+
+// client is the path of a client's binary: the environment variable
+// env's, or name on PATH. Without either the test skips, or fails under
+// IOP_REQUIRE_CLIENTS=1.
+func client(t *testing.T, env, name string) string {
+	t.Helper()
+	if p := os.Getenv(env); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if os.Getenv("IOP_REQUIRE_CLIENTS") == "1" {
+		t.Fatalf("no %s: set %s or put it on PATH (make clients installs it)", name, env)
+	}
+	t.Skipf("no %s (set %s, or IOP_REQUIRE_CLIENTS=1 to fail instead)", name, env)
+	return ""
+}
+
+// environ is a client's whole environment: a home of its own, this
+// process's PATH (the client's shell runs the command), and vars; nothing
+// else of this process's (no key of the user's) reaches it.
+func environ(home string, vars ...string) []string {
+	return append([]string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8", "NO_COLOR=1"}, vars...)
+}
+
+// run runs bin in dir with no standard input and returns its standard
+// output; a failure, or a run past three minutes, fails the test with
+// both outputs.
+func run(t *testing.T, bin, dir string, env []string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir, cmd.Env = dir, env
+	// A process the client left holding its output does not hold the test.
+	cmd.WaitDelay = 10 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), err, stdout.Bytes(), stderr.Bytes())
+	}
+	return stdout.String()
+}
+
+// ran checks that the command ran in dir.
+func ran(t *testing.T, dir string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "out.txt"))
+	if err != nil || string(b) != output {
+		t.Fatalf("the command did not run in the client's directory: %q, %v", b, err)
+	}
+}
+
+// gateway is a real Edge and Node on loopback, the Node hosting three
+// local providers of one fake upstream: one that speaks Anthropic
+// Messages, one only Chat Completions, one only Responses.
+type gateway struct {
+	url string
+	up  *upstreamtest.Server
+}
+
+func newGateway(t *testing.T) *gateway {
+	t.Helper()
+	models := []string{"up-model"}
+	up := upstreamtest.New(upstreamtest.Config{Models: models, Reply: reply})
+	upURL := up.Start()
+	t.Cleanup(up.Close)
+	an, err := anthropic.New(anthropic.Config{ID: "anthropic", BaseURL: upURL, Models: models, Category: execution.CategoryLocal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat, err := oaadapter.New(oaadapter.Config{ID: "chat", BaseURL: upURL, Models: models})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := oaadapter.New(oaadapter.Config{ID: "responses", BaseURL: upURL, Models: models})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := edge.New(edge.Config{
+		Epoch: 1,
+		Nodes: []nodes.Record{{ID: "box", TokenHash: nodes.HashToken(nodeToken), Providers: []nodes.ProviderSpec{
+			{ID: "anthropic", Adapter: "anthropic", Category: execution.CategoryLocal, Models: models, Capacity: 4},
+			{ID: "chat", Adapter: "openai", Category: execution.CategoryLocal, Models: models, Capacity: 4, APIs: []string{"chat"}},
+			{ID: "responses", Adapter: "openai", Category: execution.CategoryLocal, Models: models, Capacity: 4, APIs: []string{"responses"}},
+		}}},
+		APIKeys: []edge.APIKey{{Name: "dev", Hash: edge.HashKey(apiKey), Models: []string{"*"}}},
+		Routes: []edge.Route{
+			{Model: "via-anthropic", Targets: []edge.Target{{ProviderID: "anthropic", Model: "up-model"}}},
+			{Model: "via-chat", Targets: []edge.Target{{ProviderID: "chat", Model: "up-model"}}},
+			{Model: "via-responses", Targets: []edge.Target{{ProviderID: "responses", Model: "up-model"}}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := node.New(node.Config{EdgeAddr: nodeLn.Addr().String(), NodeID: "box", Token: nodeToken,
+		Providers: []node.Hosted{{Provider: an}, {Provider: chat}, {Provider: resp}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.Serve(apiLn) })
+	wg.Go(func() { srv.ServeNodes(nodeLn) })
+	wg.Go(func() { rt.Run(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		srv.Close()
+		wg.Wait()
+	})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, ok := srv.Registry().Current("box"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Node did not connect")
+		}
+	}
+	return &gateway{url: "http://" + apiLn.Addr().String(), up: up}
+}
+
+// calls returns the model calls the upstream saw after the first before
+// of its requests (health checks aside), and fails the test unless there
+// are at least two (the tool call and the answer), each of api, the last
+// holding the command's output.
+func (g *gateway) calls(t *testing.T, before int, api string) []*upstreamtest.Request {
+	t.Helper()
+	var out []*upstreamtest.Request
+	for _, q := range g.up.Requests()[before:] {
+		if q.API == "models" {
+			continue
+		}
+		if q.API != api {
+			t.Errorf("the provider was called in %s, want %s", q.API, api)
+		}
+		out = append(out, q)
+	}
+	if len(out) < 2 || !bytes.Contains(out[len(out)-1].Body, []byte(output)) {
+		t.Fatalf("the provider saw %d calls, the last without the tool's output", len(out))
+	}
+	return out
+}
+
+// reply is the model: while a request holds no output of the command, it
+// calls the first shell tool it knows among the client's tools (Claude
+// Code's Bash, Codex's exec_command, or its older shell); then it answers
+// with the output.
+func reply(q *upstreamtest.Request) upstreamtest.Script {
+	if bytes.Contains(q.Body, []byte(output)) {
+		return upstreamtest.Script{Text: []string{"The tool said ", output, "."}}
+	}
+	var body struct {
+		Tools []struct {
+			Name     string `json:"name"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		} `json:"tools"`
+	}
+	json.Unmarshal(q.Body, &body)
+	for _, tool := range body.Tools {
+		name := cmp.Or(tool.Name, tool.Function.Name)
+		var args any
+		switch name {
+		case "Bash":
+			args = map[string]string{"command": command, "description": "Run the check"}
+		case "exec_command":
+			args = map[string]string{"cmd": command}
+		case "shell":
+			args = map[string][]string{"command": {"bash", "-lc", command}}
+		default:
+			continue
+		}
+		a, _ := json.Marshal(args)
+		return upstreamtest.Script{Text: []string{"Running the check."},
+			ToolCalls: []upstreamtest.ToolCall{{ID: "call_iop_1", Name: name, Arguments: string(a)}}}
+	}
+	return upstreamtest.Script{Text: []string{"There is nothing to run."}}
+}

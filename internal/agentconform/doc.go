@@ -1,0 +1,18 @@
+// Package agentconform holds tests only: the real Claude Code and Codex
+// command-line clients, the builds users install from npm, do a small
+// task through a real Edge and Node on loopback, against a fake provider
+// in each format a route's provider may speak (so relayed untranslated
+// and translated both ways). The model calls the client's shell tool, the
+// client runs the command in a scratch directory, sends its output back,
+// and the model's answer, which names it, is what the client prints.
+//
+// These clients send what no SDK's test does: Claude Code a system message
+// among its messages and a billing line that changes with every request,
+// Codex its developer messages, namespaces and tool search. Both were
+// found here first.
+//
+// The binaries are IOP_CLAUDE and IOP_CODEX, or claude and codex on PATH.
+// A client that is missing skips its test, unless IOP_REQUIRE_CLIENTS=1;
+// .ci/run sets it after `make clients` has installed the versions the
+// Makefile pins into .cache/clients.
+package agentconform
