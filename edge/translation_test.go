@@ -1183,7 +1183,7 @@ func TestToolNamesRenamedThroughTranslation(t *testing.T) {
 	names := []string{long, "server.tool", "weather"}
 	var received atomic.Value // []string: the tool names the last upstream request carried
 	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
-		got := upstreamToolNames(q)
+		got := q.ToolNames()
 		received.Store(got)
 		sc := upstreamtest.Script{Text: []string{"Calling."}}
 		for i, n := range got { // the model calls every tool by the name it was given
@@ -1247,28 +1247,6 @@ func TestToolNamesRenamedThroughTranslation(t *testing.T) {
 		}
 	}
 	r.settled()
-}
-
-// upstreamToolNames reads the names of the tools an upstream request
-// offered, in its format.
-func upstreamToolNames(q *upstreamtest.Request) []string {
-	var body struct {
-		Tools []struct {
-			Name     string `json:"name"`
-			Function struct {
-				Name string `json:"name"`
-			} `json:"function"`
-		} `json:"tools"`
-	}
-	json.Unmarshal(q.Body, &body)
-	var names []string
-	for _, t := range body.Tools {
-		if t.Name == "" {
-			t.Name = t.Function.Name // Chat Completions
-		}
-		names = append(names, t.Name)
-	}
-	return names
 }
 
 // TestTranslatedOutputLimit: Anthropic requires an output limit, and a

@@ -139,6 +139,31 @@ type Request struct {
 	finished atomic.Bool
 }
 
+// ToolNames are the names of the tools the request offers, in its
+// format's place for them (Chat Completions' function.name, the name of
+// an Anthropic or Responses tool), in order; nil for a body with none.
+// The body is decoded at each call: the server does not, so a request's
+// cost does not depend on its tools.
+func (q *Request) ToolNames() []string {
+	var body struct {
+		Tools []struct {
+			Name     string `json:"name"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		} `json:"tools"`
+	}
+	json.Unmarshal(q.Body, &body)
+	var names []string
+	for _, t := range body.Tools {
+		if t.Name == "" {
+			t.Name = t.Function.Name
+		}
+		names = append(names, t.Name)
+	}
+	return names
+}
+
 // Config configures a Server.
 type Config struct {
 	// Models are listed by /v1/models and /api/tags. Empty means

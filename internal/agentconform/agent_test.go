@@ -2,7 +2,6 @@ package agentconform_test
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -280,17 +279,7 @@ func reply(q *upstreamtest.Request) upstreamtest.Script {
 	if bytes.Contains(q.Body, []byte(output)) {
 		return upstreamtest.Script{Text: []string{"The tool said ", output, "."}}
 	}
-	var body struct {
-		Tools []struct {
-			Name     string `json:"name"`
-			Function struct {
-				Name string `json:"name"`
-			} `json:"function"`
-		} `json:"tools"`
-	}
-	json.Unmarshal(q.Body, &body)
-	for _, tool := range body.Tools {
-		name := cmp.Or(tool.Name, tool.Function.Name)
+	for _, name := range q.ToolNames() {
 		var args any
 		switch name {
 		case "Bash":
