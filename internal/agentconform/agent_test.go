@@ -33,6 +33,8 @@ const (
 	command = "printf 'iop-tool-%s' ran > out.txt && cat out.txt"
 	output  = "iop-tool-ran"
 	answer  = "The tool said " + output + "."
+	// thinking is the model's, before its tool call.
+	thinking = "The user wants the check run."
 
 	// billing begins Claude Code's system prompt; no local provider may
 	// be sent it (llmapi.DropBillingHeader).
@@ -252,7 +254,8 @@ func newGateway(t *testing.T) *gateway {
 // calls returns the model calls the upstream saw after the first before
 // of its requests (health checks aside), and fails the test unless there
 // are at least two (the tool call and the answer), each of api, the last
-// holding the command's output.
+// holding the command's output and, to an Anthropic-format provider, the
+// model's thinking.
 func (g *gateway) calls(t *testing.T, before int, api string) []*upstreamtest.Request {
 	t.Helper()
 	var out []*upstreamtest.Request
@@ -268,13 +271,19 @@ func (g *gateway) calls(t *testing.T, before int, api string) []*upstreamtest.Re
 	if len(out) < 2 || !bytes.Contains(out[len(out)-1].Body, []byte(output)) {
 		t.Fatalf("the provider saw %d calls, the last without the tool's output", len(out))
 	}
+	// Anthropic needs a tool loop's thinking back, whole: Codex, which
+	// keeps no state at the provider, gives it back sealed in a reasoning
+	// item's encrypted_content.
+	if api == "messages" && !bytes.Contains(out[len(out)-1].Body, []byte(thinking)) {
+		t.Errorf("the model's thinking did not come back: %.300s", out[len(out)-1].Body)
+	}
 	return out
 }
 
 // reply is the model: while a request holds no output of the command, it
-// calls the first shell tool it knows among the client's tools (Claude
-// Code's Bash, Codex's exec_command, or its older shell); then it answers
-// with the output.
+// thinks and calls the first shell tool it knows among the client's tools
+// (Claude Code's Bash, Codex's exec_command, or its older shell); then it
+// answers with the output.
 func reply(q *upstreamtest.Request) upstreamtest.Script {
 	if bytes.Contains(q.Body, []byte(output)) {
 		return upstreamtest.Script{Text: []string{"The tool said ", output, "."}}
@@ -292,7 +301,7 @@ func reply(q *upstreamtest.Request) upstreamtest.Script {
 			continue
 		}
 		a, _ := json.Marshal(args)
-		return upstreamtest.Script{Text: []string{"Running the check."},
+		return upstreamtest.Script{Reasoning: []string{thinking}, Text: []string{"Running the check."},
 			ToolCalls: []upstreamtest.ToolCall{{ID: "call_iop_1", Name: name, Arguments: string(a)}}}
 	}
 	return upstreamtest.Script{Text: []string{"There is nothing to run."}}

@@ -2,9 +2,11 @@
 // command-line clients, the builds users install from npm, do a small
 // task through a real Edge and Node on loopback, against a fake provider
 // in each format a route's provider may speak (so relayed untranslated
-// and translated both ways). The model calls the client's shell tool, the
-// client runs the command in a scratch directory, sends its output back,
-// and the model's answer, which names it, is what the client prints.
+// and translated both ways). The model thinks and calls the client's
+// shell tool, the client runs the command in a scratch directory, sends
+// its output back (and the thinking, which an Anthropic-format provider
+// needs back in a tool loop), and the model's answer, which names the
+// output, is what the client prints.
 //
 // These clients send what no SDK's test does: Claude Code a system message
 // among its messages and a billing line that changes with every request,
