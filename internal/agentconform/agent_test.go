@@ -5,7 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +41,14 @@ const (
 	// thinking is the model's, before its tool call.
 	thinking = "The user wants the check run."
 
+	// keepAlive is the Edge's keep-alive interval. The model's first turn
+	// is slow to begin (its head comes after five intervals, as a local
+	// model's does after its prefill) and falls silent between chunks, so
+	// every client is sent the Edge's keep-alives: before the provider's
+	// head, a stream the Edge begins itself; in the stream, its format's
+	// heartbeat (Anthropic's ping, Responses' response.in_progress).
+	keepAlive = 50 * time.Millisecond
+
 	// billing begins Claude Code's system prompt; no local provider may
 	// be sent it (llmapi.DropBillingHeader).
 	billing = "x-anthropic-billing-header"
@@ -52,8 +65,9 @@ var routes = []struct{ model, api string }{
 // TestClaudeCode: Claude Code, given a task, calls its Bash tool as the
 // model asks, runs the command, and prints the model's answer, through
 // every route: relayed untranslated to an Anthropic-format provider, and
-// translated to Chat Completions and to Responses. No provider (all are
-// local) is sent the billing line.
+// translated to Chat Completions and to Responses. It takes the Edge's
+// pings (before the provider's head and between its chunks) in its
+// stride. No provider (all are local) is sent the billing line.
 func TestClaudeCode(t *testing.T) {
 	bin := client(t, "IOP_CLAUDE", "claude")
 	g := newGateway(t)
@@ -61,6 +75,7 @@ func TestClaudeCode(t *testing.T) {
 		t.Run(rt.model, func(t *testing.T) {
 			home, dir := t.TempDir(), t.TempDir()
 			before := len(g.up.Requests())
+			answered := g.tap.kept()
 			out := run(t, bin, dir, environ(home,
 				"ANTHROPIC_BASE_URL="+g.url,
 				"ANTHROPIC_AUTH_TOKEN="+apiKey,
@@ -80,6 +95,11 @@ func TestClaudeCode(t *testing.T) {
 				t.Fatalf("Claude Code printed %s", out)
 			}
 			ran(t, dir)
+			// The Edge's pings, past the one an Anthropic-format provider
+			// sends in each of its answers.
+			if sent := g.tap.since(answered); bytes.Count(sent, []byte("event: ping")) < 5 {
+				t.Errorf("Claude Code was sent no keep-alive:\n%s", sent)
+			}
 			calls := g.calls(t, before, rt.api)
 			for _, q := range calls {
 				if bytes.Contains(q.Body, []byte(billing)) {
@@ -93,7 +113,9 @@ func TestClaudeCode(t *testing.T) {
 // TestCodex: Codex, given a task, calls its shell tool as the model asks,
 // runs the command, and prints the model's answer, through every route:
 // relayed untranslated to a Responses provider, and translated to Chat
-// Completions and to Anthropic Messages.
+// Completions and to Anthropic Messages. It takes the Edge's heartbeats
+// (response.in_progress, renumbered among a relayed stream's events) in
+// its stride.
 func TestCodex(t *testing.T) {
 	bin := client(t, "IOP_CODEX", "codex")
 	g := newGateway(t)
@@ -110,12 +132,18 @@ func TestCodex(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := len(g.up.Requests())
+			answered := g.tap.kept()
 			out := run(t, bin, dir, environ(home, "CODEX_HOME="+codexHome, "IOP_API_KEY="+apiKey),
 				"exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "Run the check.")
 			if !strings.Contains(out, answer) {
 				t.Fatalf("Codex printed %s", out)
 			}
 			ran(t, dir)
+			// The Edge's heartbeats, past the one event of the answer's
+			// start (and any of the provider's own).
+			if sent := g.tap.since(answered); bytes.Count(sent, []byte("event: response.in_progress")) < 3 {
+				t.Errorf("Codex was sent no heartbeat:\n%s", sent)
+			}
 			g.calls(t, before, rt.api)
 		})
 	}
@@ -178,8 +206,50 @@ func ran(t *testing.T, dir string) {
 // local providers of one fake upstream: one that speaks Anthropic
 // Messages, one only Chat Completions, one only Responses.
 type gateway struct {
-	url string
+	url string // the tap's
 	up  *upstreamtest.Server
+	tap *tap
+}
+
+// tap is a reverse proxy in front of the Edge that keeps the answers'
+// bytes, so a test sees what its client was sent.
+type tap struct {
+	mu      sync.Mutex
+	answers [][]byte
+}
+
+// kept is how many answers the tap has kept.
+func (tp *tap) kept() int {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return len(tp.answers)
+}
+
+// since returns the answers the tap kept after the first n, joined.
+func (tp *tap) since(n int) []byte {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return bytes.Join(tp.answers[min(n, len(tp.answers)):], nil)
+}
+
+// taped is an answer's body, kept as the client reads it.
+type taped struct {
+	io.ReadCloser
+	tp  *tap
+	buf bytes.Buffer
+}
+
+func (b *taped) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.buf.Write(p[:n])
+	return n, err
+}
+
+func (b *taped) Close() error {
+	b.tp.mu.Lock()
+	b.tp.answers = append(b.tp.answers, b.buf.Bytes())
+	b.tp.mu.Unlock()
+	return b.ReadCloser.Close()
 }
 
 func newGateway(t *testing.T) *gateway {
@@ -207,7 +277,8 @@ func newGateway(t *testing.T) *gateway {
 			{ID: "chat", Adapter: "openai", Category: execution.CategoryLocal, Models: models, Capacity: 4, APIs: []string{"chat"}},
 			{ID: "responses", Adapter: "openai", Category: execution.CategoryLocal, Models: models, Capacity: 4, APIs: []string{"responses"}},
 		}}},
-		APIKeys: []edge.APIKey{{Name: "dev", Hash: edge.HashKey(apiKey), Models: []string{"*"}}},
+		APIKeys:   []edge.APIKey{{Name: "dev", Hash: edge.HashKey(apiKey), Models: []string{"*"}}},
+		KeepAlive: keepAlive,
 		Routes: []edge.Route{
 			{Model: "via-anthropic", Targets: []edge.Target{{ProviderID: "anthropic", Model: "up-model"}}},
 			{Model: "via-chat", Targets: []edge.Target{{ProviderID: "chat", Model: "up-model"}}},
@@ -248,7 +319,18 @@ func newGateway(t *testing.T) *gateway {
 			t.Fatal("the Node did not connect")
 		}
 	}
-	return &gateway{url: "http://" + apiLn.Addr().String(), up: up}
+	edgeURL, _ := url.Parse("http://" + apiLn.Addr().String())
+	tp := &tap{}
+	front := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(edgeURL) },
+		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Body = &taped{ReadCloser: resp.Body, tp: tp}
+			return nil
+		},
+	})
+	t.Cleanup(front.Close)
+	return &gateway{url: front.URL, up: up, tap: tp}
 }
 
 // calls returns the model calls the upstream saw after the first before
@@ -302,7 +384,8 @@ func reply(q *upstreamtest.Request) upstreamtest.Script {
 		}
 		a, _ := json.Marshal(args)
 		return upstreamtest.Script{Reasoning: []string{thinking}, Text: []string{"Running the check."},
-			ToolCalls: []upstreamtest.ToolCall{{ID: "call_iop_1", Name: name, Arguments: string(a)}}}
+			ToolCalls: []upstreamtest.ToolCall{{ID: "call_iop_1", Name: name, Arguments: string(a)}},
+			HeadDelay: 5 * keepAlive, ChunkDelay: 2 * keepAlive}
 	}
 	return upstreamtest.Script{Text: []string{"There is nothing to run."}}
 }

@@ -6,7 +6,9 @@
 // shell tool, the client runs the command in a scratch directory, sends
 // its output back (and the thinking, which an Anthropic-format provider
 // needs back in a tool loop), and the model's answer, which names the
-// output, is what the client prints.
+// output, is what the client prints. The model is slow to begin and
+// pauses between chunks, so each client is also sent the Edge's
+// keep-alives, which a tap between it and the Edge counts.
 //
 // These clients send what no SDK's test does: Claude Code a system message
 // among its messages and a billing line that changes with every request,
