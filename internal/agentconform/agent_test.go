@@ -212,44 +212,48 @@ type gateway struct {
 }
 
 // tap is a reverse proxy in front of the Edge that keeps the answers'
-// bytes, so a test sees what its client was sent.
+// bytes as it passes them on, so a test sees what its client was sent.
 type tap struct {
 	mu      sync.Mutex
 	answers [][]byte
 }
 
-// kept is how many answers the tap has kept.
+// kept is how many answers the tap has begun to pass on.
 func (tp *tap) kept() int {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	return len(tp.answers)
 }
 
-// since returns the answers the tap kept after the first n, joined.
+// since returns the bytes of the answers after the first n, joined: every
+// byte a client was sent, since the tap keeps each before passing it on.
 func (tp *tap) since(n int) []byte {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	return bytes.Join(tp.answers[min(n, len(tp.answers)):], nil)
 }
 
-// taped is an answer's body, kept as the client reads it.
+// answer wraps the body of an answer the tap passes on.
+func (tp *tap) answer(body io.ReadCloser) io.ReadCloser {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	tp.answers = append(tp.answers, nil)
+	return &taped{ReadCloser: body, tp: tp, i: len(tp.answers) - 1}
+}
+
+// taped is an answer's body, kept as the proxy reads it.
 type taped struct {
 	io.ReadCloser
-	tp  *tap
-	buf bytes.Buffer
+	tp *tap
+	i  int
 }
 
 func (b *taped) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	b.buf.Write(p[:n])
-	return n, err
-}
-
-func (b *taped) Close() error {
 	b.tp.mu.Lock()
-	b.tp.answers = append(b.tp.answers, b.buf.Bytes())
+	b.tp.answers[b.i] = append(b.tp.answers[b.i], p[:n]...)
 	b.tp.mu.Unlock()
-	return b.ReadCloser.Close()
+	return n, err
 }
 
 func newGateway(t *testing.T) *gateway {
@@ -325,7 +329,7 @@ func newGateway(t *testing.T) *gateway {
 		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(edgeURL) },
 		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
-			resp.Body = &taped{ReadCloser: resp.Body, tp: tp}
+			resp.Body = tp.answer(resp.Body)
 			return nil
 		},
 	})
