@@ -382,6 +382,9 @@ func fail(w http.ResponseWriter, a api, status int, typ, msg string, code any) {
 		w.Write(llmapi.AnthropicErrorBody(anthropicType(status, typ), msg, rid))
 		return
 	}
+	if code == nil {
+		code = llmapi.OpenAIErrorCode(typ)
+	}
 	oa := "invalid_request_error"
 	switch {
 	case typ == "rate_limit":

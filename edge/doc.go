@@ -161,7 +161,12 @@
 // output comes) is answered with an HTTP error status (429 for a rate
 // limit, 503 or 529 for an overload), streamed request or not, so that
 // clients' retry rules see it; except where a stream began without the
-// provider's head (below), when the error event ends it.
+// provider's head (below), when the error event ends it. A translated
+// refusal of a prompt past the model's context window, in whatever words
+// the provider's server uses (llmapi.ContextOverflow), is told as the
+// client's format tells it: a message that says the prompt is too long
+// (Claude Code compacts its conversation on it), and to an OpenAI-format
+// client the code context_length_exceeded (which Codex reports as such).
 // Every 429 and 503 (529) the Edge writes carries Retry-After: a key
 // limit's time to its next slot, a translated provider refusal's own
 // delay (at most an hour), the queue timeout and a second for a request

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -1283,21 +1284,12 @@ func retryAfter(provider string) string {
 
 // providerError maps a provider's error answer to the client's terms. A
 // message from a 4xx is passed on, bounded; a 5xx says only what failed.
+// A refusal that says the prompt does not fit the model's context window
+// (llmapi.ContextOverflow) is told as such, in words Claude Code acts on
+// ("prompt is too long") and, to an OpenAI-format client, with OpenAI's
+// code for it.
 func providerError(status int, body []byte) *llmapi.APIError {
-	var e struct {
-		Error json.RawMessage `json:"error"`
-	}
-	msg := ""
-	if json.Unmarshal(body, &e) == nil {
-		var inner struct {
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(e.Error, &inner) == nil {
-			msg = inner.Message
-		} else {
-			json.Unmarshal(e.Error, &msg)
-		}
-	}
+	msg, typ, code := providerErrorText(body)
 	if len(msg) > 300 {
 		msg = msg[:300]
 	}
@@ -1307,12 +1299,50 @@ func providerError(status int, body []byte) *llmapi.APIError {
 	case status == 529 || status == http.StatusServiceUnavailable:
 		return &llmapi.APIError{Status: 503, Type: "overloaded", Message: "The model provider is overloaded."}
 	case status == http.StatusBadRequest || status == http.StatusUnprocessableEntity || status == http.StatusRequestEntityTooLarge:
+		if llmapi.ContextOverflow(msg, typ, code) {
+			return &llmapi.APIError{Status: 400, Type: "context_length", Message: "The prompt is too long for the model's context window; the model provider said: " + msg}
+		}
 		if msg == "" {
-			msg = "The model provider refused the request."
+			return &llmapi.APIError{Status: 400, Type: "invalid_request", Message: "The model provider refused the request."}
 		}
 		return &llmapi.APIError{Status: 400, Type: "invalid_request", Message: "The model provider refused the request: " + msg}
 	}
 	return &llmapi.APIError{Status: 502, Type: "api_error", Message: fmt.Sprintf("The model provider answered %d.", status)}
+}
+
+// providerErrorText reads an error answer's message, type and code in the
+// shapes model servers give them: OpenAI's and Anthropic's {"error":
+// {"message", "type", "code"}}, Ollama's and TGI's {"error": "..."},
+// vLLM's older {"object": "error", "message", "type"} and FastAPI's
+// {"detail": "..."}. What is not there is "".
+func providerErrorText(body []byte) (msg, typ, code string) {
+	var e struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Detail  json.RawMessage `json:"detail"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return "", "", ""
+	}
+	var inner struct {
+		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Code    json.RawMessage `json:"code"`
+	}
+	if json.Unmarshal(e.Error, &inner) == nil {
+		msg, typ = inner.Message, inner.Type
+		json.Unmarshal(inner.Code, &code) // a string; a number (vLLM's status) is no code
+	} else {
+		json.Unmarshal(e.Error, &msg)
+	}
+	if msg == "" {
+		msg, typ = e.Message, cmp.Or(typ, e.Type)
+	}
+	if msg == "" {
+		json.Unmarshal(e.Detail, &msg)
+	}
+	return msg, typ, code
 }
 
 // plausible reports whether every count in u is one a provider could have

@@ -2050,6 +2050,76 @@ func TestBillingHeaderLeftOut(t *testing.T) {
 	r.settled()
 }
 
+// TestContextOverflowTold: a provider's refusal of a prompt past its
+// model's context window, in any server's words and shape, reaches a
+// client of another format as that format's own: an Anthropic client's
+// message says the prompt is too long (Claude Code compacts its
+// conversation on it), an OpenAI-format client's error has the code
+// context_length_exceeded (Codex tells its user so). Any other refusal
+// keeps the provider's message, from vLLM's older shape too.
+func TestContextOverflowTold(t *testing.T) {
+	bodies := map[string]string{
+		// vLLM before 0.10, SGLang.
+		"vllm":      `{"object":"error","message":"This model's maximum context length is 32768 tokens. However, you requested 40000 tokens (39000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}`,
+		"llamacpp":  `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":40000,"n_ctx":32768}}`,
+		"anthropic": `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 215692 tokens > 200000 maximum"}}`,
+		"openai":    `{"error":{"message":"Your input exceeds the context window of this model. Please adjust your input and try again.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}`,
+		"fastapi":   `{"detail":"Prompt too long: 32799 tokens exceeds max context window of 32768 tokens"}`,
+		"other":     `{"object":"error","message":"max_tokens must be at least 1, got 0.","type":"BadRequestError","param":null,"code":400}`,
+	}
+	r := newRig(t, rigOpts{reply: func(q *upstreamtest.Request) upstreamtest.Script {
+		return upstreamtest.Script{Status: http.StatusBadRequest, ErrorBody: bodies[strings.TrimPrefix(q.Prompt, "overflow ")]}
+	}})
+	oa := map[string]string{"Authorization": "Bearer " + apiKey}
+	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
+	for _, c := range []struct {
+		server, path, model string
+		header              map[string]string
+		overflow            bool
+	}{
+		{"vllm", "/v1/messages", "via-chat", an, true},
+		{"llamacpp", "/v1/responses", "via-chat", oa, true},
+		{"fastapi", "/v1/messages", "via-responses", an, true},
+		{"anthropic", "/v1/chat/completions", "via-anthropic", oa, true},
+		{"openai", "/v1/chat/completions", "via-responses", oa, true},
+		{"other", "/v1/messages", "via-chat", an, false},
+		{"other", "/v1/responses", "via-chat", oa, false},
+	} {
+		var body string
+		switch c.path {
+		case "/v1/messages":
+			body = `{"model":"` + c.model + `","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"overflow ` + c.server + `"}]}`
+		case "/v1/responses":
+			body = `{"model":"` + c.model + `","stream":true,"input":"overflow ` + c.server + `"}`
+		default:
+			body = chatJSON(c.model, "overflow "+c.server)
+		}
+		resp, out := r.do(t, "POST", c.path, body, c.header)
+		var e struct {
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+				Code    any    `json:"code"`
+			} `json:"error"`
+		}
+		if resp.StatusCode != http.StatusBadRequest || json.Unmarshal([]byte(out), &e) != nil || e.Error.Type != "invalid_request_error" {
+			t.Errorf("%s to %s %s: %d %s", c.server, c.path, c.model, resp.StatusCode, out)
+			continue
+		}
+		told := strings.Contains(strings.ToLower(e.Error.Message), "prompt is too long")
+		if c.path != "/v1/messages" {
+			told = e.Error.Code == "context_length_exceeded"
+		}
+		if told != c.overflow {
+			t.Errorf("%s to %s %s: told as an overflow %v, want %v: %s", c.server, c.path, c.model, told, c.overflow, out)
+		}
+		if c.server == "other" && !strings.Contains(e.Error.Message, "max_tokens must be at least 1") {
+			t.Errorf("%s to %s: the provider's message was lost: %s", c.server, c.path, out)
+		}
+	}
+	r.settled()
+}
+
 // TestSlowHeadKeptAlive: a provider that sends no head for a while
 // (Ollama sends none until its first token: after a model load and the
 // prompt's prefill) does not leave a stream's client without a byte:

@@ -82,6 +82,9 @@ type Script struct {
 	Status int
 	// RetryAfter, when set, is the Retry-After header of an error answer.
 	RetryAfter string
+	// ErrorBody, when set, is an error answer's body, verbatim, in place
+	// of the API's error body: a model server's own shape and words.
+	ErrorBody string
 	// ArgumentsInChunks splits each tool call's arguments into this many
 	// streamed fragments (default 3).
 	ArgumentsInChunks int
@@ -525,6 +528,12 @@ func prelude(w http.ResponseWriter, r *http.Request, api string, sc *Script) boo
 			kind = "authentication_error"
 		case 529:
 			kind = "overloaded_error"
+		}
+		if sc.ErrorBody != "" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(sc.Status)
+			io.WriteString(w, sc.ErrorBody)
+			return false
 		}
 		writeErr(w, api, sc.Status, kind, "scripted upstream error")
 		return false

@@ -2,9 +2,60 @@ package llmapi
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/iop-dev/iop/execution"
 )
+
+// OpenAIErrorCode is the code OpenAI's error shape gives a failure of
+// canonical type typ, nil where it gives none: context_length_exceeded
+// for a prompt past the model's context window, which OpenAI's SDKs and
+// Codex tell apart from any other refusal.
+func OpenAIErrorCode(typ string) any {
+	if typ == "context_length" {
+		return "context_length_exceeded"
+	}
+	return nil
+}
+
+// contextOverflow holds, lowercased, what model servers say when a prompt
+// does not fit the model's context window: OpenAI's code, Anthropic's
+// message, vLLM's and SGLang's ("This model's maximum context length
+// is..."), llama.cpp's ("the request exceeds the available context
+// size", its type exceed_context_size_error), Ollama's, TGI's and the
+// hosted APIs' phrasings.
+var contextOverflow = []string{
+	"context_length_exceeded",
+	"exceed_context_size",
+	"prompt is too long",
+	"prompt too long",
+	"maximum context length",
+	"context length exceeded",
+	"exceeds the context window",
+	"exceeds the available context size",
+	"exceeds the maximum context",
+	"longer than the model's context length",
+	"longer than the maximum model length",
+	"input is too long for requested model",
+}
+
+// ContextOverflow reports whether a provider's refusal, given by its
+// message, type and code, says that the prompt does not fit the model's
+// context window; the Edge then tells its client so in the client's own
+// terms (type context_length), which Claude Code and Codex act on (Claude
+// Code compacts its conversation on a message that says "prompt is too
+// long").
+func ContextOverflow(message, typ, code string) bool {
+	for _, s := range [...]string{message, typ, code} {
+		s = strings.ToLower(s)
+		for _, p := range contextOverflow {
+			if strings.Contains(s, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // OpenAIErrorBody renders OpenAI's error shape.
 func OpenAIErrorBody(message, typ string, code any) []byte {

@@ -320,8 +320,10 @@ type Event struct {
 type APIError struct {
 	// Status is the HTTP status for a buffered answer.
 	Status int
-	// Type is a canonical type: invalid_request, authentication,
-	// permission, not_found, rate_limit, overloaded, api_error, timeout.
+	// Type is a canonical type: invalid_request, context_length (an
+	// invalid request that does not fit the model's context window),
+	// authentication, permission, not_found, rate_limit, overloaded,
+	// api_error, timeout.
 	Type    string
 	Message string
 }

@@ -337,7 +337,7 @@ func (r *AnthropicRenderer) Body() (int, []byte) {
 
 func anthropicErrorType(e *APIError) string {
 	switch e.Type {
-	case "invalid_request":
+	case "invalid_request", "context_length":
 		return "invalid_request_error"
 	case "authentication":
 		return "authentication_error"
@@ -588,14 +588,14 @@ func OpenAIErrorFrom(e *APIError) (int, []byte) {
 	if e.Type == "overloaded" && status == 529 {
 		status = 503
 	}
-	return status, OpenAIErrorBody(e.Message, openAIErrorType(e), nil)
+	return status, OpenAIErrorBody(e.Message, openAIErrorType(e), OpenAIErrorCode(e.Type))
 }
 
 // openAIErrorType is the OpenAI error type a failure's canonical type
 // stands for.
 func openAIErrorType(e *APIError) string {
 	switch e.Type {
-	case "invalid_request", "not_found":
+	case "invalid_request", "context_length", "not_found":
 		return "invalid_request_error"
 	case "authentication":
 		return "authentication_error"
@@ -940,9 +940,14 @@ func (r *ResponsesRenderer) Event(e Event) []byte {
 }
 
 // responsesError is a failure's Responses error code and message: the
-// OpenAI error type, but rate_limit_exceeded for a rate limit (the code
-// OpenAI gives a failed response, which Codex waits on).
+// OpenAI error type, but the codes OpenAI gives a failed response for a
+// rate limit (rate_limit_exceeded, which Codex waits on) and for a prompt
+// past the context window (context_length_exceeded, which Codex tells
+// its user as such).
 func responsesError(e *APIError) (code, msg string) {
+	if c, ok := OpenAIErrorCode(e.Type).(string); ok {
+		return c, e.Message
+	}
 	if code = openAIErrorType(e); code == "rate_limit_error" {
 		code = "rate_limit_exceeded"
 	}

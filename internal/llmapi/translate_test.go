@@ -2339,3 +2339,53 @@ func sealedFor(t *testing.T, text, signature string) string {
 	}
 	return o.Output[0].EncryptedContent
 }
+
+// TestContextOverflow: the refusals model servers give a prompt past the
+// context window are told apart from their other refusals, by message,
+// type or code.
+func TestContextOverflow(t *testing.T) {
+	for _, c := range []struct {
+		msg, typ, code string
+		want           bool
+	}{
+		{"This model's maximum context length is 32768 tokens. However, you requested 40000 tokens.", "BadRequestError", "", true},
+		{"the request exceeds the available context size, try increasing it", "exceed_context_size_error", "", true},
+		{"prompt is too long: 215692 tokens > 200000 maximum", "invalid_request_error", "", true},
+		{"Your input exceeds the context window of this model.", "invalid_request_error", "context_length_exceeded", true},
+		{"Prompt too long: 32799 tokens exceeds max context window of 32768 tokens", "", "", true},
+		{"Input is too long for requested model.", "ValidationException", "", true},
+		{"max_tokens must be at least 1, got 0.", "BadRequestError", "", false},
+		{"max_tokens: 64000 > 32000, which is the maximum allowed number of output tokens for this model", "invalid_request_error", "", false},
+		{"tools.0.custom.input_schema: JSON schema is invalid", "invalid_request_error", "", false},
+	} {
+		if got := llmapi.ContextOverflow(c.msg, c.typ, c.code); got != c.want {
+			t.Errorf("%q (%s, %s): %v, want %v", c.msg, c.typ, c.code, got, c.want)
+		}
+	}
+}
+
+// TestContextLengthRendered: a failure of type context_length is each
+// format's invalid request, with OpenAI's code context_length_exceeded in
+// the OpenAI formats' error bodies, a Chat stream's error chunk and a
+// Responses stream's response.failed.
+func TestContextLengthRendered(t *testing.T) {
+	e := &llmapi.APIError{Status: 400, Type: "context_length", Message: "The prompt is too long for the model's context window."}
+	if status, body := llmapi.OpenAIErrorFrom(e); status != 400 || !strings.Contains(string(body), `"code":"context_length_exceeded"`) || !strings.Contains(string(body), `"type":"invalid_request_error"`) {
+		t.Errorf("OpenAI body: %d %s", status, body)
+	}
+	start := llmapi.Event{Kind: llmapi.EvStart}
+	fail := llmapi.Event{Kind: llmapi.EvError, Err: e}
+	for name, c := range map[string]struct {
+		r    llmapi.Renderer
+		want string
+	}{
+		"anthropic": {&llmapi.AnthropicRenderer{ID: "m", Streamed: true}, `"type":"invalid_request_error"`},
+		"chat":      {&llmapi.ChatRenderer{ID: "c", Streamed: true}, `"code":"context_length_exceeded"`},
+		"responses": {&llmapi.ResponsesRenderer{ID: "r"}, `"error":{"code":"context_length_exceeded"`},
+	} {
+		out := append(c.r.Event(start), c.r.Event(fail)...)
+		if !strings.Contains(string(out), c.want) {
+			t.Errorf("%s: %s", name, out)
+		}
+	}
+}
