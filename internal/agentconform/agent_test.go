@@ -40,6 +40,8 @@ const (
 	answer  = "The tool said " + output + "."
 	// thinking is the model's, before its tool call.
 	thinking = "The user wants the check run."
+	// overflow is a task the model refuses as past its context window.
+	overflow = "Overflow the context."
 
 	// keepAlive is the Edge's keep-alive interval. The model's first turn
 	// is slow to begin (its head comes after five intervals, as a local
@@ -76,17 +78,7 @@ func TestClaudeCode(t *testing.T) {
 			home, dir := t.TempDir(), t.TempDir()
 			before := len(g.up.Requests())
 			answered := g.tap.kept()
-			out := run(t, bin, dir, environ(home,
-				"ANTHROPIC_BASE_URL="+g.url,
-				"ANTHROPIC_AUTH_TOKEN="+apiKey,
-				"ANTHROPIC_MODEL="+rt.model,
-				"ANTHROPIC_DEFAULT_HAIKU_MODEL="+rt.model,
-				"CLAUDE_CODE_MAX_RETRIES=0",
-				"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
-				"DISABLE_AUTOUPDATER=1",
-				"DISABLE_TELEMETRY=1",
-				"DISABLE_ERROR_REPORTING=1",
-			), "-p", "Run the check.", "--output-format", "json", "--allowedTools", "Bash")
+			out := run(t, bin, dir, g.claudeEnv(home, rt.model), "-p", "Run the check.", "--output-format", "json", "--allowedTools", "Bash")
 			var res struct {
 				IsError bool   `json:"is_error"`
 				Result  string `json:"result"`
@@ -122,19 +114,9 @@ func TestCodex(t *testing.T) {
 	for _, rt := range routes {
 		t.Run(rt.model, func(t *testing.T) {
 			home, dir := t.TempDir(), t.TempDir()
-			codexHome := filepath.Join(home, ".codex")
-			config := fmt.Sprintf("model = %q\nmodel_provider = \"iop\"\n\n[model_providers.iop]\nname = \"IOP\"\nbase_url = %q\nenv_key = \"IOP_API_KEY\"\nwire_api = \"responses\"\n",
-				rt.model, g.url+"/v1")
-			if err := os.MkdirAll(codexHome, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o600); err != nil {
-				t.Fatal(err)
-			}
 			before := len(g.up.Requests())
 			answered := g.tap.kept()
-			out := run(t, bin, dir, environ(home, "CODEX_HOME="+codexHome, "IOP_API_KEY="+apiKey),
-				"exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "Run the check.")
+			out := run(t, bin, dir, g.codexEnv(t, home, rt.model), codexExec("Run the check.")...)
 			if !strings.Contains(out, answer) {
 				t.Fatalf("Codex printed %s", out)
 			}
@@ -147,6 +129,73 @@ func TestCodex(t *testing.T) {
 			g.calls(t, before, rt.api)
 		})
 	}
+}
+
+// TestContextOverflowTold: a provider's refusal of a prompt past its
+// model's context window, in vLLM's words and shape, reaches each client
+// through a translated route as the client's own API would say it: Claude
+// Code ends the turn for its prompt_too_long reason (in a longer
+// conversation it compacts and tries again), Codex says it ran out of
+// room in the model's context window. Before, Claude Code sent the same
+// request again and Codex printed the error's JSON.
+func TestContextOverflowTold(t *testing.T) {
+	g := newGateway(t)
+	t.Run("claude", func(t *testing.T) {
+		bin := client(t, "IOP_CLAUDE", "claude")
+		home, dir := t.TempDir(), t.TempDir()
+		out, stderr, err := execute(bin, dir, g.claudeEnv(home, "via-chat"), "-p", overflow, "--output-format", "json")
+		var res struct {
+			TerminalReason string `json:"terminal_reason"`
+		}
+		if err == nil || json.Unmarshal([]byte(out), &res) != nil || res.TerminalReason != "prompt_too_long" {
+			t.Errorf("Claude Code ended (%v) with %s\nstderr:\n%s", err, out, stderr)
+		}
+	})
+	t.Run("codex", func(t *testing.T) {
+		bin := client(t, "IOP_CODEX", "codex")
+		home, dir := t.TempDir(), t.TempDir()
+		out, stderr, err := execute(bin, dir, g.codexEnv(t, home, "via-chat"), codexExec(overflow)...)
+		if err == nil || !strings.Contains(stderr, "context window") {
+			t.Errorf("Codex ended (%v) with %s\nstderr:\n%s", err, out, stderr)
+		}
+	})
+}
+
+// claudeEnv is Claude Code's environment for model's route, with its
+// home.
+func (g *gateway) claudeEnv(home, model string) []string {
+	return environ(home,
+		"ANTHROPIC_BASE_URL="+g.url,
+		"ANTHROPIC_AUTH_TOKEN="+apiKey,
+		"ANTHROPIC_MODEL="+model,
+		"ANTHROPIC_DEFAULT_HAIKU_MODEL="+model,
+		"CLAUDE_CODE_MAX_RETRIES=0",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+		"DISABLE_AUTOUPDATER=1",
+		"DISABLE_TELEMETRY=1",
+		"DISABLE_ERROR_REPORTING=1",
+	)
+}
+
+// codexEnv writes Codex's configuration for model's route under home and
+// returns its environment.
+func (g *gateway) codexEnv(t *testing.T, home, model string) []string {
+	t.Helper()
+	codexHome := filepath.Join(home, ".codex")
+	config := fmt.Sprintf("model = %q\nmodel_provider = \"iop\"\n\n[model_providers.iop]\nname = \"IOP\"\nbase_url = %q\nenv_key = \"IOP_API_KEY\"\nwire_api = \"responses\"\n",
+		model, g.url+"/v1")
+	if err := os.MkdirAll(codexHome, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return environ(home, "CODEX_HOME="+codexHome, "IOP_API_KEY="+apiKey)
+}
+
+// codexExec is Codex's command line for a task.
+func codexExec(task string) []string {
+	return []string{"exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", task}
 }
 
 // client is the path of a client's binary: the environment variable
@@ -179,18 +228,26 @@ func environ(home string, vars ...string) []string {
 // both outputs.
 func run(t *testing.T, bin, dir string, env []string, args ...string) string {
 	t.Helper()
+	stdout, stderr, err := execute(bin, dir, env, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), err, stdout, stderr)
+	}
+	return stdout
+}
+
+// execute runs bin in dir with no standard input, for three minutes at
+// most, and returns its outputs and how it ended.
+func execute(bin, dir string, env []string, args ...string) (stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir, cmd.Env = dir, env
 	// A process the client left holding its output does not hold the test.
 	cmd.WaitDelay = 10 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), err, stdout.Bytes(), stderr.Bytes())
-	}
-	return stdout.String()
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
 }
 
 // ran checks that the command ran in dir.
@@ -366,11 +423,19 @@ func (g *gateway) calls(t *testing.T, before int, api string) []*upstreamtest.Re
 	return out
 }
 
-// reply is the model: while a request holds no output of the command, it
+// vllmOverflow is vLLM's refusal of a prompt past the context window
+// (before 0.10; SGLang's is alike).
+const vllmOverflow = `{"object":"error","message":"This model's maximum context length is 32768 tokens. However, you requested 40000 tokens (39000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}`
+
+// reply is the model: a task that says overflow is refused as too long
+// for the context window (vllmOverflow); otherwise, while a request holds no output of the command, it
 // thinks and calls the first shell tool it knows among the client's tools
 // (Claude Code's Bash, Codex's exec_command, or its older shell); then it
 // answers with the output.
 func reply(q *upstreamtest.Request) upstreamtest.Script {
+	if bytes.Contains(q.Body, []byte(overflow)) {
+		return upstreamtest.Script{Status: http.StatusBadRequest, ErrorBody: vllmOverflow}
+	}
 	if bytes.Contains(q.Body, []byte(output)) {
 		return upstreamtest.Script{Text: []string{"The tool said ", output, "."}}
 	}

@@ -8,12 +8,16 @@
 // needs back in a tool loop), and the model's answer, which names the
 // output, is what the client prints. The model is slow to begin and
 // pauses between chunks, so each client is also sent the Edge's
-// keep-alives, which a tap between it and the Edge counts.
+// keep-alives, which a tap between it and the Edge counts. A task the
+// model refuses as past its context window, in vLLM's words, ends each
+// client as its own API's refusal would.
 //
-// These clients send what no SDK's test does: Claude Code a system message
-// among its messages and a billing line that changes with every request,
-// Codex its developer messages, namespaces and tool search. Both were
-// found here first.
+// These clients send what no SDK's test does (Claude Code a system
+// message among its messages and a billing line that changes with every
+// request, Codex its developer messages, namespaces and tool search), and
+// they act on errors by their words and codes. Running them found the
+// Edge refusing Claude Code's system message, passing its billing line
+// on, and telling a context overflow in words neither client knew.
 //
 // The binaries are IOP_CLAUDE and IOP_CODEX, or claude and codex on PATH.
 // A client that is missing skips its test, unless IOP_REQUIRE_CLIENTS=1;
