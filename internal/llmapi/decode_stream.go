@@ -39,7 +39,8 @@ func errUpstream(format string, args ...any) *APIError {
 // a rate limit is 429 and an overload 503, as when the provider says so
 // with its status, so that clients' retry rules apply; a refused request
 // is 400; any other failure of the provider is 502. The message is msg,
-// never the provider's own text.
+// never the provider's own text, but for a prompt past the context
+// window, which says so in the words clients act on (ContextOverflow).
 func providerFailed(typ, msg string) *APIError {
 	status := http.StatusBadGateway
 	switch typ {
@@ -49,6 +50,8 @@ func providerFailed(typ, msg string) *APIError {
 		status = http.StatusServiceUnavailable
 	case "invalid_request":
 		status = http.StatusBadRequest
+	case "context_length":
+		status, msg = http.StatusBadRequest, "the prompt is too long for the model's context window"
 	}
 	return &APIError{Status: status, Type: typ, Message: msg}
 }
@@ -367,9 +370,13 @@ type chatChunk struct {
 
 // chatErrorType is the canonical type of a Chat Completions stream error
 // whose code is an HTTP status (rate_limit for 429, overloaded for 503 and
-// 529, invalid_request for 400, 413 and 422); any other code is an
+// 529, invalid_request for 400, 413 and 422) or OpenAI's
+// context_length_exceeded (context_length); any other code is an
 // api_error.
 func chatErrorType(code json.RawMessage) string {
+	if string(code) == `"context_length_exceeded"` {
+		return "context_length"
+	}
 	switch status, _ := strconv.Atoi(string(code)); status {
 	case 429:
 		return "rate_limit"
@@ -1020,7 +1027,7 @@ type responsesBody struct {
 }
 
 // responsesErrorType is the canonical type of a Responses error code:
-// rate_limit_exceeded; invalid_prompt and the codes of an image the
+// rate_limit_exceeded; context_length_exceeded; invalid_prompt and the codes of an image the
 // request carried (invalid_image, image_too_large, ...), which are the
 // request's; an HTTP status, as some compatible servers send it (see
 // chatErrorType); anything else (server_error) is an api_error.
@@ -1032,6 +1039,8 @@ func responsesErrorType(code json.RawMessage) string {
 	switch {
 	case c == "rate_limit_exceeded":
 		return "rate_limit"
+	case c == "context_length_exceeded":
+		return "context_length"
 	case c == "invalid_prompt", strings.HasPrefix(c, "invalid_"), strings.Contains(c, "image"):
 		return "invalid_request"
 	}

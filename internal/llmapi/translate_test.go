@@ -1531,6 +1531,7 @@ func TestResponsesErrorCodes(t *testing.T) {
 	for _, tc := range []struct{ code, want string }{
 		{`"rate_limit_exceeded"`, "rate_limit_error"},
 		{`"invalid_prompt"`, "invalid_request_error"},
+		{`"context_length_exceeded"`, "invalid_request_error"},
 		{`"image_too_large"`, "invalid_request_error"},
 		{`"server_error"`, "api_error"},
 		{"503", "overloaded_error"},
@@ -2386,6 +2387,25 @@ func TestContextLengthRendered(t *testing.T) {
 		out := append(c.r.Event(start), c.r.Event(fail)...)
 		if !strings.Contains(string(out), c.want) {
 			t.Errorf("%s: %s", name, out)
+		}
+	}
+	// A provider's stream that fails for the context window, with
+	// OpenAI's code, fails so for a client of another format.
+	created := `data: {"type":"response.created","response":{"id":"r","status":"in_progress"}}` + "\n\n"
+	for name, c := range map[string]struct {
+		in   string
+		dec  func(io.Reader) llmapi.Decoder
+		r    llmapi.Renderer
+		want string
+	}{
+		"responses to anthropic": {created + `data: {"type":"response.failed","response":{"id":"r","status":"failed","error":{"code":"context_length_exceeded","message":"boom"}}}` + "\n\n",
+			llmapi.DecodeResponsesStream, &llmapi.AnthropicRenderer{ID: "m"}, "prompt is too long"},
+		"chat to responses": {`data: {"error":{"message":"boom","type":"invalid_request_error","code":"context_length_exceeded"}}` + "\n\n",
+			llmapi.DecodeChatStream, &llmapi.ResponsesRenderer{ID: "r"}, `"code":"context_length_exceeded"`},
+	} {
+		stream, _, _ := llmapitest.Render(t, c.dec(strings.NewReader(c.in)), c.r)
+		if !strings.Contains(string(stream), c.want) || strings.Contains(string(stream), "boom") {
+			t.Errorf("%s: %s", name, stream)
 		}
 	}
 }
