@@ -1027,10 +1027,11 @@ type responsesBody struct {
 }
 
 // responsesErrorType is the canonical type of a Responses error code:
-// rate_limit_exceeded; context_length_exceeded; invalid_prompt and the codes of an image the
-// request carried (invalid_image, image_too_large, ...), which are the
-// request's; an HTTP status, as some compatible servers send it (see
-// chatErrorType); anything else (server_error) is an api_error.
+// rate_limit_exceeded; context_length_exceeded; invalid_prompt and the
+// codes of an image the request carried (invalid_image, image_too_large,
+// ...), which are the request's; an HTTP status, as some compatible
+// servers send it (see chatErrorType); anything else (server_error) is an
+// api_error.
 func responsesErrorType(code json.RawMessage) string {
 	var c string
 	if json.Unmarshal(code, &c) != nil {

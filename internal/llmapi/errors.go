@@ -19,11 +19,12 @@ func OpenAIErrorCode(typ string) any {
 }
 
 // contextOverflow holds, lowercased, what model servers say when a prompt
-// does not fit the model's context window: OpenAI's code, Anthropic's
-// message, vLLM's and SGLang's ("This model's maximum context length
-// is..."), llama.cpp's ("the request exceeds the available context
-// size", its type exceed_context_size_error), Ollama's, TGI's and the
-// hosted APIs' phrasings.
+// does not fit the model's context window: OpenAI's code and message,
+// Anthropic's message, vLLM's and SGLang's ("This model's maximum context
+// length is..."), llama.cpp's ("the request exceeds the available context
+// size", its type exceed_context_size_error), FastAPI-based servers'
+// ("Prompt too long: ..."), Amazon Bedrock's. Each is specific to the
+// context window: a refusal of the output limit (max_tokens) says none.
 var contextOverflow = []string{
 	"context_length_exceeded",
 	"exceed_context_size",
