@@ -37,7 +37,11 @@ const (
 	// request that does holds the tool's result.
 	command = "printf 'iop-tool-%s' ran > out.txt && cat out.txt"
 	output  = "iop-tool-ran"
-	answer  = "The tool said " + output + "."
+	// second is the model's other call of the tool in the same turn (a
+	// parallel call), and secondOutput what it prints.
+	second       = "printf 'iop-second-%s' ran"
+	secondOutput = "iop-second-ran"
+	answer       = "The tool said " + output + "."
 	// thinking is the model's, before its tool call.
 	thinking = "The user wants the check run."
 	// overflow is a task the model refuses as past its context window.
@@ -64,12 +68,12 @@ var routes = []struct{ model, api string }{
 	{"via-responses", "responses"},
 }
 
-// TestClaudeCode: Claude Code, given a task, calls its Bash tool as the
-// model asks, runs the command, and prints the model's answer, through
-// every route: relayed untranslated to an Anthropic-format provider, and
-// translated to Chat Completions and to Responses. It takes the Edge's
-// pings (before the provider's head and between its chunks) in its
-// stride. No provider (all are local) is sent the billing line.
+// TestClaudeCode: Claude Code, given a task, calls its Bash tool twice at
+// once as the model asks, runs the commands, and prints the model's
+// answer, through every route: relayed untranslated to an Anthropic-format
+// provider, and translated to Chat Completions and to Responses. It takes
+// the Edge's pings (before the provider's head and between its chunks) in
+// its stride. No provider (all are local) is sent the billing line.
 func TestClaudeCode(t *testing.T) {
 	bin := client(t, "IOP_CLAUDE", "claude")
 	g := newGateway(t)
@@ -102,12 +106,12 @@ func TestClaudeCode(t *testing.T) {
 	}
 }
 
-// TestCodex: Codex, given a task, calls its shell tool as the model asks,
-// runs the command, and prints the model's answer, through every route:
-// relayed untranslated to a Responses provider, and translated to Chat
-// Completions and to Anthropic Messages. It takes the Edge's heartbeats
-// (response.in_progress, renumbered among a relayed stream's events) in
-// its stride.
+// TestCodex: Codex, given a task, calls its shell tool twice at once as
+// the model asks, runs the commands, and prints the model's answer,
+// through every route: relayed untranslated to a Responses provider, and
+// translated to Chat Completions and to Anthropic Messages. It takes the
+// Edge's heartbeats (response.in_progress, renumbered among a relayed
+// stream's events) in its stride.
 func TestCodex(t *testing.T) {
 	bin := client(t, "IOP_CODEX", "codex")
 	g := newGateway(t)
@@ -411,8 +415,8 @@ func (g *gateway) calls(t *testing.T, before int, api string) []*upstreamtest.Re
 		}
 		out = append(out, q)
 	}
-	if len(out) < 2 || !bytes.Contains(out[len(out)-1].Body, []byte(output)) {
-		t.Fatalf("the provider saw %d calls, the last without the tool's output", len(out))
+	if len(out) < 2 || !bytes.Contains(out[len(out)-1].Body, []byte(output)) || !bytes.Contains(out[len(out)-1].Body, []byte(secondOutput)) {
+		t.Fatalf("the provider saw %d calls, the last without both calls' output", len(out))
 	}
 	// Anthropic needs a tool loop's thinking back, whole: Codex, which
 	// keeps no state at the provider, gives it back sealed in a reasoning
@@ -428,10 +432,11 @@ func (g *gateway) calls(t *testing.T, before int, api string) []*upstreamtest.Re
 const vllmOverflow = `{"object":"error","message":"This model's maximum context length is 32768 tokens. However, you requested 40000 tokens (39000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}`
 
 // reply is the model: a task that says overflow is refused as too long
-// for the context window (vllmOverflow); otherwise, while a request holds no output of the command, it
-// thinks and calls the first shell tool it knows among the client's tools
-// (Claude Code's Bash, Codex's exec_command, or its older shell); then it
-// answers with the output.
+// for the context window (vllmOverflow); otherwise, while a request holds
+// no output of the command, it thinks and calls the first shell tool it
+// knows among the client's tools (Claude Code's Bash, Codex's
+// exec_command, or its older shell) twice at once, for the command and
+// for second; then it answers with the command's output.
 func reply(q *upstreamtest.Request) upstreamtest.Script {
 	if bytes.Contains(q.Body, []byte(overflow)) {
 		return upstreamtest.Script{Status: http.StatusBadRequest, ErrorBody: vllmOverflow}
@@ -440,21 +445,26 @@ func reply(q *upstreamtest.Request) upstreamtest.Script {
 		return upstreamtest.Script{Text: []string{"The tool said ", output, "."}}
 	}
 	for _, name := range q.ToolNames() {
-		var args any
-		switch name {
-		case "Bash":
-			args = map[string]string{"command": command, "description": "Run the check"}
-		case "exec_command":
-			args = map[string]string{"cmd": command}
-		case "shell":
-			args = map[string][]string{"command": {"bash", "-lc", command}}
-		default:
-			continue
+		var calls []upstreamtest.ToolCall
+		for i, cmd := range []string{command, second} {
+			var args any
+			switch name {
+			case "Bash":
+				args = map[string]string{"command": cmd, "description": "Run the check"}
+			case "exec_command":
+				args = map[string]string{"cmd": cmd}
+			case "shell":
+				args = map[string][]string{"command": {"bash", "-lc", cmd}}
+			default:
+				continue
+			}
+			a, _ := json.Marshal(args)
+			calls = append(calls, upstreamtest.ToolCall{ID: fmt.Sprintf("call_iop_%d", i+1), Name: name, Arguments: string(a)})
 		}
-		a, _ := json.Marshal(args)
-		return upstreamtest.Script{Reasoning: []string{thinking}, Text: []string{"Running the check."},
-			ToolCalls: []upstreamtest.ToolCall{{ID: "call_iop_1", Name: name, Arguments: string(a)}},
-			HeadDelay: 5 * keepAlive, ChunkDelay: 2 * keepAlive}
+		if calls != nil {
+			return upstreamtest.Script{Reasoning: []string{thinking}, Text: []string{"Running the check."}, ToolCalls: calls,
+				HeadDelay: 5 * keepAlive, ChunkDelay: 2 * keepAlive}
+		}
 	}
 	return upstreamtest.Script{Text: []string{"There is nothing to run."}}
 }
