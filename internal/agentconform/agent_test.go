@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -46,6 +47,14 @@ const (
 	thinking = "The user wants the check run."
 	// overflow is a task the model refuses as past its context window.
 	overflow = "Overflow the context."
+
+	// codexModel is a model Codex knows and offers apply_patch to, a
+	// freeform tool (its input is a patch, not JSON), which a translation
+	// carries as a function with one string parameter. patchTask is a task
+	// for it, patch what the model sends.
+	codexModel = "gpt-5.5"
+	patchTask  = "Apply the patch."
+	patch      = "*** Begin Patch\n*** Add File: hello.txt\n+iop-patched\n*** End Patch\n"
 
 	// keepAlive is the Edge's keep-alive interval. The model's first turn
 	// is slow to begin (its head comes after five intervals, as a local
@@ -163,6 +172,32 @@ func TestContextOverflowTold(t *testing.T) {
 			t.Errorf("Codex ended (%v) with %s\nstderr:\n%s", err, out, stderr)
 		}
 	})
+}
+
+// TestCodexApplyPatch: Codex, offered its apply_patch tool (a freeform
+// tool: its input is the patch itself) through a route translated to Chat
+// Completions, where it is a function with one string parameter, is
+// called with a patch as the freeform call it expects, applies it, and
+// sends back its result.
+func TestCodexApplyPatch(t *testing.T) {
+	bin := client(t, "IOP_CODEX", "codex")
+	g := newGateway(t)
+	home, dir := t.TempDir(), t.TempDir()
+	before := len(g.up.Requests())
+	out := run(t, bin, dir, g.codexEnv(t, home, codexModel), codexExec(patchTask)...)
+	if !strings.Contains(out, "Patched.") {
+		t.Fatalf("Codex printed %s", out)
+	}
+	if sent := g.tap.since(0); !bytes.Contains(sent, []byte(`"type":"custom_tool_call"`)) {
+		t.Errorf("Codex was not sent a freeform call:\n%s", sent)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "hello.txt")); err != nil || string(b) != "iop-patched\n" {
+		t.Fatalf("the patch was not applied: %q, %v", b, err)
+	}
+	calls := g.up.Requests()[before:]
+	if q := calls[len(calls)-1]; q.API != "chat" || !slices.Contains(q.ToolNames(), "apply_patch") {
+		t.Errorf("the provider was called in %s with tools %v", q.API, q.ToolNames())
+	}
 }
 
 // claudeEnv is Claude Code's environment for model's route, with its
@@ -348,6 +383,8 @@ func newGateway(t *testing.T) *gateway {
 			{Model: "via-anthropic", Targets: []edge.Target{{ProviderID: "anthropic", Model: "up-model"}}},
 			{Model: "via-chat", Targets: []edge.Target{{ProviderID: "chat", Model: "up-model"}}},
 			{Model: "via-responses", Targets: []edge.Target{{ProviderID: "responses", Model: "up-model"}}},
+			// A name Codex knows, so that it offers its apply_patch tool.
+			{Model: codexModel, Targets: []edge.Target{{ProviderID: "chat", Model: "up-model"}}},
 		},
 	})
 	if err != nil {
@@ -440,6 +477,16 @@ const vllmOverflow = `{"object":"error","message":"This model's maximum context 
 func reply(q *upstreamtest.Request) upstreamtest.Script {
 	if bytes.Contains(q.Body, []byte(overflow)) {
 		return upstreamtest.Script{Status: http.StatusBadRequest, ErrorBody: vllmOverflow}
+	}
+	if bytes.Contains(q.Body, []byte(patchTask)) {
+		switch {
+		case bytes.Contains(q.Body, []byte("hello.txt")): // the patch went, and its result came back
+			return upstreamtest.Script{Text: []string{"Patched."}}
+		case slices.Contains(q.ToolNames(), "apply_patch"):
+			a, _ := json.Marshal(map[string]string{"input": patch})
+			return upstreamtest.Script{ToolCalls: []upstreamtest.ToolCall{{ID: "call_iop_patch", Name: "apply_patch", Arguments: string(a)}}}
+		}
+		return upstreamtest.Script{Text: []string{"There is no apply_patch."}}
 	}
 	if bytes.Contains(q.Body, []byte(output)) {
 		return upstreamtest.Script{Text: []string{"The tool said ", output, "."}}

@@ -10,7 +10,9 @@
 // slow to begin and pauses between chunks, so each client is also sent the
 // Edge's keep-alives, which a tap between it and the Edge counts. A task
 // the model refuses as past its context window, in vLLM's words, ends each
-// client as its own API's refusal would.
+// client as its own API's refusal would. Codex, given a model name it
+// offers apply_patch to, applies the patch the model sends as the
+// freeform call Codex expects.
 //
 // These clients send what no SDK's test does (Claude Code a system message
 // among its messages and a billing line that changes with every request,
