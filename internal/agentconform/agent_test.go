@@ -194,9 +194,10 @@ func TestCodexApplyPatch(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "hello.txt")); err != nil || string(b) != "iop-patched\n" {
 		t.Fatalf("the patch was not applied: %q, %v", b, err)
 	}
-	calls := g.up.Requests()[before:]
-	if q := calls[len(calls)-1]; q.API != "chat" || !slices.Contains(q.ToolNames(), "apply_patch") {
-		t.Errorf("the provider was called in %s with tools %v", q.API, q.ToolNames())
+	for _, q := range g.up.Requests()[before:] {
+		if q.API != "models" && (q.API != "chat" || !slices.Contains(q.ToolNames(), "apply_patch")) {
+			t.Errorf("the provider was called in %s with tools %v", q.API, q.ToolNames())
+		}
 	}
 }
 
@@ -469,9 +470,10 @@ func (g *gateway) calls(t *testing.T, before int, api string) []*upstreamtest.Re
 const vllmOverflow = `{"object":"error","message":"This model's maximum context length is 32768 tokens. However, you requested 40000 tokens (39000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}`
 
 // reply is the model: a task that says overflow is refused as too long
-// for the context window (vllmOverflow); otherwise, while a request holds
-// no output of the command, it thinks and calls the first shell tool it
-// knows among the client's tools (Claude Code's Bash, Codex's
+// for the context window (vllmOverflow); patchTask gets a call of
+// apply_patch with patch, then an answer; otherwise, while a request
+// holds no output of the command, it thinks and calls the first shell
+// tool it knows among the client's tools (Claude Code's Bash, Codex's
 // exec_command, or its older shell) twice at once, for the command and
 // for second; then it answers with the command's output.
 func reply(q *upstreamtest.Request) upstreamtest.Script {
