@@ -911,7 +911,7 @@ func (s *Server) open(ctx context.Context, req *request, lease *pool.Lease) (*ex
 		header := tunnelHeader // shared and never changed: a header that needs more is a copy
 		switch {
 		case path == pathTunnel:
-			body, err = tunnelBody(req, t.Model, pi.category)
+			body, err = tunnelBody(req, t.Model, pi.dropBilling)
 			upPath = req.api.path()
 			if len(req.anthropic) > 0 {
 				header = header.Clone()
@@ -1234,15 +1234,16 @@ func (s *Server) chargeEstimate(req *request) {
 // Responses request the reasoning items the Edge sealed for Anthropic and
 // opens the compactions it made into their summaries
 // (llmapi.UnsealResponses), out of an Anthropic one the thinking that
-// holds an OpenAI model's state (llmapi.DropForeignThinking) and, for a
-// provider not of category api, Claude Code's billing header
-// (llmapi.DropBillingHeader); a body that holds none is not re-encoded.
+// holds an OpenAI model's state (llmapi.DropForeignThinking) and, where
+// dropBilling says so (ProviderSpec.BillingHeader), Claude Code's billing
+// header (llmapi.DropBillingHeader); a body that holds none is not
+// re-encoded.
 //
-// The billing header stays in a request to a hosted API: it may be
-// Anthropic's, which reads it. Any other Anthropic-format server, a local
-// one above all, would only see a prompt whose first line changes with
-// every request, and prefill it all again.
-func tunnelBody(req *request, upstreamModel string, category execution.Category) ([]byte, error) {
+// By default the billing header stays in a request to a hosted API: it
+// may be Anthropic's, which reads it. Any other Anthropic-format server, a
+// local one above all, would only see a prompt whose first line changes
+// with every request, and prefill it all again.
+func tunnelBody(req *request, upstreamModel string, dropBilling bool) ([]byte, error) {
 	body := req.fields.Splice("model", llmapi.Quote(upstreamModel))
 	switch req.api {
 	case apiResponses, apiCompact:
@@ -1254,7 +1255,7 @@ func tunnelBody(req *request, upstreamModel string, category execution.Category)
 		// And an OpenAI reasoning model's state, given to the client as
 		// a thinking block's signature, is for OpenAI only.
 		body, err := llmapi.DropForeignThinking(body)
-		if err != nil || category == execution.CategoryAPI {
+		if err != nil || !dropBilling {
 			return body, err
 		}
 		return llmapi.DropBillingHeader(body)

@@ -432,6 +432,11 @@ func (c *Config) validate() error {
 			if len(p.APIs) > 0 && !seen["chat"] && !seen["responses"] && !seen["messages"] {
 				return fmt.Errorf("Nodes: provider %q: APIs: names no generation API (chat, responses or messages)", p.ID)
 			}
+			switch p.BillingHeader {
+			case "", "keep", "drop":
+			default:
+				return fmt.Errorf("Nodes: provider %q: BillingHeader %q is not keep or drop", p.ID, p.BillingHeader)
+			}
 		}
 	}
 	names := map[string]bool{}

@@ -120,7 +120,8 @@
 // with every request (x-anthropic-billing-header), which would make a
 // prefix-caching server prefill the whole conversation again each turn:
 // it is left out of a translation and of a request relayed untranslated
-// to a provider not of category api (llmapi.DropBillingHeader).
+// to a provider not of category api (llmapi.DropBillingHeader), unless
+// its ProviderSpec.BillingHeader says otherwise.
 // A Responses custom tool, whose input is free text (Codex's apply_patch),
 // is carried as a function with one string parameter, a grammar it names
 // in that parameter's description, and its calls come back to the client

@@ -100,6 +100,19 @@ type providerInfo struct {
 	capacity     int
 	longCapacity int
 	credential   string // leased credential id, if any
+	// dropBilling: Claude Code's billing line leaves a request relayed
+	// untranslated (ProviderSpec.BillingHeader).
+	dropBilling bool
+}
+
+// dropsBilling reports whether Claude Code's billing line leaves a request
+// relayed untranslated to p: as p says, or, where it says nothing, unless
+// p is a hosted API (which may be Anthropic's, the line's one reader).
+func dropsBilling(p nodes.ProviderSpec) bool {
+	if p.BillingHeader == "" {
+		return p.Category != execution.CategoryAPI
+	}
+	return p.BillingHeader == "drop"
 }
 
 func newSnapshot(c *Config) *snapshot {
@@ -138,7 +151,7 @@ func newSnapshot(c *Config) *snapshot {
 	}
 	for _, n := range c.Nodes {
 		for _, p := range n.Providers {
-			s.providers[p.ID] = providerInfo{nodeID: n.ID, adapter: p.Adapter, apis: providerAPIs(p.Adapter, p.APIs), category: p.Category, capacity: p.Capacity, longCapacity: p.LongContextCapacity, credential: p.Credential}
+			s.providers[p.ID] = providerInfo{nodeID: n.ID, adapter: p.Adapter, apis: providerAPIs(p.Adapter, p.APIs), category: p.Category, capacity: p.Capacity, longCapacity: p.LongContextCapacity, credential: p.Credential, dropBilling: dropsBilling(p)}
 		}
 	}
 	return s

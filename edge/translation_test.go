@@ -2005,49 +2005,64 @@ func TestForeignThinkingToAnthropic(t *testing.T) {
 // TestBillingHeaderLeftOut: Claude Code's billing header, which changes
 // with every request and would make a prefix-caching server prefill the
 // whole conversation again each turn, reaches neither a translated
-// request nor one relayed untranslated to a provider not of category api;
-// a hosted API's request keeps it (it may be Anthropic, which reads it).
+// request nor, by default, one relayed untranslated to a provider not of
+// category api; a hosted API's request keeps it (it may be Anthropic,
+// which reads it). A provider's BillingHeader says otherwise: drop for a
+// hosted API that is not Anthropic's, keep for a local one in front of
+// Anthropic.
 func TestBillingHeaderLeftOut(t *testing.T) {
-	localUp := upstreamtest.New(upstreamtest.Config{Models: []string{"up-model"}})
-	localURL := localUp.Start()
-	t.Cleanup(localUp.Close)
-	local, err := anadapter.New(anadapter.Config{ID: "claude-local", BaseURL: localURL, Models: []string{"up-model"}, Category: execution.CategoryLocal})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newRig(t, rigOpts{hosted: []node.Hosted{{Provider: local}}, mutate: func(cfg *edge.Config) {
-		cfg.Nodes[0].Providers = append(cfg.Nodes[0].Providers, nodes.ProviderSpec{ID: "claude-local", Adapter: "anthropic", Category: execution.CategoryLocal, Models: []string{"up-model"}, Capacity: 8})
-		cfg.Routes = append(cfg.Routes, edge.Route{Model: "via-local-anthropic", Targets: []edge.Target{{ProviderID: "claude-local", Model: "up-model"}}})
-	}})
 	const header = "x-anthropic-billing-header: cc_version=2.1.337.a23; cc_entrypoint=cli; cch=1f0e2;"
 	const rest = `{"type":"text","text":"You are Claude Code.","cache_control":{"type":"ephemeral"}}`
 	an := map[string]string{"x-api-key": apiKey, "anthropic-version": "2023-06-01"}
-	for _, c := range []struct {
-		model string
-		up    *upstreamtest.Server
-		kept  bool
-		sent  string // what the system prompt became, where relayed
-	}{
-		{"via-anthropic", r.upstream, true, `"system":[{"type":"text","text":"` + header + `"},` + rest + `]`},
-		{"via-local-anthropic", localUp, false, `"system":[` + rest + `]`},
-		{"via-chat", r.upstream, false, `"content":"You are Claude Code."`},
-	} {
-		before := len(c.up.Requests())
-		body := `{"model":"` + c.model + `","max_tokens":9,"system":[{"type":"text","text":"` + header + `"},` + rest + `],"messages":[{"role":"user","content":"hi"}]}`
-		if resp, out := r.do(t, "POST", "/v1/messages", body, an); resp.StatusCode != 200 {
-			t.Fatalf("%s: %d %s", c.model, resp.StatusCode, out)
+	for _, setting := range []struct{ hosted, local string }{{"", ""}, {"drop", "keep"}} {
+		localUp := upstreamtest.New(upstreamtest.Config{Models: []string{"up-model"}})
+		localURL := localUp.Start()
+		t.Cleanup(localUp.Close)
+		local, err := anadapter.New(anadapter.Config{ID: "claude-local", BaseURL: localURL, Models: []string{"up-model"}, Category: execution.CategoryLocal})
+		if err != nil {
+			t.Fatal(err)
 		}
-		var sent string
-		for _, q := range c.up.Requests()[before:] {
-			if q.API != "models" {
-				sent = string(q.Body)
+		r := newRig(t, rigOpts{hosted: []node.Hosted{{Provider: local}}, mutate: func(cfg *edge.Config) {
+			cfg.Nodes[0].Providers[1].BillingHeader = setting.hosted
+			cfg.Nodes[0].Providers = append(cfg.Nodes[0].Providers, nodes.ProviderSpec{ID: "claude-local", Adapter: "anthropic", Category: execution.CategoryLocal,
+				Models: []string{"up-model"}, Capacity: 8, BillingHeader: setting.local})
+			cfg.Routes = append(cfg.Routes, edge.Route{Model: "via-local-anthropic", Targets: []edge.Target{{ProviderID: "claude-local", Model: "up-model"}}})
+		}})
+		switched := setting.hosted != ""
+		for _, c := range []struct {
+			model string
+			up    *upstreamtest.Server
+			kept  bool
+		}{
+			{"via-anthropic", r.upstream, !switched},
+			{"via-local-anthropic", localUp, switched},
+			{"via-chat", r.upstream, false},
+		} {
+			before := len(c.up.Requests())
+			body := `{"model":"` + c.model + `","max_tokens":9,"system":[{"type":"text","text":"` + header + `"},` + rest + `],"messages":[{"role":"user","content":"hi"}]}`
+			if resp, out := r.do(t, "POST", "/v1/messages", body, an); resp.StatusCode != 200 {
+				t.Fatalf("%s: %d %s", c.model, resp.StatusCode, out)
+			}
+			var sent string
+			for _, q := range c.up.Requests()[before:] {
+				if q.API != "models" {
+					sent = string(q.Body)
+				}
+			}
+			// Relayed, the rest of the system prompt keeps its bytes.
+			want := `"system":[` + rest + `]`
+			switch {
+			case c.kept:
+				want = `"system":[{"type":"text","text":"` + header + `"},` + rest + `]`
+			case c.model == "via-chat":
+				want = `"content":"You are Claude Code."`
+			}
+			if strings.Contains(sent, "x-anthropic-billing-header") != c.kept || !strings.Contains(sent, want) {
+				t.Errorf("%s, billing_header %q/%q: the provider was sent %s", c.model, setting.hosted, setting.local, sent)
 			}
 		}
-		if strings.Contains(sent, "x-anthropic-billing-header") != c.kept || !strings.Contains(sent, c.sent) {
-			t.Errorf("%s: the provider was sent %s", c.model, sent)
-		}
+		r.settled()
 	}
-	r.settled()
 }
 
 // TestContextOverflowTold: a provider's refusal of a prompt past its

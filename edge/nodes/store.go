@@ -57,6 +57,16 @@ type ProviderSpec struct {
 	// upstream calls use, delivered only as a credential lease with each
 	// dispatch; the Node uses no local credential for it.
 	Credential string
+	// BillingHeader says what becomes of the billing line Claude Code
+	// begins its system prompt with (x-anthropic-billing-header, which
+	// changes with every request) in a request relayed untranslated to
+	// this provider: "keep" or "drop". Empty means keep for a provider of
+	// category api, which may be Anthropic's own API (the one reader of
+	// the line), and drop for any other; drop it for a hosted API that is
+	// not Anthropic's and caches prompts by prefix (DeepSeek's, say), keep
+	// it for a local proxy in front of Anthropic. edge.Config.Validate
+	// checks the value.
+	BillingHeader string
 }
 
 // HashToken returns the value to store in Record.TokenHash for a token.

@@ -128,6 +128,7 @@ func TestEdgeStrictness(t *testing.T) {
 		{"an unknown way of thinking", "provider: p1, model: m}", `Routes[0] (pub).Targets[0]: Thinking "enabled" is not adaptive or budget`},
 		{"a prompt cache neither on nor off", "provider: p1, model: m}", "line 16: cannot unmarshal !!str `sometimes` into bool"},
 		{"api an ollama provider cannot serve", "adapter: openai, category: local, models: [m], capacity: 1}", `the ollama adapter cannot serve "messages"`},
+		{"a billing header neither kept nor dropped", "capacity: 1}", `BillingHeader "strip" is not keep or drop`},
 	}
 	replacements := []string{
 		"state_dir: state\nstatedir: oops",
@@ -153,6 +154,7 @@ func TestEdgeStrictness(t *testing.T) {
 		"provider: p1, model: m, thinking: enabled}",
 		"provider: p1, model: m, prompt_cache: sometimes}",
 		"adapter: ollama, category: local, models: [m], capacity: 1, apis: [chat, messages]}",
+		"capacity: 1, billing_header: strip}",
 	}
 	t.Setenv("IOP_TEST_SHORT_KEY", "short")
 	for i, tc := range cases {
@@ -182,6 +184,16 @@ func TestEdgeStrictness(t *testing.T) {
 	}
 	if got := cfg.Nodes[0].Providers[0].APIs; len(got) != 1 || got[0] != "responses" {
 		t.Fatalf("apis not carried: %v", got)
+	}
+	ok = strings.Replace(minimalEdge, "capacity: 1}", "capacity: 1, billing_header: drop}", 1)
+	if ef, err = ParseEdge([]byte(ok), t.TempDir()); err != nil {
+		t.Fatalf("billing_header: drop refused: %v", err)
+	}
+	if cfg, err = ef.Config(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Nodes[0].Providers[0].BillingHeader; got != "drop" {
+		t.Fatalf("billing_header not carried: %q", got)
 	}
 	ok = strings.Replace(minimalEdge, `api: {listen: "127.0.0.1:0"}`, `api: {listen: "127.0.0.1:0", cors_origins: ["https://chat.example", "http://localhost:3000"], access_log: true}`, 1)
 	if ef, err = ParseEdge([]byte(ok), t.TempDir()); err != nil {

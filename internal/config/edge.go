@@ -64,6 +64,7 @@ type EdgeFile struct {
 			LongContextCapacity int      `yaml:"long_context_capacity"`
 			APIs                []string `yaml:"apis"`
 			Credential          string   `yaml:"credential"`
+			BillingHeader       string   `yaml:"billing_header"`
 		} `yaml:"providers"`
 	} `yaml:"nodes"`
 	Routes []struct {
@@ -233,7 +234,7 @@ func (f *EdgeFile) build(epoch uint32, create bool) (edge.Config, error) {
 			if p.Category == "" {
 				return cfg, fmt.Errorf("nodes[%d].providers[%d].category is required (cli, api or local)", i, j)
 			}
-			rec.Providers = append(rec.Providers, nodes.ProviderSpec{ID: p.ID, Adapter: p.Adapter, Category: cat, Models: p.Models, Capacity: p.Capacity, LongContextCapacity: p.LongContextCapacity, APIs: p.APIs, Credential: p.Credential})
+			rec.Providers = append(rec.Providers, nodes.ProviderSpec{ID: p.ID, Adapter: p.Adapter, Category: cat, Models: p.Models, Capacity: p.Capacity, LongContextCapacity: p.LongContextCapacity, APIs: p.APIs, Credential: p.Credential, BillingHeader: p.BillingHeader})
 		}
 		cfg.Nodes = append(cfg.Nodes, rec)
 	}
