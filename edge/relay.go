@@ -113,22 +113,13 @@ func (s *Server) relayTunnel(ctx context.Context, w http.ResponseWriter, req *re
 		em.resume()
 		defer em.finish()
 	}
-	switch {
-	case errors.Is(err, errClientLeft):
-		return
-	case err != nil:
-		if ae, ok := s.tunnelFailure(ctx, req, err); ok {
-			failHead(w, req, em, ae)
-		}
+	if !s.headCame(ctx, w, req, x, em, status, hdr, err) {
 		return
 	}
-	s.noteRefusal(req, x, status, hdr)
-	req.providerRID = providerRequestID(hdr)
 	ct := hdr.Get("Content-Type")
 	isSSE := sse.Streamed(ct, false)
 	if begun && status != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(tn, 64<<10))
-		failHead(w, req, em, providerError(status, b))
+		refuseHead(w, req, em, tn, status, hdr)
 		return
 	}
 	if f, ok := clientFormat(req.api); ok && status == http.StatusOK && sse.Streamed(ct, req.stream) != req.stream {
@@ -519,6 +510,37 @@ func failHead(w http.ResponseWriter, req *request, em *emitter, ae *llmapi.APIEr
 		rec.outcome = statusOutcome(ae.Status)
 	}
 	em.event(llmapi.Event{Kind: llmapi.EvError, Err: ae})
+}
+
+// headCame takes what awaitHead brought: a client that went away is
+// answered nothing, a tunnel's failure its error (failHead); a head is
+// noted (a refusal cools the provider, its request id is kept). It
+// reports whether the head came.
+func (s *Server) headCame(ctx context.Context, w http.ResponseWriter, req *request, x *exchange, em *emitter, status int, hdr http.Header, err error) bool {
+	switch {
+	case errors.Is(err, errClientLeft):
+		return false
+	case err != nil:
+		if ae, ok := s.tunnelFailure(ctx, req, err); ok {
+			failHead(w, req, em, ae)
+		}
+		return false
+	}
+	s.noteRefusal(req, x, status, hdr)
+	req.providerRID = providerRequestID(hdr)
+	return true
+}
+
+// refuseHead answers a provider's error status in the client's terms
+// (providerError, from the first 64 KiB of its body), with the
+// provider's Retry-After where the answer is still a status (em nil).
+func refuseHead(w http.ResponseWriter, req *request, em *emitter, body io.Reader, status int, hdr http.Header) {
+	b, _ := io.ReadAll(io.LimitReader(body, 64<<10))
+	ae := providerError(status, b)
+	if v := hdr.Get("Retry-After"); v != "" && em == nil && (ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable) {
+		w.Header().Set("Retry-After", retryAfter(v))
+	}
+	failHead(w, req, em, ae)
 }
 
 // tunnelFailure is the error a tunnel that failed before its answer's
@@ -1057,24 +1079,11 @@ func (s *Server) relayTranslate(ctx context.Context, w http.ResponseWriter, req 
 	if em != nil {
 		defer em.finish()
 	}
-	switch {
-	case errors.Is(err, errClientLeft):
-		return
-	case err != nil:
-		if ae, ok := s.tunnelFailure(ctx, req, err); ok {
-			failHead(w, req, em, ae)
-		}
+	if !s.headCame(ctx, w, req, x, em, status, hdr, err) {
 		return
 	}
-	s.noteRefusal(req, x, status, hdr)
-	req.providerRID = providerRequestID(hdr)
 	if status != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(tn, 64<<10))
-		ae := providerError(status, b)
-		if v := hdr.Get("Retry-After"); v != "" && em == nil && (ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable) {
-			w.Header().Set("Retry-After", retryAfter(v))
-		}
-		failHead(w, req, em, ae)
+		refuseHead(w, req, em, tn, status, hdr)
 		return
 	}
 	s.relayDecoded(ctx, w, req, x, sse.Streamed(hdr.Get("Content-Type"), req.stream), x.format, false, em)
