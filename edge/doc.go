@@ -166,7 +166,7 @@
 // refusal of a prompt past the model's context window, in whatever words
 // the provider's server uses (llmapi.ContextOverflow), is told as the
 // client's format tells it: a message that says the prompt is too long
-// (Claude Code compacts its conversation on it), and to an OpenAI-format
+// (Claude Code's cue to compact its conversation), and to an OpenAI-format
 // client the code context_length_exceeded (which Codex reports as such).
 // Every 429 and 503 (529) the Edge writes carries Retry-After: a key
 // limit's time to its next slot, a translated provider refusal's own

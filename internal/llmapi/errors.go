@@ -44,8 +44,8 @@ var contextOverflow = []string{
 // message, type and code, says that the prompt does not fit the model's
 // context window; the Edge then tells its client so in the client's own
 // terms (type context_length), which Claude Code and Codex act on (Claude
-// Code compacts its conversation on a message that says "prompt is too
-// long").
+// Code takes a message that says "prompt is too long" as its
+// prompt_too_long, its cue to compact the conversation).
 func ContextOverflow(message, typ, code string) bool {
 	for _, s := range [...]string{message, typ, code} {
 		s = strings.ToLower(s)
